@@ -1,0 +1,354 @@
+package v1alpha1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// App tells plumb to keep a set of Kubernetes objects equal to what a folder of
+// a Git repository says, tick after tick.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=plumb
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.lastAppliedRevision`
+// +kubebuilder:printcolumn:name="Drift",type=integer,JSONPath=`.status.drift.count`,description="Objects whose live state differs from Git"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+type App struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is what the App should converge to.
+	Spec AppSpec `json:"spec"`
+
+	// Status is what the controller last observed and did.
+	// +optional
+	Status AppStatus `json:"status,omitempty"`
+}
+
+// AppList is a list of Apps.
+//
+// +kubebuilder:object:root=true
+type AppList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the Apps.
+	Items []App `json:"items"`
+}
+
+// AppSpec is the desired behaviour of an App.
+type AppSpec struct {
+	// Source is where the desired state lives.
+	Source Source `json:"source"`
+
+	// Interval is the fallback timer: how long after a tick the next one runs
+	// when no webhook or drift event brings it forward. At least 10s.
+	// +kubebuilder:default="3m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s')",message="interval must be at least 10s"
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// Timeout bounds one tick (Read, Observe, Diff and Apply together).
+	// Defaults to the interval.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="timeout must be at least 1s"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// TargetNamespace, when set, is the namespace of every namespaced object
+	// that the source renders without one.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	TargetNamespace string `json:"targetNamespace,omitempty"`
+
+	// Prune deletes the objects that left Git. Defaults to true.
+	// +kubebuilder:default=true
+	// +optional
+	Prune *bool `json:"prune,omitempty"`
+
+	// DriftPolicy says what a tick does when someone else changed an object
+	// plumb applied: heal puts it back, alert only reports it.
+	// +kubebuilder:default=heal
+	// +optional
+	DriftPolicy DriftPolicy `json:"driftPolicy,omitempty"`
+
+	// Suspend stops ticks for this App until it is set back to false.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// DefaultInterval is the fallback timer's period when the spec sets none.
+const DefaultInterval = 3 * time.Minute
+
+// IntervalOrDefault is the fallback timer's period.
+func (s AppSpec) IntervalOrDefault() time.Duration {
+	if s.Interval == nil {
+		return DefaultInterval
+	}
+	return s.Interval.Duration
+}
+
+// TimeoutOrDefault bounds one tick: the timeout, or else the interval.
+func (s AppSpec) TimeoutOrDefault() time.Duration {
+	if s.Timeout == nil {
+		return s.IntervalOrDefault()
+	}
+	return s.Timeout.Duration
+}
+
+// PruneEnabled reports whether the App prunes objects that left Git
+// (the default when Prune is unset).
+func (s AppSpec) PruneEnabled() bool {
+	return s.Prune == nil || *s.Prune
+}
+
+// DriftPolicy is what a tick does about drift.
+// +kubebuilder:validation:Enum=heal;alert
+type DriftPolicy string
+
+const (
+	// DriftPolicyHeal re-applies Git's state over someone else's change.
+	DriftPolicyHeal DriftPolicy = "heal"
+	// DriftPolicyAlert leaves the change in place and reports it.
+	DriftPolicyAlert DriftPolicy = "alert"
+)
+
+// Source is a folder in a Git repository at a reference.
+type Source struct {
+	// URL of the repository: https://, http:// (for local servers), ssh://,
+	// scp-like user@host:org/repo, or file://.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(https?|ssh)://[^/ ]+(/[^ ]*)?$') || self.matches('^file://[^ ]+$') || self.matches('^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^ ]+$')",message="url must be https://, http://, ssh://, file:// or scp-like user@host:org/repo"
+	URL string `json:"url"`
+
+	// Ref is the branch, tag, semver range or commit to follow.
+	Ref GitRef `json:"ref"`
+
+	// Path is the folder inside the repository that holds the manifests,
+	// relative to the repository root. Empty means the root.
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)')",message="path must be relative to the repository root and must not contain '..'"
+	// +optional
+	Path string `json:"path,omitempty"`
+
+	// SecretRef names a Secret in the App's namespace that holds the
+	// credentials for the repository.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+}
+
+// GitRef selects a revision. Exactly one field is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.branch), has(self.tag), has(self.semver), has(self.commit)].filter(x, x).size() == 1",message="ref must set exactly one of branch, tag, semver or commit"
+type GitRef struct {
+	// Branch follows the head of a branch.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +optional
+	Branch string `json:"branch,omitempty"`
+
+	// Tag follows one tag.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +optional
+	Tag string `json:"tag,omitempty"`
+
+	// SemVer follows the highest tag inside a semver range, e.g. ">=1.2.0 <2".
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +optional
+	SemVer string `json:"semver,omitempty"`
+
+	// Commit pins one commit by its full SHA-1.
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{40}$`
+	// +optional
+	Commit string `json:"commit,omitempty"`
+}
+
+// LocalObjectReference names an object in the App's own namespace.
+type LocalObjectReference struct {
+	// Name of the object.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+}
+
+// AppStatus is what the controller last observed and did. Only the
+// controller writes it, once per tick.
+type AppStatus struct {
+	// ObservedGeneration is the generation of the spec that the last
+	// successful tick converged.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions are kstatus conditions: Ready, Reconciling, Stalled and
+	// Drifted.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// LastAttemptedRevision is the revision the last tick read, as
+	// <branch or tag>@sha1:<40 hex>, or sha1:<40 hex> for a pinned commit.
+	// +optional
+	LastAttemptedRevision string `json:"lastAttemptedRevision,omitempty"`
+
+	// LastAppliedRevision is the revision the cluster last converged to.
+	// +optional
+	LastAppliedRevision string `json:"lastAppliedRevision,omitempty"`
+
+	// Phases holds the outcome of each phase of the tick, so an operator
+	// sees which one fails and since when.
+	// +optional
+	Phases PhasesStatus `json:"phases,omitempty"`
+
+	// Inventory lists the objects plumb applied for this App; prune deletes
+	// those that are no longer in Git.
+	// +optional
+	Inventory *Inventory `json:"inventory,omitempty"`
+
+	// LastTickTime is when the last tick ended, successful or not.
+	// +optional
+	LastTickTime *metav1.Time `json:"lastTickTime,omitempty"`
+
+	// LastSuccessfulTickTime is when the last successful tick ended.
+	// +optional
+	LastSuccessfulTickTime *metav1.Time `json:"lastSuccessfulTickTime,omitempty"`
+
+	// Drift summarises the objects whose live state differs from Git.
+	// +optional
+	Drift *DriftSummary `json:"drift,omitempty"`
+}
+
+// PhasesStatus holds one PhaseStatus per phase of the tick.
+type PhasesStatus struct {
+	// Read fetches and renders the source.
+	// +optional
+	Read PhaseStatus `json:"read,omitempty"`
+	// Observe takes the live state from the informer caches.
+	// +optional
+	Observe PhaseStatus `json:"observe,omitempty"`
+	// Diff compares desired and live state.
+	// +optional
+	Diff PhaseStatus `json:"diff,omitempty"`
+	// Apply applies the difference and prunes.
+	// +optional
+	Apply PhaseStatus `json:"apply,omitempty"`
+}
+
+// PhaseStatus is the recent history of one phase.
+type PhaseStatus struct {
+	// LastSuccessTime is when the phase last succeeded.
+	// +optional
+	LastSuccessTime *metav1.Time `json:"lastSuccessTime,omitempty"`
+
+	// LastFailureTime is when the phase last failed.
+	// +optional
+	LastFailureTime *metav1.Time `json:"lastFailureTime,omitempty"`
+
+	// LastError is the message of the last failure. Cleared on success.
+	// +optional
+	LastError string `json:"lastError,omitempty"`
+
+	// Reason is a CamelCase word for the last failure, e.g. SourceUnavailable.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+
+	// ConsecutiveFailures counts failures since the last success.
+	// +optional
+	ConsecutiveFailures int32 `json:"consecutiveFailures,omitempty"`
+}
+
+// Inventory is the set of objects plumb applied for an App.
+type Inventory struct {
+	// Entries are the objects, in a stable order.
+	// +listType=atomic
+	// +optional
+	Entries []ObjectRef `json:"entries,omitempty"`
+}
+
+// ObjectRef identifies one Kubernetes object.
+type ObjectRef struct {
+	// Group is the API group; empty for the core group.
+	// +optional
+	Group string `json:"group,omitempty"`
+	// Version is the API version the object was applied with.
+	Version string `json:"version"`
+	// Kind is the object's kind.
+	Kind string `json:"kind"`
+	// Namespace is empty for cluster-scoped objects.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// Name is the object's name.
+	Name string `json:"name"`
+}
+
+// DriftSummary describes the objects whose live state differs from what
+// plumb applied because someone else changed them.
+type DriftSummary struct {
+	// Count is the number of drifted objects.
+	Count int32 `json:"count"`
+
+	// LastDetectedTime is when drift was last seen.
+	// +optional
+	LastDetectedTime *metav1.Time `json:"lastDetectedTime,omitempty"`
+
+	// Objects lists the drifted objects (at most a few dozen; Count is exact).
+	// +listType=atomic
+	// +optional
+	Objects []DriftedObject `json:"objects,omitempty"`
+}
+
+// DriftedObject is one object that someone else changed.
+type DriftedObject struct {
+	ObjectRef `json:",inline"`
+
+	// Fields are JSON pointers to the fields that differ.
+	// +listType=atomic
+	// +optional
+	Fields []string `json:"fields,omitempty"`
+
+	// Managers are the field managers that changed them.
+	// +listType=atomic
+	// +optional
+	Managers []string `json:"managers,omitempty"`
+}
+
+// Condition types that plumb sets on an App.
+const (
+	// ConditionReady is True when the last tick converged the App.
+	ConditionReady = "Ready"
+	// ConditionReconciling is True while a tick is under way or retrying.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when the App cannot progress without a change
+	// to its spec or source (for instance an invalid spec).
+	ConditionStalled = "Stalled"
+	// ConditionDrifted is True while live objects differ from Git.
+	ConditionDrifted = "Drifted"
+)
+
+// Condition reasons, one per failure domain of the tick.
+const (
+	// ReasonSucceeded: the tick converged the App.
+	ReasonSucceeded = "Succeeded"
+	// ReasonReadFailed: fetching or rendering the source failed.
+	ReasonReadFailed = "ReadFailed"
+	// ReasonObserveFailed: the live state could not be observed.
+	ReasonObserveFailed = "ObserveFailed"
+	// ReasonDiffFailed: desired and live state could not be compared.
+	ReasonDiffFailed = "DiffFailed"
+	// ReasonApplyFailed: the API server refused an apply.
+	ReasonApplyFailed = "ApplyFailed"
+	// ReasonPruneFailed: deleting objects that left Git failed.
+	ReasonPruneFailed = "PruneFailed"
+	// ReasonSuspended: the App is suspended.
+	ReasonSuspended = "Suspended"
+)

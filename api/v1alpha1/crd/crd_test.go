@@ -1,0 +1,232 @@
+package crd_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/api/v1alpha1/crd"
+	"github.com/plumb-dev/plumb/localcluster"
+)
+
+// cluster is the package's local control plane, started once in TestMain.
+var cluster *localcluster.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(localcluster.RunTests(m, localcluster.Options{Mode: localcluster.ModeAPI}, func(c *localcluster.Cluster) {
+		cluster = c
+	}))
+}
+
+// setup installs the CRD (idempotent) and returns a client and a fresh
+// namespace for the test.
+func setup(t *testing.T) (client.Client, string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := crd.Install(ctx, cluster.Config); err != nil {
+		t.Fatalf("Install: %v", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := plumbv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "crd-test-"}}
+	if err := c.Create(ctx, ns); err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	return c, ns.Name
+}
+
+func validApp(namespace, name string) *plumbv1.App {
+	return &plumbv1.App{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: plumbv1.AppSpec{
+			Source: plumbv1.Source{
+				URL:  "https://git.example.com/org/repo.git",
+				Ref:  plumbv1.GitRef{Branch: "main"},
+				Path: "deploy/prod",
+			},
+		},
+	}
+}
+
+func TestValidAppIsAcceptedDefaultedAndReadBack(t *testing.T) {
+	c, ns := setup(t)
+	ctx := context.Background()
+	app := validApp(ns, "web")
+	app.Spec.Source.SecretRef = &plumbv1.LocalObjectReference{Name: "git-credentials"}
+	if err := c.Create(ctx, app); err != nil {
+		t.Fatalf("creating a valid App: %v", err)
+	}
+	var got plumbv1.App
+	if err := c.Get(ctx, client.ObjectKeyFromObject(app), &got); err != nil {
+		t.Fatalf("reading the App back: %v", err)
+	}
+	want := plumbv1.AppSpec{
+		Source:      app.Spec.Source,
+		Interval:    &metav1.Duration{Duration: 3 * time.Minute},
+		Prune:       ptr.To(true),
+		DriftPolicy: plumbv1.DriftPolicyHeal,
+	}
+	if diff := cmp.Diff(want, got.Spec); diff != "" {
+		t.Errorf("App spec read back (-want +got):\n%s", diff)
+	}
+	if got.Spec.IntervalOrDefault() != 3*time.Minute || !got.Spec.PruneEnabled() || got.Spec.TimeoutOrDefault() != 3*time.Minute {
+		t.Errorf("defaults: interval %s, prune %v, timeout %s", got.Spec.IntervalOrDefault(), got.Spec.PruneEnabled(), got.Spec.TimeoutOrDefault())
+	}
+
+	t.Run("status is a subresource the controller writes", func(t *testing.T) {
+		got.Status.LastAppliedRevision = "main@sha1:" + strings.Repeat("a", 40)
+		got.Status.Conditions = []metav1.Condition{{
+			Type: plumbv1.ConditionReady, Status: metav1.ConditionTrue, Reason: plumbv1.ReasonSucceeded,
+			Message: "applied", LastTransitionTime: metav1.Now(),
+		}}
+		got.Status.Drift = &plumbv1.DriftSummary{Count: 1, Objects: []plumbv1.DriftedObject{{
+			ObjectRef: plumbv1.ObjectRef{Version: "v1", Kind: "ConfigMap", Namespace: ns, Name: "settings"},
+			Fields:    []string{"/data/color"}, Managers: []string{"kubectl-edit"},
+		}}}
+		if err := c.Status().Update(ctx, &got); err != nil {
+			t.Fatalf("updating status: %v", err)
+		}
+		out, err := exec.Command(cluster.Binaries.Path("kubectl"), "--kubeconfig", cluster.KubeconfigPath,
+			"get", "apps.plumb.dev", "-n", ns, "web").CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl get apps: %v\n%s", err, out)
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) != 2 {
+			t.Fatalf("kubectl get apps printed %q", out)
+		}
+		if header := strings.Fields(lines[0]); !cmp.Equal(header, []string{"NAME", "READY", "REVISION", "DRIFT", "AGE"}) {
+			t.Errorf("printer columns = %v, want NAME READY REVISION DRIFT AGE", header)
+		}
+		row := strings.Fields(lines[1])
+		if len(row) < 4 || row[1] != "True" || row[2] != got.Status.LastAppliedRevision || row[3] != "1" {
+			t.Errorf("row = %v, want web True %s 1 <age>", row, got.Status.LastAppliedRevision)
+		}
+	})
+}
+
+func TestSupportedURLFormsAreAccepted(t *testing.T) {
+	c, ns := setup(t)
+	for i, url := range []string{
+		"https://github.com/org/repo",
+		"http://gitea.gitea.svc:3000/org/repo.git",
+		"ssh://git@github.com/org/repo.git",
+		"ssh://git@gitlab.example.com:2222/group/sub/repo",
+		"git@github.com:org/repo.git",
+		"file:///srv/git/repo",
+	} {
+		app := validApp(ns, fmt.Sprintf("url-%d", i))
+		app.Spec.Source.URL = url
+		if err := c.Create(context.Background(), app); err != nil {
+			t.Errorf("url %q rejected: %v", url, err)
+		}
+	}
+}
+
+func TestInvalidAppsAreRejectedWithAClearMessage(t *testing.T) {
+	c, ns := setup(t)
+	tests := []struct {
+		name        string
+		mutate      func(*plumbv1.App)
+		wantMessage string
+	}{{
+		name:        "two ref kinds at once",
+		mutate:      func(a *plumbv1.App) { a.Spec.Source.Ref = plumbv1.GitRef{Branch: "main", Tag: "v1.0.0"} },
+		wantMessage: "ref must set exactly one of branch, tag, semver or commit",
+	}, {
+		name:        "no ref kind",
+		mutate:      func(a *plumbv1.App) { a.Spec.Source.Ref = plumbv1.GitRef{} },
+		wantMessage: "ref must set exactly one of branch, tag, semver or commit",
+	}, {
+		name:        "interval 1s",
+		mutate:      func(a *plumbv1.App) { a.Spec.Interval = &metav1.Duration{Duration: time.Second} },
+		wantMessage: "interval must be at least 10s",
+	}, {
+		name:        "path ../x",
+		mutate:      func(a *plumbv1.App) { a.Spec.Source.Path = "../x" },
+		wantMessage: "path must be relative to the repository root and must not contain '..'",
+	}, {
+		name:        "path with .. inside",
+		mutate:      func(a *plumbv1.App) { a.Spec.Source.Path = "deploy/../../etc" },
+		wantMessage: "path must be relative to the repository root and must not contain '..'",
+	}, {
+		name:        "absolute path",
+		mutate:      func(a *plumbv1.App) { a.Spec.Source.Path = "/etc" },
+		wantMessage: "path must be relative to the repository root and must not contain '..'",
+	}, {
+		name:        "url ftp://x",
+		mutate:      func(a *plumbv1.App) { a.Spec.Source.URL = "ftp://x" },
+		wantMessage: "url must be https://, http://, ssh://, file:// or scp-like user@host:org/repo",
+	}, {
+		name:        "commit that is not a full sha1",
+		mutate:      func(a *plumbv1.App) { a.Spec.Source.Ref = plumbv1.GitRef{Commit: "abc123"} },
+		wantMessage: `spec.source.ref.commit: Invalid value: "abc123": spec.source.ref.commit in body should match '^[0-9a-f]{40}$'`,
+	}, {
+		name:        "unknown drift policy",
+		mutate:      func(a *plumbv1.App) { a.Spec.DriftPolicy = "ignore" },
+		wantMessage: `spec.driftPolicy: Unsupported value: "ignore": supported values: "heal", "alert"`,
+	}}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			app := validApp(ns, fmt.Sprintf("invalid-%d", i))
+			tt.mutate(app)
+			err := c.Create(context.Background(), app)
+			if err == nil {
+				t.Fatalf("the API server accepted an invalid App: %+v", app.Spec)
+			}
+			if !strings.Contains(err.Error(), tt.wantMessage) {
+				t.Errorf("error %q\ndoes not contain %q", err, tt.wantMessage)
+			}
+		})
+	}
+}
+
+func TestSecretRefCannotNameAnotherNamespace(t *testing.T) {
+	c, ns := setup(t)
+	app := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "plumb.dev/v1alpha1",
+		"kind":       "App",
+		"metadata":   map[string]any{"name": "cross-namespace", "namespace": ns},
+		"spec": map[string]any{"source": map[string]any{
+			"url":       "https://git.example.com/org/repo",
+			"ref":       map[string]any{"branch": "main"},
+			"secretRef": map[string]any{"name": "creds", "namespace": "kube-system"},
+		}},
+	}}
+	err := c.Create(context.Background(), app, client.FieldValidation(metav1.FieldValidationStrict))
+	if err == nil || !strings.Contains(err.Error(), `unknown field "spec.source.secretRef.namespace"`) {
+		t.Errorf("creating an App whose secretRef names a namespace: got %v, want an unknown field error", err)
+	}
+}
+
+func TestHelmChartCarriesTheGeneratedCRD(t *testing.T) {
+	chartCRD, err := os.ReadFile("../../../charts/plumb/crds/plumb.dev_apps.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(crd.YAML()), string(chartCRD)); diff != "" {
+		t.Errorf("charts/plumb/crds differs from the generated CRD; run `make generate` (-generated +chart):\n%s", diff)
+	}
+}

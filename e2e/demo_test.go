@@ -1,0 +1,114 @@
+// Package e2e holds end-to-end tests: they run plumb's commands as a user
+// would, against a real local control plane.
+package e2e
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// buildCommand compiles one of the repository's main packages for the test.
+func buildCommand(t *testing.T, pkg string) string {
+	t.Helper()
+	binary := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	if out, err := exec.Command("go", "build", "-o", binary, pkg).CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return binary
+}
+
+// TestDemoGivesAWorkingKubeconfigAndStopsCleanlyOnCtrlC runs what `make demo`
+// runs, uses the kubeconfig it prints with kubectl, then presses Ctrl-C.
+func TestDemoGivesAWorkingKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
+	demo := exec.Command(buildCommand(t, "github.com/plumb-dev/plumb/hack/demo"))
+	stdout, err := demo.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	demo.Stderr = &stderr
+	if err := demo.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = demo.Process.Kill() })
+
+	// Read the narrative until "Ready", in the background, with a deadline.
+	type narrative struct{ kubeconfig, path string }
+	ready := make(chan narrative, 1)
+	rest := make(chan []string, 1)
+	go func() {
+		var got narrative
+		var lines []string
+		scanner := bufio.NewScanner(stdout)
+		for scanner.Scan() {
+			line := scanner.Text()
+			lines = append(lines, line)
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "export KUBECONFIG="); ok {
+				got.kubeconfig = v
+			}
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "export PATH="); ok {
+				got.path = strings.TrimSuffix(v, ":$PATH")
+			}
+			if strings.HasSuffix(line, "] Ready") {
+				ready <- got
+			}
+		}
+		rest <- lines
+	}()
+	var got narrative
+	select {
+	case got = <-ready:
+	case lines := <-rest:
+		t.Fatalf("demo ended before Ready:\n%s\nstderr:\n%s", strings.Join(lines, "\n"), stderr.String())
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("demo not Ready within 3 minutes; stderr:\n%s", stderr.String())
+	}
+	if got.kubeconfig == "" || got.path == "" {
+		t.Fatalf("demo did not print the KUBECONFIG and PATH exports: %+v", got)
+	}
+
+	kubectl := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(got.path, "kubectl"), args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+got.kubeconfig)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if out := kubectl("get", "crd", "apps.plumb.dev", "-o", "name"); out != "customresourcedefinition.apiextensions.k8s.io/apps.plumb.dev" {
+		t.Errorf("kubectl get crd apps.plumb.dev = %q", out)
+	}
+	if out := kubectl("get", "nodes", "-o", `jsonpath={.items[*].status.conditions[?(@.type=="Ready")].status}`); out != "True" {
+		t.Errorf("node Ready = %q, want True", out)
+	}
+	if out := kubectl("get", "apps", "-A"); !strings.Contains(out, "No resources found") {
+		t.Errorf("kubectl get apps -A = %q, want no resources", out)
+	}
+
+	if err := demo.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	select {
+	case lines = <-rest:
+	case <-time.After(time.Minute):
+		t.Fatal("demo did not stop within a minute of Ctrl-C")
+	}
+	if err := demo.Wait(); err != nil {
+		t.Errorf("demo exited with %v after Ctrl-C, want 0; stderr:\n%s", err, stderr.String())
+	}
+	if last := lines[len(lines)-1]; !strings.HasSuffix(last, "] Stopped") {
+		t.Errorf("demo's last line = %q, want Stopped", last)
+	}
+	if _, err := os.Stat(got.kubeconfig); !os.IsNotExist(err) {
+		t.Errorf("the demo's folder %s outlived it (stat: %v)", filepath.Dir(got.kubeconfig), err)
+	}
+}

@@ -1,0 +1,430 @@
+// Package git reads Git repositories for the Read phase: it asks a remote
+// where a ref points (one round trip, the ls-remote equivalent), fetches only
+// that ref into an on-disk cache shared by every App that tracks the same
+// repository, and exposes the files of a commit as a tree.Tree.
+//
+// Invariant: every read starts with an authenticated Resolve against the
+// remote, so an App never reads a commit that another App's credentials
+// fetched into the shared cache unless its own credentials reach the remote.
+package git
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/Masterminds/semver/v3"
+	gogit "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	"github.com/go-git/go-git/v5/storage/memory"
+
+	"github.com/plumb-dev/plumb/source/tree"
+)
+
+// ErrRevisionNotFound means the ref names nothing on the remote: a missing or
+// deleted branch or tag, no tag in a semver range, or an unknown commit.
+var ErrRevisionNotFound = errors.New("revision not found")
+
+// ErrInvalidRef means the ref itself is malformed (e.g. a bad semver range).
+var ErrInvalidRef = errors.New("invalid ref")
+
+// Ref selects a revision; exactly one field is set.
+type Ref struct {
+	Branch string
+	Tag    string
+	SemVer string
+	Commit string
+}
+
+func (r Ref) String() string {
+	switch {
+	case r.Branch != "":
+		return "branch " + r.Branch
+	case r.Tag != "":
+		return "tag " + r.Tag
+	case r.SemVer != "":
+		return "semver " + r.SemVer
+	default:
+		return "commit " + r.Commit
+	}
+}
+
+// Revision is a resolved ref: the branch or tag name (empty for a pinned
+// commit) and the commit's SHA-1.
+type Revision struct {
+	Name string
+	Hash string
+}
+
+// String is the revision as plumb records it: <name>@sha1:<hash>, or
+// sha1:<hash> for a pinned commit (the format Flux uses).
+func (r Revision) String() string {
+	if r.Name == "" {
+		return "sha1:" + r.Hash
+	}
+	return r.Name + "@sha1:" + r.Hash
+}
+
+// Cache is the on-disk cache of bare repositories, one per repository URL.
+// It is safe for concurrent use; fetches of one repository are serialised.
+type Cache struct {
+	root string
+
+	mu    sync.Mutex             // guards locks
+	locks map[string]*sync.Mutex // repository folder → its fetch lock
+}
+
+// NewCache uses root (created if missing) for the repositories.
+func NewCache(root string) (*Cache, error) {
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the git cache %s: %w", root, err)
+	}
+	return &Cache{root: root, locks: map[string]*sync.Mutex{}}, nil
+}
+
+// remote is a parsed repository URL with credentials moved out of it.
+type remote struct {
+	url      string // what go-git dials and the cache key: no credentials in it
+	auth     transport.AuthMethod
+	caBundle []byte
+}
+
+// cleanURL parses a repository URL and returns it without credentials,
+// together with the credentials an https URL carried.
+func cleanURL(rawURL string) (string, *transport.Endpoint, error) {
+	ep, err := transport.NewEndpoint(rawURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: url %s: %v", ErrInvalidRef, redact(rawURL), err)
+	}
+	withCreds := *ep
+	ep.Password = ""
+	if ep.Protocol == "http" || ep.Protocol == "https" {
+		ep.User = ""
+	}
+	if ep.Protocol == "file" {
+		return "file://" + ep.Path, &withCreds, nil
+	}
+	return ep.String(), &withCreds, nil
+}
+
+func parseRemote(rawURL string, auth Auth) (*remote, error) {
+	clean, ep, err := cleanURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	// Credentials written into an https URL are used when the secret has none.
+	if (ep.Protocol == "http" || ep.Protocol == "https") && ep.User != "" &&
+		auth.Username == "" && auth.Password == "" && auth.BearerToken == "" {
+		auth.Username, auth.Password = ep.User, ep.Password
+	}
+	method, err := auth.method(ep)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", clean, err)
+	}
+	return &remote{url: clean, auth: method, caBundle: auth.CABundle}, nil
+}
+
+// redact removes a password from a URL for messages, without parsing it
+// strictly (it may be malformed).
+func redact(rawURL string) string {
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return rawURL
+	}
+	at := strings.LastIndex(rest, "@")
+	slash := strings.Index(rest, "/")
+	if at < 0 || (slash >= 0 && at > slash) {
+		return rawURL
+	}
+	return scheme + "://***@" + rest[at+1:]
+}
+
+// listRefs asks the remote for its refs: one round trip, nothing fetched.
+func (r *remote) listRefs(ctx context.Context) (map[string]string, error) {
+	rem := gogit.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: "origin", URLs: []string{r.url}})
+	refs, err := rem.ListContext(ctx, &gogit.ListOptions{
+		Auth:          r.auth,
+		CABundle:      r.caBundle,
+		PeelingOption: gogit.AppendPeeled,
+	})
+	if err != nil {
+		return nil, r.wrap("listing refs", err)
+	}
+	out := make(map[string]string, len(refs))
+	for _, ref := range refs {
+		if ref.Type() == plumbing.HashReference {
+			out[ref.Name().String()] = ref.Hash().String()
+		}
+	}
+	return out, nil
+}
+
+// wrap turns a transport error into one that names the repository (without
+// credentials) and marks refused credentials with ErrAuth.
+func (r *remote) wrap(what string, err error) error {
+	switch {
+	case errors.Is(err, transport.ErrAuthenticationRequired), errors.Is(err, transport.ErrAuthorizationFailed):
+		return fmt.Errorf("%s %s: %w: %v", what, r.url, ErrAuth, err)
+	case errors.Is(err, transport.ErrEmptyRemoteRepository):
+		return fmt.Errorf("%s %s: %w: the repository is empty", what, r.url, ErrRevisionNotFound)
+	}
+	return fmt.Errorf("%s %s: %w", what, r.url, err)
+}
+
+// Resolve asks the remote where ref points, with one round trip and no
+// fetch. A pinned commit is returned as is, after the same round trip
+// (which proves the credentials reach the repository).
+func (c *Cache) Resolve(ctx context.Context, url string, ref Ref, auth Auth) (Revision, error) {
+	r, err := parseRemote(url, auth)
+	if err != nil {
+		return Revision{}, err
+	}
+	refs, err := r.listRefs(ctx)
+	if err != nil {
+		return Revision{}, err
+	}
+	return resolveRef(refs, ref, r.url)
+}
+
+// resolveRef finds ref among the advertised refs.
+func resolveRef(refs map[string]string, ref Ref, display string) (Revision, error) {
+	switch {
+	case ref.Branch != "":
+		if hash, ok := refs["refs/heads/"+ref.Branch]; ok {
+			return Revision{Name: ref.Branch, Hash: hash}, nil
+		}
+		return Revision{}, fmt.Errorf("branch %q not found at %s: %w", ref.Branch, display, ErrRevisionNotFound)
+	case ref.Tag != "":
+		if rev, ok := tagRevision(refs, ref.Tag); ok {
+			return rev, nil
+		}
+		return Revision{}, fmt.Errorf("tag %q not found at %s: %w", ref.Tag, display, ErrRevisionNotFound)
+	case ref.SemVer != "":
+		constraint, err := semver.NewConstraint(ref.SemVer)
+		if err != nil {
+			return Revision{}, fmt.Errorf("%w: semver range %q: %v", ErrInvalidRef, ref.SemVer, err)
+		}
+		var best *semver.Version
+		bestTag := ""
+		for name := range refs {
+			tag, ok := strings.CutPrefix(name, "refs/tags/")
+			if !ok || strings.HasSuffix(tag, "^{}") {
+				continue
+			}
+			v, err := semver.NewVersion(tag)
+			if err != nil || !constraint.Check(v) {
+				continue
+			}
+			if best == nil || v.GreaterThan(best) || (v.Equal(best) && tag < bestTag) {
+				best, bestTag = v, tag
+			}
+		}
+		if best == nil {
+			return Revision{}, fmt.Errorf("no tag in semver range %q at %s: %w", ref.SemVer, display, ErrRevisionNotFound)
+		}
+		rev, _ := tagRevision(refs, bestTag)
+		return rev, nil
+	case ref.Commit != "":
+		if !plumbing.IsHash(ref.Commit) {
+			return Revision{}, fmt.Errorf("%w: commit %q is not a full SHA-1", ErrInvalidRef, ref.Commit)
+		}
+		return Revision{Hash: strings.ToLower(ref.Commit)}, nil
+	}
+	return Revision{}, fmt.Errorf("%w: no branch, tag, semver or commit", ErrInvalidRef)
+}
+
+// tagRevision resolves a tag to its commit (peeling an annotated tag).
+func tagRevision(refs map[string]string, tag string) (Revision, bool) {
+	if hash, ok := refs["refs/tags/"+tag+"^{}"]; ok {
+		return Revision{Name: tag, Hash: hash}, true
+	}
+	hash, ok := refs["refs/tags/"+tag]
+	return Revision{Name: tag, Hash: hash}, ok
+}
+
+// repoDir is the cache folder of a repository URL.
+func (c *Cache) repoDir(url string) string {
+	sum := sha256.Sum256([]byte(url))
+	return filepath.Join(c.root, hex.EncodeToString(sum[:12]))
+}
+
+func (c *Cache) lock(dir string) *sync.Mutex {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.locks[dir]
+	if !ok {
+		l = &sync.Mutex{}
+		c.locks[dir] = l
+	}
+	return l
+}
+
+// Fetch makes sure rev's commit is in the cache, fetching only what ref
+// needs: the branch or tag (its history), or every branch and tag when a
+// pinned commit is not there yet. It does nothing when the commit is cached.
+func (c *Cache) Fetch(ctx context.Context, url string, ref Ref, rev Revision, auth Auth) error {
+	r, err := parseRemote(url, auth)
+	if err != nil {
+		return err
+	}
+	dir := c.repoDir(r.url)
+	l := c.lock(dir)
+	l.Lock()
+	defer l.Unlock()
+
+	repo, err := openOrInit(dir, r.url)
+	if err != nil {
+		return err
+	}
+	hash := plumbing.NewHash(rev.Hash)
+	if _, err := repo.CommitObject(hash); err == nil {
+		return nil
+	}
+	var specs []config.RefSpec
+	switch {
+	case ref.Branch != "":
+		specs = []config.RefSpec{config.RefSpec(fmt.Sprintf("+refs/heads/%s:refs/heads/%s", rev.Name, rev.Name))}
+	case ref.Tag != "" || ref.SemVer != "":
+		specs = []config.RefSpec{config.RefSpec(fmt.Sprintf("+refs/tags/%s:refs/tags/%s", rev.Name, rev.Name))}
+	default:
+		specs = []config.RefSpec{"+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"}
+	}
+	err = repo.FetchContext(ctx, &gogit.FetchOptions{
+		RemoteName: "origin",
+		RefSpecs:   specs,
+		Auth:       r.auth,
+		CABundle:   r.caBundle,
+		Tags:       gogit.NoTags,
+		Force:      true,
+	})
+	if err != nil && !errors.Is(err, gogit.NoErrAlreadyUpToDate) {
+		return r.wrap("fetching "+ref.String()+" from", err)
+	}
+	if _, err := repo.CommitObject(hash); err != nil {
+		return fmt.Errorf("commit %s of %s not found at %s after fetching: %w", rev.Hash, ref, r.url, ErrRevisionNotFound)
+	}
+	return nil
+}
+
+// openOrInit opens the bare repository in dir, creating it on first use.
+func openOrInit(dir, url string) (*gogit.Repository, error) {
+	repo, err := gogit.PlainOpen(dir)
+	if errors.Is(err, gogit.ErrRepositoryNotExists) {
+		repo, err = gogit.PlainInit(dir, true)
+		if err == nil {
+			_, err = repo.CreateRemote(&config.RemoteConfig{Name: "origin", URLs: []string{url}})
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening the cached repository %s: %w", dir, err)
+	}
+	return repo, nil
+}
+
+// IsAncestor reports whether commit ancestor is in the history of commit
+// descendant, both already in the cache. A false answer for the previously
+// applied commit of a branch means its history was rewritten (force-push).
+func (c *Cache) IsAncestor(url, ancestor, descendant string) (bool, error) {
+	clean, _, err := cleanURL(url)
+	if err != nil {
+		return false, err
+	}
+	repo, err := gogit.PlainOpen(c.repoDir(clean))
+	if err != nil {
+		return false, fmt.Errorf("opening the cached repository of %s: %w", clean, err)
+	}
+	a, err := repo.CommitObject(plumbing.NewHash(ancestor))
+	if err != nil {
+		return false, nil // not even fetched: not in this history
+	}
+	d, err := repo.CommitObject(plumbing.NewHash(descendant))
+	if err != nil {
+		return false, fmt.Errorf("commit %s not in the cache: %w", descendant, err)
+	}
+	return a.IsAncestor(d)
+}
+
+// Tree returns the files of a cached commit, enforcing limits while it reads
+// the commit's tree. Contents load on demand.
+func (c *Cache) Tree(url, hash string, limits tree.Limits) (*tree.Tree, error) {
+	clean, _, err := cleanURL(url)
+	if err != nil {
+		return nil, err
+	}
+	repo, err := gogit.PlainOpen(c.repoDir(clean))
+	if err != nil {
+		return nil, fmt.Errorf("opening the cached repository of %s: %w", clean, err)
+	}
+	commit, err := repo.CommitObject(plumbing.NewHash(hash))
+	if err != nil {
+		return nil, fmt.Errorf("commit %s not in the cache of %s: %w", hash, clean, err)
+	}
+	root, err := commit.Tree()
+	if err != nil {
+		return nil, fmt.Errorf("reading the tree of commit %s: %w", hash, err)
+	}
+	maxFile := limits.MaxFileBytes
+	builder := tree.NewBuilder(limits, func(key string) ([]byte, error) {
+		return readBlob(repo, plumbing.NewHash(key), maxFile)
+	})
+	walker := object.NewTreeWalker(root, true, nil)
+	defer walker.Close()
+	for {
+		name, entry, err := walker.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("walking the tree of commit %s: %w", hash, err)
+		}
+		switch entry.Mode {
+		case filemode.Regular, filemode.Executable, filemode.Deprecated:
+			obj, err := repo.Storer.EncodedObject(plumbing.BlobObject, entry.Hash)
+			if err != nil {
+				return nil, fmt.Errorf("reading %s at commit %s: %w", name, hash, err)
+			}
+			if err := builder.AddFile(name, obj.Size(), entry.Hash.String()); err != nil {
+				return nil, err
+			}
+		case filemode.Symlink:
+			target, err := readBlob(repo, entry.Hash, 4096)
+			if err != nil {
+				return nil, fmt.Errorf("reading symlink %s at commit %s: %w", name, hash, err)
+			}
+			if err := builder.AddSymlink(name, string(target)); err != nil {
+				return nil, err
+			}
+		}
+		// Folders are walked into; submodules (filemode.Submodule) are not
+		// followed: their content is another repository.
+	}
+	return builder.Build(), nil
+}
+
+// readBlob reads a blob, refusing one larger than max (when max > 0).
+func readBlob(repo *gogit.Repository, hash plumbing.Hash, max int64) ([]byte, error) {
+	blob, err := repo.BlobObject(hash)
+	if err != nil {
+		return nil, err
+	}
+	if max > 0 && blob.Size > max {
+		return nil, &tree.LimitError{Limit: "file size", Max: max, Got: blob.Size, Path: hash.String()}
+	}
+	rd, err := blob.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	return io.ReadAll(rd)
+}

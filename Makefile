@@ -15,6 +15,9 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Every test (unit, integration against a local control plane, e2e) runs in
 # one `go test`; packages run in parallel, each with its own local cluster.
 TEST_FLAGS ?= -count=1 -timeout 45m
+# Every native fuzz target runs this long in `make test` (longer: make fuzz FUZZTIME=5m).
+FUZZTIME ?= 10s
+FUZZ_TARGETS := ./source/manifest:FuzzParse ./source/tree:FuzzResolve
 
 .PHONY: help
 help: ## List the targets.
@@ -25,8 +28,21 @@ demo: controlplane ## Start a local control plane with plumb's CRD and print how
 	go run ./hack/demo
 
 .PHONY: test
-test: controlplane ## Run every test: unit, integration and e2e.
+test: controlplane ## Run every test: unit, integration and e2e, then each fuzz target briefly.
 	go test $(TEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory fuzz
+
+.PHONY: fuzz
+fuzz: ## Run each native fuzz target for FUZZTIME (default 10s).
+	@for target in $(FUZZ_TARGETS); do \
+		pkg="$${target%%:*}"; name="$${target##*:}"; \
+		echo "go test -run '^$$' -fuzz '^$$name\$$' -fuzztime $(FUZZTIME) $$pkg"; \
+		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) "$$pkg" 2>&1 | grep -v '^fuzz: elapsed'; \
+	done
+
+.PHONY: bench
+bench: ## Run the benchmarks, each beside its baseline.
+	go test -run '^$$' -bench . -benchmem ./source/...
 
 .PHONY: build
 build: ## Build bin/plumb.

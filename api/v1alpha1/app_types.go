@@ -1,8 +1,11 @@
 package v1alpha1
 
 import (
+	"encoding/json"
+	"fmt"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -82,6 +85,48 @@ type AppSpec struct {
 	// Suspend stops ticks for this App until it is set back to false.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+
+	// Helm configures rendering when source.path holds a Helm chart (a
+	// Chart.yaml). A folder with a kustomization.yaml is built with
+	// Kustomize, and any other folder is read as plain manifests.
+	// +optional
+	Helm *HelmSpec `json:"helm,omitempty"`
+}
+
+// HelmSpec configures how a chart in the repository is rendered. Charts are
+// rendered in-process: dependencies must be vendored under charts/, and
+// `lookup` sees no cluster.
+type HelmSpec struct {
+	// ReleaseName is .Release.Name; defaults to the App's name.
+	// +kubebuilder:validation:MaxLength=53
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	ReleaseName string `json:"releaseName,omitempty"`
+
+	// ValuesFiles are values files in the repository, as paths relative to
+	// its root, merged in order over the chart's values.yaml.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self.all(f, !f.startsWith('/') && !f.matches('(^|/)[.][.](/|$)'))",message="valuesFiles must be relative to the repository root and must not contain '..'"
+	// +listType=atomic
+	// +optional
+	ValuesFiles []string `json:"valuesFiles,omitempty"`
+
+	// Values are merged last, over the values files.
+	// +optional
+	Values *apiextensionsv1.JSON `json:"values,omitempty"`
+}
+
+// ValuesMap decodes Values (nil when unset).
+func (h *HelmSpec) ValuesMap() (map[string]any, error) {
+	if h == nil || h.Values == nil || len(h.Values.Raw) == 0 {
+		return nil, nil
+	}
+	var values map[string]any
+	if err := json.Unmarshal(h.Values.Raw, &values); err != nil {
+		return nil, fmt.Errorf("spec.helm.values must be an object: %w", err)
+	}
+	return values, nil
 }
 
 // DefaultInterval is the fallback timer's period when the spec sets none.

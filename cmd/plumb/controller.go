@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -21,6 +22,8 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/plumb-dev/plumb/source"
 )
 
 // controllerOptions are the flags of `plumb controller`.
@@ -31,10 +34,12 @@ type controllerOptions struct {
 	healthAddr  string
 	logLevel    string
 	logEncoding string
+	gitCacheDir string
+	readLimits  source.Limits
 }
 
 func newControllerCommand() *cobra.Command {
-	opts := controllerOptions{}
+	opts := controllerOptions{readLimits: source.DefaultLimits()}
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the controller: keep every App in the cluster equal to its Git source",
@@ -52,6 +57,11 @@ func newControllerCommand() *cobra.Command {
 	flags.StringVar(&opts.healthAddr, "health-addr", ":8081", "address that serves /healthz and /readyz")
 	flags.StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	flags.StringVar(&opts.logEncoding, "log-encoding", "json", "log encoding: json or console")
+	flags.StringVar(&opts.gitCacheDir, "git-cache-dir", filepath.Join(os.TempDir(), "plumb", "git"), "folder of the shared Git repository cache")
+	flags.IntVar(&opts.readLimits.MaxFiles, "max-repository-files", opts.readLimits.MaxFiles, "largest number of files a repository may hold at a revision (0: no limit)")
+	flags.Int64Var(&opts.readLimits.MaxTotalBytes, "max-repository-bytes", opts.readLimits.MaxTotalBytes, "largest total size in bytes of a repository's files at a revision (0: no limit)")
+	flags.Int64Var(&opts.readLimits.MaxFileBytes, "max-file-bytes", opts.readLimits.MaxFileBytes, "largest single file in bytes (0: no limit)")
+	flags.IntVar(&opts.readLimits.MaxObjects, "max-objects", opts.readLimits.MaxObjects, "largest number of objects one App may render (0: no limit)")
 	return cmd
 }
 
@@ -61,6 +71,10 @@ func (o controllerOptions) validate() error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return fmt.Errorf("%s %q: want host:port: %w", name, addr, err)
 		}
+	}
+	l := o.readLimits
+	if l.MaxFiles < 0 || l.MaxTotalBytes < 0 || l.MaxFileBytes < 0 || l.MaxObjects < 0 {
+		return fmt.Errorf("--max-repository-files, --max-repository-bytes, --max-file-bytes and --max-objects must not be negative")
 	}
 	return nil
 }
@@ -84,6 +98,13 @@ func runController(ctx context.Context, opts controllerOptions) error {
 		return err
 	}
 	log.Info("Connected to the API server", zap.String("host", cfg.Host), zap.String("version", serverVersion))
+
+	if _, err := source.NewReader(opts.gitCacheDir, opts.readLimits); err != nil {
+		return err
+	}
+	log.Info("Prepared the Read phase", zap.String("gitCacheDir", opts.gitCacheDir),
+		zap.Int("maxRepositoryFiles", opts.readLimits.MaxFiles), zap.Int64("maxRepositoryBytes", opts.readLimits.MaxTotalBytes),
+		zap.Int64("maxFileBytes", opts.readLimits.MaxFileBytes), zap.Int("maxObjects", opts.readLimits.MaxObjects))
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -102,7 +102,7 @@ func TestControllerServesHealthAndMetricsAndStopsOnSIGTERM(t *testing.T) {
 	cmd := exec.Command(plumbBinary, "controller",
 		"--kubeconfig", cluster.KubeconfigPath,
 		"--health-addr", healthAddr, "--metrics-addr", metricsAddr,
-		"--log-level", "debug", "--log-encoding", "json")
+		"--log-level", "debug", "--log-encoding", "json", "--git-cache-dir", t.TempDir())
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +162,7 @@ func TestControllerServesHealthAndMetricsAndStopsOnSIGTERM(t *testing.T) {
 		}
 		messages = append(messages, entry.Msg)
 	}
-	for _, want := range []string{"Connected to the API server", "Started controller", "Stopped controller"} {
+	for _, want := range []string{"Connected to the API server", "Prepared the Read phase", "Started controller", "Stopped controller"} {
 		if !slices.Contains(messages, want) {
 			t.Errorf("logs %q lack %q", messages, want)
 		}
@@ -178,6 +178,7 @@ func TestControllerRejectsBadFlagsBeforeStarting(t *testing.T) {
 		{[]string{"--log-level", "loud"}, `--log-level "loud": want debug, info, warn or error`},
 		{[]string{"--health-addr", "8081"}, `--health-addr "8081": want host:port`},
 		{[]string{"--kubeconfig", "/nonexistent/kubeconfig"}, "loading the kubeconfig"},
+		{[]string{"--max-objects", "-1"}, "must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -184,6 +185,16 @@ func TestInvalidAppsAreRejectedWithAClearMessage(t *testing.T) {
 		mutate:      func(a *plumbv1.App) { a.Spec.Source.Ref = plumbv1.GitRef{Commit: "abc123"} },
 		wantMessage: `spec.source.ref.commit: Invalid value: "abc123": spec.source.ref.commit in body should match '^[0-9a-f]{40}$'`,
 	}, {
+		name: "helm values file outside the repository",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Helm = &plumbv1.HelmSpec{ValuesFiles: []string{"values/prod.yaml", "../secrets.yaml"}}
+		},
+		wantMessage: "valuesFiles must be relative to the repository root and must not contain '..'",
+	}, {
+		name:        "helm release name that is not a DNS label",
+		mutate:      func(a *plumbv1.App) { a.Spec.Helm = &plumbv1.HelmSpec{ReleaseName: "Web_1"} },
+		wantMessage: "spec.helm.releaseName in body should match",
+	}, {
 		name:        "unknown drift policy",
 		mutate:      func(a *plumbv1.App) { a.Spec.DriftPolicy = "ignore" },
 		wantMessage: `spec.driftPolicy: Unsupported value: "ignore": supported values: "heal", "alert"`,
@@ -228,5 +239,31 @@ func TestHelmChartCarriesTheGeneratedCRD(t *testing.T) {
 	}
 	if diff := cmp.Diff(string(crd.YAML()), string(chartCRD)); diff != "" {
 		t.Errorf("charts/plumb/crds differs from the generated CRD; run `make generate` (-generated +chart):\n%s", diff)
+	}
+}
+
+func TestHelmOptionsRoundTrip(t *testing.T) {
+	c, ns := setup(t)
+	ctx := context.Background()
+	app := validApp(ns, "chart")
+	app.Spec.Helm = &plumbv1.HelmSpec{
+		ReleaseName: "web",
+		ValuesFiles: []string{"values/prod.yaml"},
+		Values:      &apiextensionsv1.JSON{Raw: []byte(`{"replicas":3,"image":{"tag":"1.28"}}`)},
+	}
+	if err := c.Create(ctx, app); err != nil {
+		t.Fatalf("creating an App with helm options: %v", err)
+	}
+	var got plumbv1.App
+	if err := c.Get(ctx, client.ObjectKeyFromObject(app), &got); err != nil {
+		t.Fatal(err)
+	}
+	values, err := got.Spec.Helm.ValuesMap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"replicas": float64(3), "image": map[string]any{"tag": "1.28"}}
+	if diff := cmp.Diff(want, values); diff != "" {
+		t.Errorf("helm values read back (-want +got):\n%s", diff)
 	}
 }

@@ -11,11 +11,13 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/fluxcd/pkg/gittestserver"
 	"golang.org/x/crypto/ssh"
@@ -34,6 +36,58 @@ type Server struct {
 	dir string
 	// HostKey is the SSH server's public host key.
 	HostKey ssh.PublicKey
+
+	mu       sync.Mutex
+	requests map[string]int // guarded by mu
+}
+
+// Kinds of HTTP requests that RequestCounts reports.
+const (
+	// RequestListRefs is a ref advertisement for fetching (ls-remote).
+	RequestListRefs = "list-refs"
+	// RequestFetch is a pack negotiation and download (git-upload-pack).
+	RequestFetch = "fetch"
+	// RequestPush is a push (git-receive-pack), including its ref advertisement.
+	RequestPush = "push"
+)
+
+// RequestCounts returns how many HTTP requests of each kind reached
+// repository repo since the server started.
+func (s *Server) RequestCounts(repo string) map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for key, n := range s.requests {
+		if r, kind, ok := strings.Cut(key, " "); ok && r == repo {
+			out[kind] = n
+		}
+	}
+	return out
+}
+
+// countRequests is the HTTP middleware behind RequestCounts.
+func (s *Server) countRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		kind := ""
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/info/refs") && r.URL.Query().Get("service") == "git-upload-pack":
+			kind = RequestListRefs
+		case strings.HasSuffix(r.URL.Path, "/git-upload-pack"):
+			kind = RequestFetch
+		case strings.Contains(r.URL.Path, "receive-pack") || r.URL.Query().Get("service") == "git-receive-pack":
+			kind = RequestPush
+		}
+		if kind != "" {
+			repo := strings.TrimPrefix(r.URL.Path, "/")
+			for _, suffix := range []string{"/info/refs", "/git-upload-pack", "/git-receive-pack"} {
+				repo = strings.TrimSuffix(repo, suffix)
+			}
+			s.mu.Lock()
+			s.requests[repo+" "+kind]++
+			s.mu.Unlock()
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Start starts the server over HTTP (basic auth: Username, Password) and
@@ -45,6 +99,8 @@ func Start() (*Server, error) {
 		return nil, err
 	}
 	srv := gittestserver.NewGitServer(filepath.Join(dir, "repos")).AutoCreate().Auth(Username, Password).KeyDir(filepath.Join(dir, "keys"))
+	s := &Server{srv: srv, dir: dir, requests: map[string]int{}}
+	srv.AddHTTPMiddlewares(s.countRequests)
 	if err := srv.StartHTTP(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("starting the git HTTP server: %w", err)
@@ -55,7 +111,6 @@ func Start() (*Server, error) {
 		return nil, fmt.Errorf("starting the git SSH server: %w", err)
 	}
 	go func() { _ = srv.StartSSH() }()
-	s := &Server{srv: srv, dir: dir}
 	pubs, _ := filepath.Glob(filepath.Join(dir, "keys", "*.pub"))
 	if len(pubs) != 1 {
 		s.Stop()

@@ -119,6 +119,18 @@ func TestCredentialsInTheURLAreUsedAndNeverShown(t *testing.T) {
 	}
 }
 
+func TestBearerToken(t *testing.T) {
+	_, url, first := newRepo(t, map[string]string{"a.yaml": "token"})
+	rev, _ := read(t, newCache(t), url, git.Ref{Branch: "main"}, git.Auth{BearerToken: gittest.BearerToken}, "a.yaml")
+	if rev.Hash != first {
+		t.Errorf("rev = %s, want %s", rev, first)
+	}
+	_, err := newCache(t).Resolve(context.Background(), url, git.Ref{Branch: "main"}, git.Auth{BearerToken: "not-the-token"})
+	if !errors.Is(err, git.ErrAuth) || strings.Contains(err.Error(), "not-the-token") {
+		t.Errorf("Resolve with a wrong token: %v, want ErrAuth without the token", err)
+	}
+}
+
 func TestWrongPasswordFailsWithErrAuthAndDoesNotLeakIt(t *testing.T) {
 	_, url, _ := newRepo(t, map[string]string{"a.yaml": "a"})
 	const wrong = "wrong-password-do-not-print"

@@ -24,10 +24,12 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 )
 
-// Credentials of the server's HTTP basic auth.
+// Credentials of the server's HTTP basic auth, and a bearer token that the
+// server accepts in their place (as GitLab and Gitea accept access tokens).
 const (
-	Username = "plumb"
-	Password = "s3cret-git-password"
+	Username    = "plumb"
+	Password    = "s3cret-git-password"
+	BearerToken = "plumb-access-token"
 )
 
 // Server is a running Git server.
@@ -65,6 +67,17 @@ func (s *Server) RequestCounts(repo string) map[string]int {
 	return out
 }
 
+// acceptBearerToken lets "Authorization: Bearer BearerToken" in as the
+// basic-auth user.
+func acceptBearerToken(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Bearer "+BearerToken {
+			r.SetBasicAuth(Username, Password)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // countRequests is the HTTP middleware behind RequestCounts.
 func (s *Server) countRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -100,7 +113,7 @@ func Start() (*Server, error) {
 	}
 	srv := gittestserver.NewGitServer(filepath.Join(dir, "repos")).AutoCreate().Auth(Username, Password).KeyDir(filepath.Join(dir, "keys"))
 	s := &Server{srv: srv, dir: dir, requests: map[string]int{}}
-	srv.AddHTTPMiddlewares(s.countRequests)
+	srv.AddHTTPMiddlewares(s.countRequests, acceptBearerToken)
 	if err := srv.StartHTTP(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("starting the git HTTP server: %w", err)

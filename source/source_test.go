@@ -21,15 +21,7 @@ import (
 var server *gittest.Server
 
 func TestMain(m *testing.M) {
-	s, err := gittest.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL: starting the git server:", err)
-		os.Exit(1)
-	}
-	server = s
-	code := m.Run()
-	s.Stop()
-	os.Exit(code)
+	os.Exit(gittest.RunTests(m, func(s *gittest.Server) { server = s }))
 }
 
 var auth = source.AuthFromSecret(map[string][]byte{

@@ -1,0 +1,185 @@
+// Package queue runs the loop's scheduling: a typed, rate-limited workqueue
+// (client-go util/workqueue) with a fallback timer. Every key it has seen is
+// always scheduled again: after a successful tick at the key's interval
+// (jittered), after a failure with a per-key exponential backoff capped at
+// that interval. Events only bring the next tick forward. A key added many
+// times while it waits runs once. It knows nothing about Apps.
+package queue
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+)
+
+// Handler runs one tick for key. It returns the key's interval (the fallback
+// timer) and the tick's error. Returning Forget stops scheduling the key
+// (its object is gone).
+type Handler[K comparable] func(ctx context.Context, key K) (interval time.Duration, err error)
+
+// Forget, returned as the interval, drops the key until it is added again.
+const Forget time.Duration = -1
+
+// terminalError marks an error that retrying cannot fix (e.g. an invalid
+// spec): the key waits a full interval instead of backing off.
+type terminalError struct{ err error }
+
+func (e *terminalError) Error() string { return e.err.Error() }
+func (e *terminalError) Unwrap() error { return e.err }
+
+// Terminal wraps err so that the queue does not retry it early.
+func Terminal(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &terminalError{err: err}
+}
+
+// IsTerminal reports whether err was wrapped with Terminal.
+func IsTerminal(err error) bool {
+	var t *terminalError
+	return errors.As(err, &t)
+}
+
+// Options configure a Queue. Zero values take the defaults below.
+type Options[K comparable] struct {
+	// Workers is how many keys are ticked at once (default 4). One key is
+	// never ticked by two workers at the same time.
+	Workers int
+	// BaseBackoff is the first retry delay after a failure (default 1s); it
+	// doubles with each consecutive failure of the key.
+	BaseBackoff time.Duration
+	// MaxBackoff caps the retry delay (default 5m); the key's interval caps
+	// it too, so a failing key is retried at least once per interval.
+	MaxBackoff time.Duration
+	// Jitter spreads each interval by up to ±Jitter of its length (default
+	// 0.1), so Apps with the same interval do not tick in lockstep.
+	Jitter float64
+	// Clock is the queue's time source; tests inject a fake one.
+	Clock clock.WithTicker
+	// Rand returns a number in [0, 1) for the jitter; tests make it fixed.
+	Rand func() float64
+	// OnScheduled, when set, is told after each tick when the key's next
+	// tick is due (after is Forget when it was dropped) and how many times
+	// in a row it has failed. It must not block.
+	OnScheduled func(key K, after time.Duration, failures int)
+}
+
+func (o *Options[K]) defaults() {
+	if o.Workers <= 0 {
+		o.Workers = 4
+	}
+	if o.BaseBackoff <= 0 {
+		o.BaseBackoff = time.Second
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 5 * time.Minute
+	}
+	if o.Jitter == 0 {
+		o.Jitter = 0.1
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Float64
+	}
+}
+
+// Queue schedules keys and runs ticks for them.
+type Queue[K comparable] struct {
+	handler Handler[K]
+	opts    Options[K]
+	queue   workqueue.TypedRateLimitingInterface[K]
+	// backoff counts consecutive failures per key. It is the max-of limiter
+	// client-go recommends minus the overall token bucket: per-key
+	// exponential backoff from BaseBackoff to MaxBackoff.
+	backoff workqueue.TypedRateLimiter[K]
+}
+
+// New creates a queue whose workers run handler.
+func New[K comparable](name string, handler Handler[K], opts Options[K]) *Queue[K] {
+	opts.defaults()
+	backoff := workqueue.NewTypedItemExponentialFailureRateLimiter[K](opts.BaseBackoff, opts.MaxBackoff)
+	return &Queue[K]{
+		handler: handler,
+		opts:    opts,
+		backoff: backoff,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(backoff, workqueue.TypedRateLimitingQueueConfig[K]{
+			Name:  name,
+			Clock: opts.Clock,
+		}),
+	}
+}
+
+// Add asks for a tick of key as soon as a worker is free.
+func (q *Queue[K]) Add(key K) { q.queue.Add(key) }
+
+// AddAfter asks for a tick of key after d.
+func (q *Queue[K]) AddAfter(key K, d time.Duration) { q.queue.AddAfter(key, d) }
+
+// Len is the number of keys ready to tick (not those waiting for a timer).
+func (q *Queue[K]) Len() int { return q.queue.Len() }
+
+// Run starts the workers and blocks until ctx ends; then it stops taking
+// keys, lets ticks under way finish, and returns.
+func (q *Queue[K]) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range q.opts.Workers {
+		wg.Go(func() {
+			for q.processNext(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	q.queue.ShutDownWithDrain()
+	wg.Wait()
+}
+
+// processNext runs one tick; it returns false once the queue shuts down.
+func (q *Queue[K]) processNext(ctx context.Context) bool {
+	key, shutdown := q.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer q.queue.Done(key)
+
+	interval, err := q.handler(ctx, key)
+	after := Forget
+	switch {
+	case interval == Forget:
+		q.backoff.Forget(key)
+	case err == nil || IsTerminal(err):
+		q.backoff.Forget(key)
+		after = q.jittered(interval)
+	default:
+		after = q.backoff.When(key)
+		if interval > 0 && after > interval {
+			after = interval
+		}
+	}
+	if after != Forget {
+		q.queue.AddAfter(key, after)
+	}
+	if q.opts.OnScheduled != nil {
+		q.opts.OnScheduled(key, after, q.backoff.NumRequeues(key))
+	}
+	return true
+}
+
+// jittered spreads d by up to ±Jitter.
+func (q *Queue[K]) jittered(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	factor := 1 + q.opts.Jitter*(2*q.opts.Rand()-1)
+	return time.Duration(float64(d) * factor)
+}
+
+// Failures is how many times in a row key has failed.
+func (q *Queue[K]) Failures(key K) int { return q.backoff.NumRequeues(key) }

@@ -1,0 +1,244 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// recorder is a handler whose result per key the test sets, and which
+// records ticks and scheduling decisions.
+type recorder struct {
+	mu        sync.Mutex
+	ticks     map[string]int
+	results   map[string]result
+	schedules []schedule
+	block     map[string]chan struct{} // a tick of the key waits on it
+}
+
+type result struct {
+	interval time.Duration
+	err      error
+}
+
+type schedule struct {
+	Key      string
+	After    time.Duration
+	Failures int
+}
+
+func newRecorder() *recorder {
+	return &recorder{ticks: map[string]int{}, results: map[string]result{}, block: map[string]chan struct{}{}}
+}
+
+func (r *recorder) handle(ctx context.Context, key string) (time.Duration, error) {
+	r.mu.Lock()
+	r.ticks[key]++
+	res, ok := r.results[key]
+	wait := r.block[key]
+	r.mu.Unlock()
+	if wait != nil {
+		<-wait
+	}
+	if !ok {
+		res = result{interval: time.Minute}
+	}
+	return res.interval, res.err
+}
+
+func (r *recorder) onScheduled(key string, after time.Duration, failures int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.schedules = append(r.schedules, schedule{key, after, failures})
+}
+
+func (r *recorder) set(key string, res result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.results[key] = res
+}
+
+func (r *recorder) count(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ticks[key]
+}
+
+func (r *recorder) scheduled() []schedule {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]schedule(nil), r.schedules...)
+}
+
+// eventually polls cond until it holds or a deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func start(t *testing.T, r *recorder, opts Options[string]) (*Queue[string], *clocktesting.FakeClock) {
+	t.Helper()
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	opts.Clock = clock
+	opts.OnScheduled = r.onScheduled
+	if opts.Rand == nil {
+		opts.Rand = func() float64 { return 0.5 } // no jitter
+	}
+	q := New("test", r.handle, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { q.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return q, clock
+}
+
+func TestASuccessfulTickIsScheduledAgainAtTheInterval(t *testing.T) {
+	r := newRecorder()
+	r.set("app", result{interval: 3 * time.Minute})
+	q, clock := start(t, r, Options[string]{Workers: 1})
+	q.Add("app")
+	eventually(t, "the first tick", func() bool { return len(r.scheduled()) == 1 })
+	if diff := cmp.Diff([]schedule{{"app", 3 * time.Minute, 0}}, r.scheduled()); diff != "" {
+		t.Fatalf("schedule (-want +got):\n%s", diff)
+	}
+	clock.Step(3 * time.Minute)
+	eventually(t, "the timer's tick", func() bool { return r.count("app") == 2 })
+	// Many more intervals: the loop never ends.
+	for i := 3; i <= 5; i++ {
+		eventually(t, "the next schedule", func() bool { return len(r.scheduled()) == i-1 })
+		clock.Step(3 * time.Minute)
+		eventually(t, "the next tick", func() bool { return r.count("app") == i })
+	}
+}
+
+func TestFailuresBackOffExponentiallyCappedAtTheInterval(t *testing.T) {
+	r := newRecorder()
+	r.set("app", result{interval: 10 * time.Second, err: errors.New("boom")})
+	q, clock := start(t, r, Options[string]{Workers: 1, BaseBackoff: time.Second, MaxBackoff: time.Hour})
+	q.Add("app")
+	var want []schedule
+	for i, after := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second} {
+		want = append(want, schedule{"app", after, i + 1})
+		eventually(t, "a failed tick's schedule", func() bool { return len(r.scheduled()) == i+1 })
+		clock.Step(after)
+	}
+	if diff := cmp.Diff(want, r.scheduled()[:len(want)]); diff != "" {
+		t.Errorf("backoff (-want +got):\n%s", diff)
+	}
+
+	t.Run("a success resets the backoff", func(t *testing.T) {
+		eventually(t, "the tick after the last step", func() bool { return len(r.scheduled()) == len(want)+1 })
+		r.set("app", result{interval: 10 * time.Second})
+		clock.Step(10 * time.Second)
+		eventually(t, "a successful tick", func() bool { return len(r.scheduled()) == len(want)+2 })
+		s := r.scheduled()
+		if last := s[len(s)-1]; last.After != 10*time.Second || last.Failures != 0 {
+			t.Errorf("after a success: next tick in %s with %d failures, want the interval and 0", last.After, last.Failures)
+		}
+		if q.Failures("app") != 0 {
+			t.Errorf("Failures = %d after a success", q.Failures("app"))
+		}
+	})
+}
+
+func TestATerminalErrorWaitsAFullInterval(t *testing.T) {
+	r := newRecorder()
+	r.set("app", result{interval: time.Minute, err: Terminal(errors.New("invalid spec"))})
+	q, _ := start(t, r, Options[string]{Workers: 1})
+	q.Add("app")
+	eventually(t, "the tick", func() bool { return len(r.scheduled()) == 1 })
+	if diff := cmp.Diff([]schedule{{"app", time.Minute, 0}}, r.scheduled()); diff != "" {
+		t.Errorf("schedule (-want +got):\n%s", diff)
+	}
+}
+
+func TestForgetDropsTheKey(t *testing.T) {
+	r := newRecorder()
+	r.set("gone", result{interval: Forget})
+	q, _ := start(t, r, Options[string]{Workers: 1})
+	q.Add("gone")
+	eventually(t, "the tick", func() bool { return len(r.scheduled()) == 1 })
+	if got := r.scheduled()[0]; got.After != Forget {
+		t.Errorf("a forgotten key was scheduled in %s", got.After)
+	}
+}
+
+func TestJitterSpreadsTheInterval(t *testing.T) {
+	for _, tt := range []struct {
+		rand float64
+		want time.Duration
+	}{{0, 90 * time.Second}, {0.5, 100 * time.Second}, {0.999999, 110 * time.Second}} {
+		q := New("jitter", (&recorder{}).handle, Options[string]{Jitter: 0.1, Rand: func() float64 { return tt.rand }})
+		if got := q.jittered(100 * time.Second).Round(time.Second); got != tt.want {
+			t.Errorf("rand %v: jittered(100s) = %s, want %s", tt.rand, got, tt.want)
+		}
+	}
+}
+
+func TestAKeyAddedManyTimesWhileWaitingTicksOnce(t *testing.T) {
+	r := newRecorder()
+	release := make(chan struct{})
+	r.block["busy"] = release
+	q, _ := start(t, r, Options[string]{Workers: 1})
+	q.Add("busy")
+	eventually(t, "the busy tick to start", func() bool { return r.count("busy") == 1 })
+	for range 100 {
+		q.Add("app")
+	}
+	if q.Len() != 1 {
+		t.Errorf("Len = %d after adding one key 100 times, want 1", q.Len())
+	}
+	close(release)
+	eventually(t, "app's tick", func() bool { return len(r.scheduled()) == 2 })
+	if got := r.count("app"); got != 1 {
+		t.Errorf("app ticked %d times, want 1", got)
+	}
+	if q.Len() != 0 {
+		t.Errorf("Len = %d after app's tick, want 0 (everything else waits for the timer)", q.Len())
+	}
+}
+
+func TestAnEventBringsTheNextTickForward(t *testing.T) {
+	r := newRecorder()
+	r.set("app", result{interval: time.Hour})
+	q, _ := start(t, r, Options[string]{Workers: 2})
+	q.Add("app")
+	eventually(t, "the first tick", func() bool { return r.count("app") == 1 })
+	q.Add("app") // e.g. a drift event, long before the hour is up
+	eventually(t, "the event's tick", func() bool { return r.count("app") == 2 })
+}
+
+func TestRunStopsAfterTicksUnderWayFinish(t *testing.T) {
+	r := newRecorder()
+	release := make(chan struct{})
+	r.block["slow"] = release
+	clock := clocktesting.NewFakeClock(time.Now())
+	q := New("stop", r.handle, Options[string]{Workers: 1, Clock: clock, OnScheduled: r.onScheduled})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { q.Run(ctx); close(done) }()
+	q.Add("slow")
+	eventually(t, "the slow tick to start", func() bool { return r.count("slow") == 1 })
+	cancel()
+	select {
+	case <-done:
+		t.Fatal("Run returned while a tick was under way")
+	default:
+	}
+	close(release)
+	<-done
+	if len(r.scheduled()) != 1 {
+		t.Errorf("the tick under way did not finish: %v", r.scheduled())
+	}
+}

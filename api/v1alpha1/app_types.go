@@ -86,6 +86,18 @@ type AppSpec struct {
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
 
+	// AllowEmpty lets a source that renders no objects prune everything the
+	// App applied before. Without it an empty render is refused (Ready=False),
+	// because an emptied folder is far more often a mistake than an intent.
+	// +optional
+	AllowEmpty bool `json:"allowEmpty,omitempty"`
+
+	// Force deletes and recreates an object when Git changes one of its
+	// immutable fields. Without it only objects annotated
+	// plumb.dev/force: enabled are recreated; others fail to apply.
+	// +optional
+	Force bool `json:"force,omitempty"`
+
 	// Helm configures rendering when source.path holds a Helm chart (a
 	// Chart.yaml). A folder with a kustomization.yaml is built with
 	// Kustomize, and any other folder is read as plain manifests.
@@ -271,7 +283,22 @@ type AppStatus struct {
 	// Drift summarises the objects whose live state differs from Git.
 	// +optional
 	Drift *DriftSummary `json:"drift,omitempty"`
+
+	// LastHandledSyncRequest is the value of the plumb.dev/sync-requested-at
+	// annotation that the last tick handled.
+	// +optional
+	LastHandledSyncRequest string `json:"lastHandledSyncRequest,omitempty"`
 }
+
+// Metadata keys on the App itself.
+const (
+	// AnnotationSyncRequestedAt asks for a tick now (`plumb sync APP` sets it
+	// to the current time); a tick that sees a new value reads Git afresh.
+	AnnotationSyncRequestedAt = "plumb.dev/sync-requested-at"
+	// Finalizer lets plumb prune an App's objects (when prune is on) before
+	// the App is gone.
+	Finalizer = "plumb.dev/finalizer"
+)
 
 // PhasesStatus holds one PhaseStatus per phase of the tick.
 type PhasesStatus struct {

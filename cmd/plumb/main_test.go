@@ -20,6 +20,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/plumb-dev/plumb/api/v1alpha1/crd"
 	"github.com/plumb-dev/plumb/localcluster"
 )
 
@@ -48,7 +49,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building plumb: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := localcluster.RunTests(m, localcluster.Options{Mode: localcluster.ModeAPI}, func(c *localcluster.Cluster) { cluster = c })
+	code := localcluster.RunTests(m, localcluster.Options{Mode: localcluster.ModeAPI}, func(c *localcluster.Cluster) {
+		cluster = c
+		if err := crd.Install(context.Background(), c.Config); err != nil {
+			fmt.Fprintln(os.Stderr, "installing the App CRD:", err)
+			os.Exit(1)
+		}
+	})
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -135,8 +142,14 @@ func TestControllerServesHealthAndMetricsAndStopsOnSIGTERM(t *testing.T) {
 	if status, body := get(ctx, "http://"+healthAddr+"/healthz"); status != http.StatusOK {
 		t.Errorf("/healthz = %d %q, want 200", status, body)
 	}
-	if status, body := get(ctx, "http://"+metricsAddr+"/metrics"); status != http.StatusOK || !strings.Contains(body, "go_goroutines") {
-		t.Errorf("/metrics = %d, body without go_goroutines:\n%.500s", status, body)
+	var metricsBody string
+	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		status, body := get(ctx, "http://"+metricsAddr+"/metrics")
+		metricsBody = body
+		return status == http.StatusOK && strings.Contains(body, "go_goroutines"), nil
+	})
+	if err != nil {
+		t.Errorf("/metrics never served go_goroutines: %v (last body %.300q)", err, metricsBody)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

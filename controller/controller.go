@@ -1,0 +1,234 @@
+// Package controller assembles the loop: a controller-runtime manager (App
+// cache, Lease leader election, health probes, graceful shutdown), the
+// workqueue, the informers, the Read phase, the applier and the tick, plus
+// a metrics server on a private registry. It holds no logic of its own.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/go-logr/zapr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/informers"
+	"github.com/plumb-dev/plumb/queue"
+	"github.com/plumb-dev/plumb/reconcile"
+	"github.com/plumb-dev/plumb/source"
+	"github.com/plumb-dev/plumb/ssa"
+)
+
+// Options configure the controller.
+type Options struct {
+	// MetricsAddr serves /metrics; HealthAddr serves /healthz and /readyz.
+	MetricsAddr string
+	HealthAddr  string
+	// Workers is how many Apps tick at once.
+	Workers int
+	// LeaderElect makes only one replica tick at a time (a Lease named
+	// LeaderElectionID in LeaderElectionNamespace).
+	LeaderElect             bool
+	LeaderElectionID        string
+	LeaderElectionNamespace string
+	// GitCacheDir and ReadLimits configure the Read phase.
+	GitCacheDir string
+	ReadLimits  source.Limits
+	// ShutdownTimeout bounds how long ticks under way may take to finish.
+	ShutdownTimeout time.Duration
+}
+
+// Run runs the controller until ctx ends; on the way out it lets ticks
+// under way finish (within ShutdownTimeout) and releases the Lease.
+func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) error {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := plumbv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if opts.LeaderElectionNamespace == "" {
+		opts.LeaderElectionNamespace = inClusterNamespace()
+	}
+	mgr, err := ctrl.NewManager(cfg, manager.Options{
+		Scheme:                        scheme,
+		Logger:                        zapr.NewLogger(log.Named("runtime")),
+		LeaderElection:                opts.LeaderElect,
+		LeaderElectionID:              opts.LeaderElectionID,
+		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		HealthProbeBindAddress:        opts.HealthAddr,
+		Metrics:                       metricsserver.Options{BindAddress: "0"}, // plumb serves its own registry
+		GracefulShutdownTimeout:       &opts.ShutdownTimeout,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("app-cache", func(req *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+			return errors.New("the App cache has not synced")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	reader, err := source.NewReader(opts.GitCacheDir, opts.ReadLimits)
+	if err != nil {
+		return err
+	}
+	log.Info("Prepared the Read phase", zap.String("gitCacheDir", opts.GitCacheDir),
+		zap.Int("maxRepositoryFiles", opts.ReadLimits.MaxFiles), zap.Int64("maxRepositoryBytes", opts.ReadLimits.MaxTotalBytes),
+		zap.Int64("maxFileBytes", opts.ReadLimits.MaxFileBytes), zap.Int("maxObjects", opts.ReadLimits.MaxObjects))
+
+	// Applies and dry-runs go straight to the API server: a cached client
+	// would start an unfiltered informer for every kind it reads.
+	direct, err := client.New(cfg, client.Options{Scheme: scheme, Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient()})
+	if err != nil {
+		return fmt.Errorf("creating the apply client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfigAndClient(cfg, mgr.GetHTTPClient())
+	if err != nil {
+		return fmt.Errorf("creating the dynamic client: %w", err)
+	}
+
+	tick := &reconcile.Reconciler{
+		Client:       mgr.GetClient(),
+		SecretReader: mgr.GetAPIReader(),
+		Mapper:       mgr.GetRESTMapper(),
+		Reader:       reader,
+		Applier:      ssa.NewManager(direct),
+		Events:       mgr.GetEventRecorderFor("plumb"),
+		Log:          log.Named("tick"),
+	}
+	apps := queue.New("apps", tick.Tick, queue.Options[types.NamespacedName]{Workers: opts.Workers})
+	tick.Observer = informers.New(dyn, mgr.GetRESTMapper(), apps.Add)
+
+	appInformer, err := mgr.GetCache().GetInformer(ctx, &plumbv1.App{})
+	if err != nil {
+		return fmt.Errorf("watching Apps: %w", err)
+	}
+	if _, err := appInformer.AddEventHandler(appEvents(apps.Add)); err != nil {
+		return err
+	}
+	// The queue runs only on the leader (a RunnableFunc needs leader election).
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		log.Info("Started ticking", zap.Int("workers", opts.Workers))
+		apps.Run(ctx)
+		log.Info("Stopped ticking")
+		return nil
+	})); err != nil {
+		return err
+	}
+	if err := mgr.Add(metricsServer(opts.MetricsAddr, log)); err != nil {
+		return err
+	}
+	log.Info("Started controller", zap.Bool("leaderElection", opts.LeaderElect))
+	err = mgr.Start(ctx)
+	log.Info("Stopped controller")
+	return err
+}
+
+// appEvents enqueues an App when it is created, deleted, or changed in a
+// way a tick must see: its spec (generation), its deletion, or a sync
+// request. Status writes by the tick itself do not enqueue it.
+func appEvents(enqueue func(types.NamespacedName)) toolscache.ResourceEventHandler {
+	key := func(obj any) (types.NamespacedName, bool) {
+		if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = tombstone.Obj
+		}
+		app, ok := obj.(*plumbv1.App)
+		if !ok {
+			return types.NamespacedName{}, false
+		}
+		return client.ObjectKeyFromObject(app), true
+	}
+	add := func(obj any) {
+		if k, ok := key(obj); ok {
+			enqueue(k)
+		}
+	}
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    add,
+		DeleteFunc: add,
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*plumbv1.App)
+			n, ok2 := newObj.(*plumbv1.App)
+			if !ok1 || !ok2 {
+				return
+			}
+			if o.Generation != n.Generation || !n.DeletionTimestamp.IsZero() ||
+				o.Annotations[plumbv1.AnnotationSyncRequestedAt] != n.Annotations[plumbv1.AnnotationSyncRequestedAt] {
+				enqueue(client.ObjectKeyFromObject(n))
+			}
+		},
+	}
+}
+
+// metricsServer serves a private Prometheus registry (no global state).
+func metricsServer(addr string, log *zap.Logger) manager.Runnable {
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry}))
+	return &serverRunnable{server: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, addr: addr, log: log}
+}
+
+// serverRunnable runs an HTTP server on every replica, leader or not.
+type serverRunnable struct {
+	server *http.Server
+	addr   string
+	log    *zap.Logger
+}
+
+func (s *serverRunnable) NeedLeaderElection() bool { return false }
+
+func (s *serverRunnable) Start(ctx context.Context) error {
+	listener, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("listening for metrics on %s: %w", s.addr, err)
+	}
+	s.log.Info("Serving", zap.String("server", "metrics"), zap.String("addr", listener.Addr().String()))
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.server.Shutdown(shutdownCtx)
+	}()
+	if err := s.server.Serve(listener); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// inClusterNamespace is the pod's namespace, or "default" out of a cluster.
+func inClusterNamespace() string {
+	data, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil || len(data) == 0 {
+		return "default"
+	}
+	return string(data)
+}

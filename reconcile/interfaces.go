@@ -1,0 +1,43 @@
+package reconcile
+
+import (
+	"context"
+
+	fluxssa "github.com/fluxcd/pkg/ssa"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/plumb-dev/plumb/source"
+	"github.com/plumb-dev/plumb/ssa"
+)
+
+// The small interfaces the tick consumes; the packages source, informers and
+// ssa implement them, and tests may substitute them.
+
+// Reader is the Read phase (package source).
+type Reader interface {
+	Read(ctx context.Context, req source.Request) (*source.Result, error)
+}
+
+// Observer is the Observe phase's cache (package informers).
+type Observer interface {
+	Ensure(app types.NamespacedName, gvks []schema.GroupVersionKind) error
+	WaitForSync(ctx context.Context, gvks []schema.GroupVersionKind) error
+	Get(gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, error)
+	Release(app types.NamespacedName)
+}
+
+// Applier diffs (server-side dry-run), applies and prunes (package ssa).
+type Applier interface {
+	Diff(ctx context.Context, obj *unstructured.Unstructured) (fluxssa.Action, error)
+	Apply(ctx context.Context, objects []*unstructured.Unstructured, opts ssa.ApplyOptions) (*fluxssa.ChangeSet, error)
+	Prune(ctx context.Context, stale []*unstructured.Unstructured, owner ssa.Owner) (*fluxssa.ChangeSet, error)
+}
+
+// EventRecorder records Kubernetes Events on the App (client-go's
+// record.EventRecorder satisfies it).
+type EventRecorder interface {
+	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
+}

@@ -1,0 +1,278 @@
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	fluxssa "github.com/fluxcd/pkg/ssa"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+)
+
+// Only the tick writes an App's status, once per tick (see Tick's defer).
+
+// maxListed bounds how many objects a message or the drift summary names.
+const maxListed = 20
+
+// phaseStatus returns the status entry of a phase.
+func phaseStatus(app *plumbv1.App, phase Phase) *plumbv1.PhaseStatus {
+	switch phase {
+	case PhaseRead:
+		return &app.Status.Phases.Read
+	case PhaseObserve:
+		return &app.Status.Phases.Observe
+	case PhaseDiff:
+		return &app.Status.Phases.Diff
+	default:
+		return &app.Status.Phases.Apply
+	}
+}
+
+func markSuccess(app *plumbv1.App, phase Phase, now time.Time) {
+	ps := phaseStatus(app, phase)
+	t := metav1.NewTime(now)
+	ps.LastSuccessTime = &t
+	ps.LastError, ps.Reason, ps.ConsecutiveFailures = "", "", 0
+}
+
+func setCondition(app *plumbv1.App, condType string, status bool, reason, message string, now time.Time) {
+	s := metav1.ConditionFalse
+	if status {
+		s = metav1.ConditionTrue
+	}
+	apimeta.SetStatusCondition(&app.Status.Conditions, metav1.Condition{
+		Type: condType, Status: s, Reason: reason, Message: truncate(message, 1024),
+		ObservedGeneration: app.Generation, LastTransitionTime: metav1.NewTime(now),
+	})
+}
+
+// recordOutcome sets conditions, phase status and times, logs the result
+// and records an Event when something changed or a failure is new.
+func (r *Reconciler) recordOutcome(app *plumbv1.App, changes *fluxssa.ChangeSet, err error, start time.Time, log *zap.Logger) {
+	now := r.now()
+	t := metav1.NewTime(now)
+	app.Status.LastTickTime = &t
+	if summary := changeSummary(changes); summary != "" {
+		r.Events.Eventf(app, corev1.EventTypeNormal, "Applied", "revision %s: %s", app.Status.LastAttemptedRevision, summary)
+	}
+	if err == nil {
+		app.Status.ObservedGeneration = app.Generation
+		app.Status.LastSuccessfulTickTime = &t
+		message := fmt.Sprintf("Applied revision %s (%d objects)", app.Status.LastAppliedRevision, inventoryLen(app))
+		setCondition(app, plumbv1.ConditionReady, true, plumbv1.ReasonSucceeded, message, now)
+		setCondition(app, plumbv1.ConditionReconciling, false, plumbv1.ReasonSucceeded, message, now)
+		setCondition(app, plumbv1.ConditionStalled, false, plumbv1.ReasonSucceeded, message, now)
+		log.Info("Ticked", zap.Duration("took", now.Sub(start)))
+		return
+	}
+
+	var phaseErr *PhaseError
+	if !errors.As(err, &phaseErr) {
+		phaseErr = &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
+	}
+	ps := phaseStatus(app, phaseErr.Phase)
+	message := fmt.Sprintf("%s phase failed: %v", phaseErr.Phase, phaseErr.Err)
+	isNew := ps.LastError != message
+	ps.LastFailureTime = &t
+	ps.LastError = truncate(message, 2048)
+	ps.Reason = phaseErr.Detail
+	if ps.Reason == "" {
+		ps.Reason = phaseErr.Reason
+	}
+	ps.ConsecutiveFailures++
+	setCondition(app, plumbv1.ConditionReady, false, phaseErr.Reason, message, now)
+	setCondition(app, plumbv1.ConditionReconciling, !phaseErr.Terminal, phaseErr.Reason, message, now)
+	setCondition(app, plumbv1.ConditionStalled, phaseErr.Terminal, phaseErr.Reason, message, now)
+	if isNew {
+		r.Events.Eventf(app, corev1.EventTypeWarning, phaseErr.Reason, "%s", truncate(message, 1024))
+	}
+	log.Error("Tick failed", zap.String("phase", string(phaseErr.Phase)), zap.String("reason", phaseErr.Reason),
+		zap.String("detail", phaseErr.Detail), zap.Error(phaseErr.Err))
+}
+
+// changeSummary lists what an apply and prune changed ("" when nothing).
+func changeSummary(changes *fluxssa.ChangeSet) string {
+	if changes == nil {
+		return ""
+	}
+	var parts []string
+	for _, e := range changes.Entries {
+		switch e.Action {
+		case fluxssa.CreatedAction, fluxssa.ConfiguredAction, fluxssa.DeletedAction:
+			parts = append(parts, e.Subject+" "+string(e.Action))
+		}
+	}
+	if len(parts) > maxListed {
+		parts = append(parts[:maxListed], fmt.Sprintf("and %d more", len(parts)-maxListed))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// recordDrift sets the Drifted condition and the drift summary.
+func (r *Reconciler) recordDrift(app *plumbv1.App, drifted map[objectID]*unstructured.Unstructured) {
+	now := r.now()
+	if len(drifted) == 0 {
+		app.Status.Drift = nil
+		setCondition(app, plumbv1.ConditionDrifted, false, plumbv1.ReasonSucceeded, "live objects match Git", now)
+		return
+	}
+	ids := make([]objectID, 0, len(drifted))
+	for id := range drifted {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
+	t := metav1.NewTime(now)
+	summary := &plumbv1.DriftSummary{Count: int32(len(ids)), LastDetectedTime: &t}
+	var names []string
+	for i, id := range ids {
+		names = append(names, id.String())
+		if i < maxListed {
+			summary.Objects = append(summary.Objects, plumbv1.DriftedObject{ObjectRef: refOf(drifted[id])})
+		}
+	}
+	app.Status.Drift = summary
+	list := strings.Join(names, ", ")
+	if app.Spec.DriftPolicy == plumbv1.DriftPolicyAlert {
+		setCondition(app, plumbv1.ConditionDrifted, true, "DriftDetected", "changed outside Git: "+list, now)
+		r.Events.Eventf(app, corev1.EventTypeWarning, "DriftDetected", "changed outside Git (policy alert, left as is): %s", truncate(list, 900))
+		return
+	}
+	setCondition(app, plumbv1.ConditionDrifted, false, "DriftHealed", "healed: "+list, now)
+	r.Events.Eventf(app, corev1.EventTypeNormal, "DriftHealed", "changed outside Git and put back: %s", truncate(list, 900))
+}
+
+func truncate(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	return s[:max-3] + "..."
+}
+
+// objectID identifies an object across versions of its kind.
+type objectID struct {
+	Group, Kind, Namespace, Name string
+}
+
+func idOf(u *unstructured.Unstructured) objectID {
+	gvk := u.GroupVersionKind()
+	return objectID{Group: gvk.Group, Kind: gvk.Kind, Namespace: u.GetNamespace(), Name: u.GetName()}
+}
+
+func idOfRef(r plumbv1.ObjectRef) objectID {
+	return objectID{Group: r.Group, Kind: r.Kind, Namespace: r.Namespace, Name: r.Name}
+}
+
+func (id objectID) String() string {
+	kind := id.Kind
+	if id.Group != "" {
+		kind += "." + id.Group
+	}
+	if id.Namespace == "" {
+		return kind + "/" + id.Name
+	}
+	return kind + "/" + id.Namespace + "/" + id.Name
+}
+
+func refOf(u *unstructured.Unstructured) plumbv1.ObjectRef {
+	gvk := u.GroupVersionKind()
+	return plumbv1.ObjectRef{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind, Namespace: u.GetNamespace(), Name: u.GetName()}
+}
+
+func refsOf(objs []*unstructured.Unstructured) []plumbv1.ObjectRef {
+	out := make([]plumbv1.ObjectRef, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, refOf(o))
+	}
+	return out
+}
+
+// mergeRefs is the union of an inventory and refs, by ID.
+func mergeRefs(inv *plumbv1.Inventory, refs []plumbv1.ObjectRef) []plumbv1.ObjectRef {
+	seen := map[objectID]bool{}
+	var out []plumbv1.ObjectRef
+	add := func(r plumbv1.ObjectRef) {
+		id := idOfRef(r)
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, r)
+		}
+	}
+	if inv != nil {
+		for _, r := range inv.Entries {
+			add(r)
+		}
+	}
+	for _, r := range refs {
+		add(r)
+	}
+	return out
+}
+
+// setInventory stores refs in a stable order.
+func setInventory(app *plumbv1.App, refs []plumbv1.ObjectRef) {
+	sort.Slice(refs, func(i, j int) bool {
+		a, b := refs[i], refs[j]
+		return fmt.Sprint(a.Group, "/", a.Kind, "/", a.Namespace, "/", a.Name) < fmt.Sprint(b.Group, "/", b.Kind, "/", b.Namespace, "/", b.Name)
+	})
+	app.Status.Inventory = &plumbv1.Inventory{Entries: refs}
+}
+
+func inventoryLen(app *plumbv1.App) int {
+	if app.Status.Inventory == nil {
+		return 0
+	}
+	return len(app.Status.Inventory.Entries)
+}
+
+func inInventory(app *plumbv1.App, obj *unstructured.Unstructured) bool {
+	if app.Status.Inventory == nil {
+		return false
+	}
+	id := idOf(obj)
+	for _, r := range app.Status.Inventory.Entries {
+		if idOfRef(r) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// staleObjects are the inventory entries that are not desired any more, as
+// objects that carry just their identity.
+func staleObjects(inv *plumbv1.Inventory, desired []*unstructured.Unstructured) []*unstructured.Unstructured {
+	if inv == nil {
+		return nil
+	}
+	want := map[objectID]bool{}
+	for _, d := range desired {
+		want[idOf(d)] = true
+	}
+	var stale []*unstructured.Unstructured
+	for _, r := range inv.Entries {
+		if want[idOfRef(r)] {
+			continue
+		}
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion(schemaGroupVersion(r.Group, r.Version))
+		u.SetKind(r.Kind)
+		u.SetNamespace(r.Namespace)
+		u.SetName(r.Name)
+		stale = append(stale, u)
+	}
+	return stale
+}
+
+func schemaGroupVersion(group, version string) string {
+	if group == "" {
+		return version
+	}
+	return group + "/" + version
+}

@@ -1,0 +1,430 @@
+// Package reconcile runs the tick: Read → Observe → Diff → Apply for one
+// App, then writes the App's status once. Each phase is its own failure
+// domain with its own condition reason, log key and Event, so an operator
+// knows where to look. It defines the small interfaces it consumes.
+package reconcile
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	fluxssa "github.com/fluxcd/pkg/ssa"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/queue"
+	"github.com/plumb-dev/plumb/source"
+	"github.com/plumb-dev/plumb/source/git"
+	"github.com/plumb-dev/plumb/source/render"
+	"github.com/plumb-dev/plumb/ssa"
+)
+
+// Reconciler runs ticks. Its fields are set once, before the first tick.
+type Reconciler struct {
+	// Client reads Apps (from a cache) and writes their status and finalizer.
+	Client client.Client
+	// SecretReader reads credentials Secrets (directly: plumb does not cache
+	// Secrets it does not manage).
+	SecretReader client.Reader
+	// Mapper tells namespaced kinds from cluster-scoped ones.
+	Mapper   meta.RESTMapper
+	Reader   Reader
+	Observer Observer
+	Applier  Applier
+	Events   EventRecorder
+	Log      *zap.Logger
+	Clock    clock.PassiveClock
+	// SyncTimeout bounds the wait for informer caches (default 30s).
+	SyncTimeout time.Duration
+}
+
+// Phase names a phase of the tick, for logs, status and Events.
+type Phase string
+
+// The phases, in the order a tick runs them.
+const (
+	PhaseRead    Phase = "read"
+	PhaseObserve Phase = "observe"
+	PhaseDiff    Phase = "diff"
+	PhaseApply   Phase = "apply"
+)
+
+// PhaseError is a failed phase: the condition reason (ReadFailed, …), a
+// more specific detail where there is one (e.g. SourceUnavailable), and the
+// cause.
+type PhaseError struct {
+	Phase  Phase
+	Reason string
+	Detail string
+	Err    error
+	// Terminal errors cannot be fixed by retrying the same spec.
+	Terminal bool
+}
+
+func (e *PhaseError) Error() string {
+	if e.Detail != "" {
+		return fmt.Sprintf("%s (%s): %v", e.Reason, e.Detail, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", e.Reason, e.Err)
+}
+
+func (e *PhaseError) Unwrap() error { return e.Err }
+
+// Tick runs one tick for the App key and returns its interval for the queue.
+func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName) (time.Duration, error) {
+	log := r.Log.With(zap.String("app", key.String()), zap.String("tick", tickID()))
+	app := &plumbv1.App{}
+	if err := r.Client.Get(ctx, key, app); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Observer.Release(key)
+			log.Debug("Forgot deleted App")
+			return queue.Forget, nil
+		}
+		return plumbv1.DefaultInterval, fmt.Errorf("reading App %s: %w", key, err)
+	}
+	interval := app.Spec.IntervalOrDefault()
+	if !app.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, app, log)
+	}
+	if !slices.Contains(app.Finalizers, plumbv1.Finalizer) {
+		patch := client.MergeFrom(app.DeepCopy())
+		app.Finalizers = append(app.Finalizers, plumbv1.Finalizer)
+		if err := r.Client.Patch(ctx, app, patch); err != nil {
+			return interval, fmt.Errorf("adding the finalizer to App %s: %w", key, err)
+		}
+	}
+
+	original := app.DeepCopy()
+	defer func() {
+		if err := r.Client.Status().Patch(ctx, app, client.MergeFrom(original)); err != nil && !apierrors.IsNotFound(err) {
+			log.Error("Failed to write status", zap.Error(err))
+		}
+	}()
+
+	if app.Spec.Suspend {
+		setCondition(app, plumbv1.ConditionReconciling, false, plumbv1.ReasonSuspended, "the App is suspended", r.now())
+		log.Debug("Skipped suspended App")
+		return interval, nil
+	}
+
+	tickCtx, cancel := context.WithTimeout(ctx, app.Spec.TimeoutOrDefault())
+	defer cancel()
+	start := r.now()
+	changes, err := r.run(tickCtx, app, log)
+	r.recordOutcome(app, changes, err, start, log)
+	var phaseErr *PhaseError
+	if errors.As(err, &phaseErr) && phaseErr.Terminal {
+		return interval, queue.Terminal(err)
+	}
+	return interval, err
+}
+
+// tickID is a short random id that ties a tick's log lines together.
+func tickID() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Clock == nil {
+		return time.Now()
+	}
+	return r.Clock.Now()
+}
+
+// run is the four phases. It returns the change set of the Apply phase.
+func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, log *zap.Logger) (*fluxssa.ChangeSet, error) {
+	key := client.ObjectKeyFromObject(app)
+	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
+
+	// Read.
+	result, err := r.read(ctx, app)
+	if err != nil {
+		return nil, err
+	}
+	revision := result.Revision.String()
+	app.Status.LastAttemptedRevision = revision
+	log = log.With(zap.String("revision", revision))
+	markSuccess(app, PhaseRead, r.now())
+	if result.HistoryRewritten {
+		r.Events.Eventf(app, corev1.EventTypeWarning, "HistoryRewritten",
+			"the history of %s was rewritten (force-push): %s no longer descends from %s", app.Spec.Source.Ref.Branch, revision, app.Status.LastAppliedRevision)
+	}
+	if result.Empty() && !app.Spec.AllowEmpty {
+		return nil, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonPruneFailed, Detail: "EmptySource",
+			Err: fmt.Errorf("%s renders no objects at %s; refusing to apply nothing and prune the %d objects applied before (set spec.allowEmpty to allow it)",
+				displayPath(app.Spec.Source.Path), revision, inventoryLen(app))}
+	}
+
+	// Observe.
+	desired, err := r.prepare(app, result)
+	if err != nil {
+		return nil, err
+	}
+	live, err := r.observe(ctx, key, app, desired)
+	if err != nil {
+		return nil, err
+	}
+	markSuccess(app, PhaseObserve, r.now())
+
+	// Diff.
+	changed, drifted, err := r.diff(ctx, app, desired, live, revision)
+	if err != nil {
+		return nil, err
+	}
+	markSuccess(app, PhaseDiff, r.now())
+	r.recordDrift(app, drifted)
+
+	// Apply.
+	toApply := changed
+	if app.Spec.DriftPolicy == plumbv1.DriftPolicyAlert {
+		toApply = withoutDrifted(changed, drifted)
+	}
+	changes := fluxssa.NewChangeSet()
+	if len(toApply) > 0 {
+		cs, err := r.Applier.Apply(ctx, toApply, ssa.ApplyOptions{Force: app.Spec.Force, WaitTimeout: time.Minute})
+		if cs != nil {
+			changes.Append(cs.Entries)
+		}
+		if err != nil {
+			setInventory(app, mergeRefs(app.Status.Inventory, refsOf(desired)))
+			return changes, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
+		}
+		log.Info("Applied objects", zap.Int("changed", len(toApply)))
+	}
+	if app.Spec.PruneEnabled() {
+		stale := staleObjects(app.Status.Inventory, desired)
+		if len(stale) > 0 {
+			cs, err := r.Applier.Prune(ctx, stale, owner)
+			if cs != nil {
+				changes.Append(cs.Entries)
+			}
+			if err != nil {
+				return changes, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonPruneFailed, Err: err}
+			}
+			log.Info("Pruned objects", zap.Int("stale", len(stale)))
+		}
+	}
+	setInventory(app, refsOf(desired))
+	markSuccess(app, PhaseApply, r.now())
+	if len(drifted) == 0 || app.Spec.DriftPolicy == plumbv1.DriftPolicyHeal {
+		app.Status.LastAppliedRevision = revision
+	}
+	return changes, nil
+}
+
+// read runs the Read phase.
+func (r *Reconciler) read(ctx context.Context, app *plumbv1.App) (*source.Result, error) {
+	fail := func(detail string, err error, terminal bool) error {
+		return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: detail, Err: err, Terminal: terminal}
+	}
+	var auth git.Auth
+	if ref := app.Spec.Source.SecretRef; ref != nil {
+		secret := &corev1.Secret{}
+		if err := r.SecretReader.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: ref.Name}, secret); err != nil {
+			return nil, fail(string(source.ReasonSourceUnavailable), fmt.Errorf("reading secret %s/%s: %w", app.Namespace, ref.Name, err), false)
+		}
+		auth = source.AuthFromSecret(secret.Data)
+	}
+	values, err := app.Spec.Helm.ValuesMap()
+	if err != nil {
+		return nil, fail(string(source.ReasonInvalidSpec), err, true)
+	}
+	helm := render.HelmOptions{ReleaseName: app.Name, Namespace: app.Namespace, Values: values}
+	if app.Spec.TargetNamespace != "" {
+		helm.Namespace = app.Spec.TargetNamespace
+	}
+	if h := app.Spec.Helm; h != nil {
+		if h.ReleaseName != "" {
+			helm.ReleaseName = h.ReleaseName
+		}
+		helm.ValuesFiles = h.ValuesFiles
+	}
+	ref := app.Spec.Source.Ref
+	syncRequest := app.Annotations[plumbv1.AnnotationSyncRequestedAt]
+	req := source.Request{
+		URL:          app.Spec.Source.URL,
+		Ref:          git.Ref{Branch: ref.Branch, Tag: ref.Tag, SemVer: ref.SemVer, Commit: ref.Commit},
+		Path:         app.Spec.Source.Path,
+		Auth:         auth,
+		Render:       render.Options{Helm: helm},
+		LastRevision: app.Status.LastAppliedRevision,
+		Refresh:      syncRequest != "" && syncRequest != app.Status.LastHandledSyncRequest,
+	}
+	app.Status.LastHandledSyncRequest = syncRequest
+	result, err := r.Reader.Read(ctx, req)
+	if err != nil {
+		var readErr *source.Error
+		terminal := errors.As(err, &readErr) && readErr.Terminal()
+		return nil, fail(string(source.ReasonOf(err)), err, terminal)
+	}
+	return result, nil
+}
+
+// prepare copies the rendered objects (they are shared with the render
+// cache) and gives namespaced objects without a namespace the target one.
+func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstructured.Unstructured, error) {
+	defaultNamespace := app.Namespace
+	if app.Spec.TargetNamespace != "" {
+		defaultNamespace = app.Spec.TargetNamespace
+	}
+	pendingKinds := definedKinds(result)
+	desired := make([]*unstructured.Unstructured, 0, len(result.Objects))
+	for _, o := range result.Objects {
+		obj := o.DeepCopy()
+		gvk := obj.GroupVersionKind()
+		mapping, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		switch {
+		case err == nil:
+			if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+				if obj.GetNamespace() == "" {
+					obj.SetNamespace(defaultNamespace)
+				}
+			} else {
+				obj.SetNamespace("")
+			}
+		case meta.IsNoMatchError(err) && pendingKinds[gvk.GroupKind()]:
+			// Its CRD is in this very render and is applied first.
+			if obj.GetNamespace() == "" {
+				obj.SetNamespace(defaultNamespace)
+			}
+		default:
+			return nil, &PhaseError{Phase: PhaseObserve, Reason: plumbv1.ReasonObserveFailed, Detail: "UnknownKind",
+				Err: fmt.Errorf("%s (from %s): %w", gvk, o.Source, err)}
+		}
+		desired = append(desired, obj)
+	}
+	return desired, nil
+}
+
+// definedKinds are the kinds whose CRDs the render itself contains.
+func definedKinds(result *source.Result) map[schema.GroupKind]bool {
+	out := map[schema.GroupKind]bool{}
+	for _, o := range result.Objects {
+		if o.GetKind() != "CustomResourceDefinition" || o.GroupVersionKind().Group != "apiextensions.k8s.io" {
+			continue
+		}
+		group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
+		kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
+		out[schema.GroupKind{Group: group, Kind: kind}] = true
+	}
+	return out
+}
+
+// observe starts (or reuses) the informers of every kind the App renders or
+// has in its inventory, waits for them, and returns the live objects by ID.
+func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app *plumbv1.App, desired []*unstructured.Unstructured) (map[objectID]*unstructured.Unstructured, error) {
+	fail := func(detail string, err error) error {
+		return &PhaseError{Phase: PhaseObserve, Reason: plumbv1.ReasonObserveFailed, Detail: detail, Err: err}
+	}
+	kinds := map[schema.GroupVersionKind]bool{}
+	for _, obj := range desired {
+		if _, err := r.Mapper.RESTMapping(obj.GroupVersionKind().GroupKind(), obj.GroupVersionKind().Version); err == nil {
+			kinds[obj.GroupVersionKind()] = true
+		}
+	}
+	if app.Status.Inventory != nil {
+		for _, ref := range app.Status.Inventory.Entries {
+			gvk := schema.GroupVersionKind{Group: ref.Group, Version: ref.Version, Kind: ref.Kind}
+			if _, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err == nil {
+				kinds[gvk] = true
+			}
+		}
+	}
+	gvks := make([]schema.GroupVersionKind, 0, len(kinds))
+	for gvk := range kinds {
+		gvks = append(gvks, gvk)
+	}
+	if err := r.Observer.Ensure(key, gvks); err != nil {
+		return nil, fail("UnknownKind", err)
+	}
+	timeout := r.SyncTimeout
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	syncCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := r.Observer.WaitForSync(syncCtx, gvks); err != nil {
+		return nil, fail("CacheNotSynced", err)
+	}
+	live := map[objectID]*unstructured.Unstructured{}
+	for _, obj := range desired {
+		if !kinds[obj.GroupVersionKind()] {
+			continue // its kind is created by this tick
+		}
+		got, err := r.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+		if err != nil {
+			return nil, fail("CacheRead", err)
+		}
+		if got != nil {
+			live[idOf(obj)] = got
+		}
+	}
+	return live, nil
+}
+
+// diff asks, per desired object, whether an apply would change it. Objects
+// keep their live revision annotation in the comparison, so that a new
+// commit does not count as a change of every object; changed ones get the
+// new revision. Drifted objects are those changed although Git's revision
+// did not move since the last apply.
+func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, desired []*unstructured.Unstructured,
+	live map[objectID]*unstructured.Unstructured, revision string) (changed []*unstructured.Unstructured, drifted map[objectID]*unstructured.Unstructured, err error) {
+	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
+	drifted = map[objectID]*unstructured.Unstructured{}
+	gitUnchanged := app.Status.LastAppliedRevision == revision
+	for _, obj := range desired {
+		current := revision
+		if l := live[idOf(obj)]; l != nil {
+			if rev := l.GetAnnotations()[ssa.AnnotationRevision]; rev != "" {
+				current = rev
+			}
+		}
+		ssa.Stamp(obj, owner, current)
+		action, err := r.Applier.Diff(ctx, obj)
+		if err != nil {
+			return nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+		}
+		if action == fluxssa.UnchangedAction || action == fluxssa.SkippedAction {
+			continue
+		}
+		if gitUnchanged && inInventory(app, obj) {
+			drifted[idOf(obj)] = obj
+		}
+		ssa.Stamp(obj, owner, revision)
+		changed = append(changed, obj)
+	}
+	return changed, drifted, nil
+}
+
+func withoutDrifted(objs []*unstructured.Unstructured, drifted map[objectID]*unstructured.Unstructured) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if drifted[idOf(o)] == nil {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func displayPath(p string) string {
+	if strings.Trim(p, "/.") == "" {
+		return "the repository root"
+	}
+	return p
+}

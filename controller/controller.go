@@ -24,9 +24,11 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -67,12 +69,17 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	if err := plumbv1.AddToScheme(scheme); err != nil {
 		return err
 	}
+	// client-go and controller-runtime log through process-wide loggers;
+	// route them into plumb's logger.
+	runtimeLog := zapr.NewLogger(log.Named("runtime"))
+	ctrllog.SetLogger(runtimeLog)
+	klog.SetLogger(runtimeLog)
 	if opts.LeaderElectionNamespace == "" {
 		opts.LeaderElectionNamespace = inClusterNamespace()
 	}
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		Scheme:                        scheme,
-		Logger:                        zapr.NewLogger(log.Named("runtime")),
+		Logger:                        runtimeLog,
 		LeaderElection:                opts.LeaderElect,
 		LeaderElectionID:              opts.LeaderElectionID,
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
@@ -125,7 +132,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		Log:          log.Named("tick"),
 	}
 	apps := queue.New("apps", tick.Tick, queue.Options[types.NamespacedName]{Workers: opts.Workers})
-	tick.Observer = informers.New(dyn, mgr.GetRESTMapper(), apps.Add)
+	observer := informers.New(dyn, mgr.GetRESTMapper(), apps.Add)
+	tick.Observer = observer
 
 	appInformer, err := mgr.GetCache().GetInformer(ctx, &plumbv1.App{})
 	if err != nil {
@@ -138,6 +146,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		log.Info("Started ticking", zap.Int("workers", opts.Workers))
 		apps.Run(ctx)
+		observer.Stop()
 		log.Info("Stopped ticking")
 		return nil
 	})); err != nil {

@@ -89,8 +89,8 @@ func TestDemoGivesAWorkingKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 	if out := kubectl("get", "nodes", "-o", `jsonpath={.items[*].status.conditions[?(@.type=="Ready")].status}`); out != "True" {
 		t.Errorf("node Ready = %q, want True", out)
 	}
-	if out := kubectl("get", "apps", "-A"); !strings.Contains(out, "No resources found") {
-		t.Errorf("kubectl get apps -A = %q, want no resources", out)
+	if out := kubectl("get", "app", "shop", "-n", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`); out != "True" {
+		t.Errorf("the demo's App shop is Ready=%q, want True", out)
 	}
 
 	if err := demo.Process.Signal(syscall.SIGINT); err != nil {
@@ -110,5 +110,33 @@ func TestDemoGivesAWorkingKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 	}
 	if _, err := os.Stat(got.kubeconfig); !os.IsNotExist(err) {
 		t.Errorf("the demo's folder %s outlived it (stat: %v)", filepath.Dir(got.kubeconfig), err)
+	}
+}
+
+// TestDemoExitRunsTheWholeNarrative runs `DEMO_EXIT=1 make demo`'s program:
+// it must converge every step and exit 0.
+func TestDemoExitRunsTheWholeNarrative(t *testing.T) {
+	demo := exec.Command(buildCommand(t, "github.com/plumb-dev/plumb/hack/demo"))
+	demo.Env = append(os.Environ(), "DEMO_EXIT=1")
+	var stdout, stderr strings.Builder
+	demo.Stdout, demo.Stderr = &stdout, &stderr
+	done := make(chan error, 1)
+	if err := demo.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- demo.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("DEMO_EXIT=1 demo: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+		}
+	case <-time.After(5 * time.Minute):
+		_ = demo.Process.Kill()
+		t.Fatalf("the demo did not finish within 5 minutes:\n%s", stdout.String())
+	}
+	for _, step := range []string{"Applied R1", "Available with 2/2 replicas", "Converged to R2", "Healed the drift", "Pruned ConfigMap shop/banner", "] Ready", "] Stopped"} {
+		if !strings.Contains(stdout.String(), step) {
+			t.Errorf("the narrative lacks %q:\n%s", step, stdout.String())
+		}
 	}
 }

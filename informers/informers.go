@@ -140,6 +140,18 @@ func (c *Cache) releaseLocked(gvr schema.GroupVersionResource) {
 	}
 }
 
+// Stop stops every informer (the controller is shutting down).
+func (c *Cache) Stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for gvr, t := range c.types {
+		t.stop()
+		<-t.done
+		delete(c.types, gvr)
+	}
+	c.users = map[types.NamespacedName]map[schema.GroupVersionResource]bool{}
+}
+
 // Running lists the resource types that have an informer.
 func (c *Cache) Running() []schema.GroupVersionResource {
 	c.mu.Lock()

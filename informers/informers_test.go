@@ -288,3 +288,14 @@ func ptrTrue() *bool { v := true; return &v }
 func unstructuredOf(obj map[string]any) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: obj}
 }
+
+func TestStopEndsEveryInformer(t *testing.T) {
+	cache, _ := newCache(t, cluster.Config)
+	if err := cache.Ensure(appA, []schema.GroupVersionKind{configMapKind, {Version: "v1", Kind: "Secret"}}); err != nil {
+		t.Fatal(err)
+	}
+	cache.Stop()
+	if got := len(cache.Running()); got != 0 {
+		t.Errorf("%d informers run after Stop", got)
+	}
+}

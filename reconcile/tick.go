@@ -388,12 +388,27 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, desired []*unst
 	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 	drifted = map[objectID]*unstructured.Unstructured{}
 	gitUnchanged := app.Status.LastAppliedRevision == revision
+	newNamespaces := map[string]bool{} // Namespaces this tick creates
+	for _, obj := range desired {
+		if obj.GroupVersionKind().Group == "" && obj.GetKind() == "Namespace" && live[idOf(obj)] == nil {
+			newNamespaces[obj.GetName()] = true
+		}
+	}
 	for _, obj := range desired {
 		current := revision
-		if l := live[idOf(obj)]; l != nil {
+		l := live[idOf(obj)]
+		if l != nil {
 			if rev := l.GetAnnotations()[ssa.AnnotationRevision]; rev != "" {
 				current = rev
 			}
+		}
+		_, mapErr := r.Mapper.RESTMapping(obj.GroupVersionKind().GroupKind(), obj.GroupVersionKind().Version)
+		if l == nil && (newNamespaces[obj.GetNamespace()] || mapErr != nil) {
+			// Its namespace or its CRD is created by this very apply (in an
+			// earlier stage): a dry-run cannot judge it yet, and it is new.
+			ssa.Stamp(obj, owner, revision)
+			changed = append(changed, obj)
+			continue
 		}
 		ssa.Stamp(obj, owner, current)
 		action, err := r.Applier.Diff(ctx, obj)

@@ -1,24 +1,39 @@
-// Command demo is what `make demo` runs: it starts a full local control plane
-// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
-// with one fake Node), installs plumb's App CRD, prints how to reach the
-// cluster with kubectl, and keeps it running until Ctrl-C. With DEMO_EXIT=1 it
-// stops as soon as the cluster is ready (for scripts and tests).
+// Command demo is what `make demo` runs: it starts a full local control
+// plane, a local Git server seeded with examples/shop, and plumb's controller,
+// creates an App, and narrates with timestamps what plumb does: apply R1,
+// follow a new commit to R2, heal a change made by hand, prune a file removed
+// from Git. Then it keeps everything running and prints how to look, until
+// Ctrl-C. With DEMO_EXIT=1 it stops after the narrative, with status 0 only
+// if every step converged.
 package main
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
+	"log"
+	"net"
 	"os"
 	"os/signal"
+	"path"
+	"path/filepath"
 	"syscall"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
 	"github.com/plumb-dev/plumb/api/v1alpha1/crd"
+	"github.com/plumb-dev/plumb/controller"
+	"github.com/plumb-dev/plumb/examples"
 	"github.com/plumb-dev/plumb/localcluster"
+	"github.com/plumb-dev/plumb/source"
+	"github.com/plumb-dev/plumb/source/git/gittest"
 )
 
 func main() {
+	log.SetOutput(io.Discard) // the test Git server logs every request through the standard logger
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Stdout, os.Getenv("DEMO_EXIT") == "1"); err != nil {
@@ -37,8 +52,14 @@ func (n narrator) say(format string, args ...any) {
 	fmt.Fprintf(n.w, "[%6.1fs] %s\n", time.Since(n.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
-func run(ctx context.Context, w io.Writer, exitWhenReady bool) (err error) {
+func run(ctx context.Context, w io.Writer, exitWhenDone bool) (err error) {
 	n := narrator{w: w, start: time.Now()}
+	workDir, err := os.MkdirTemp("", "plumb-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(workDir)
+
 	n.say("Starting a local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok")
 	cluster, err := localcluster.Start(ctx, localcluster.Options{Mode: localcluster.ModeFull})
 	if err != nil {
@@ -54,26 +75,126 @@ func run(ctx context.Context, w io.Writer, exitWhenReady bool) (err error) {
 		}
 	}()
 	n.say("Control plane is up at %s (one fake Node run by kwok)", cluster.Config.Host)
-
 	if err := crd.Install(ctx, cluster.Config); err != nil {
 		return err
 	}
 	n.say("Installed the App CRD (apps.plumb.dev)")
 
+	gitServer, err := gittest.Start()
+	if err != nil {
+		return err
+	}
+	defer gitServer.Stop()
+	repo, first, err := seedRepository(gitServer)
+	if err != nil {
+		return err
+	}
+	n.say("Pushed examples/shop to a local Git server: R1 = main@sha1:%s", first)
+
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	healthAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	logPath := filepath.Join(workDir, "controller.log")
+	stopController, controllerDone, err := startController(cluster, controller.Options{
+		MetricsAddr: metricsAddr, HealthAddr: healthAddr, Workers: 4,
+		GitCacheDir: filepath.Join(workDir, "git"), ReadLimits: source.DefaultLimits(), ShutdownTimeout: 10 * time.Second,
+	}, logPath)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		stopController()
+		if controllerErr := <-controllerDone; controllerErr != nil && err == nil {
+			err = fmt.Errorf("controller: %w", controllerErr)
+		}
+	}()
+	n.say("Started plumb's controller (logs: %s)", logPath)
+
+	s, err := newStory(cluster, gitServer, repo, n)
+	if err != nil {
+		return err
+	}
+	if err := s.tell(ctx, first); err != nil {
+		return err
+	}
+
 	fmt.Fprintf(w, `
-Use the cluster from another shell:
+Everything keeps running. Look from another shell:
 
   export KUBECONFIG=%s
   export PATH=%s:$PATH
-  kubectl get nodes
   kubectl get apps -A
+  kubectl get deploy,svc,cm -n shop
+  kubectl describe app shop -n default
+  curl -s http://%s/metrics | head
 
-`, cluster.KubeconfigPath, cluster.Binaries.Dir)
+`, cluster.KubeconfigPath, cluster.Binaries.Dir, metricsAddr)
 	n.say("Ready")
-	if exitWhenReady {
+	if exitWhenDone {
 		return nil
 	}
 	n.say("Press Ctrl-C to stop")
 	<-ctx.Done()
 	return nil
+}
+
+// seedRepository pushes examples/shop under deploy/ as the first commit.
+func seedRepository(s *gittest.Server) (*gittest.Workdir, string, error) {
+	repo, err := s.NewWorkdir("shop.git")
+	if err != nil {
+		return nil, "", err
+	}
+	files := map[string]string{}
+	err = fs.WalkDir(examples.Shop, "shop", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(examples.Shop, p)
+		if err != nil {
+			return err
+		}
+		files[path.Join("deploy", path.Base(p))] = string(data)
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	files["README.md"] = "The shop, deployed by plumb from deploy/.\n"
+	hash, err := repo.Commit("The shop", files)
+	if err == nil {
+		err = repo.Push("main")
+	}
+	return repo, hash, err
+}
+
+// startController runs the controller in this process, logging to a file.
+func startController(cluster *localcluster.Cluster, opts controller.Options, logPath string) (stop func(), done <-chan error, err error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	encoder := zap.NewDevelopmentEncoderConfig()
+	log := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(encoder), zapcore.AddSync(logFile), zap.DebugLevel))
+	ctx, cancel := context.WithCancel(context.Background())
+	result := make(chan error, 1)
+	go func() {
+		result <- controller.Run(ctx, cluster.Config, opts, log)
+		_ = log.Sync()
+		logFile.Close()
+	}()
+	return cancel, result, nil
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }

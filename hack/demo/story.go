@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/localcluster"
+	"github.com/plumb-dev/plumb/source/git/gittest"
+)
+
+// stepTimeout bounds how long the demo waits for one step to converge.
+const stepTimeout = 2 * time.Minute
+
+// story is the demo's narrative: each step changes Git or the cluster and
+// waits until plumb has converged.
+type story struct {
+	k8s  client.Client
+	git  *gittest.Server
+	repo *gittest.Workdir
+	n    narrator
+}
+
+func newStory(cluster *localcluster.Cluster, git *gittest.Server, repo *gittest.Workdir, n narrator) (*story, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := plumbv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	return &story{k8s: c, git: git, repo: repo, n: n}, nil
+}
+
+func (s *story) tell(ctx context.Context, first string) error {
+	if err := s.createApp(ctx); err != nil {
+		return err
+	}
+	s.n.say("Created App default/shop: %s, branch main, path deploy/", s.git.HTTPURL("shop.git"))
+
+	start := time.Now()
+	if err := s.waitReady(ctx, first); err != nil {
+		return err
+	}
+	s.n.say("Applied R1 (main@sha1:%.12s…) in %s: Namespace, Deployment, Service and two ConfigMaps", first, since(start))
+	if err := s.waitReplicas(ctx, 2); err != nil {
+		return err
+	}
+	s.n.say("Deployment shop/web is Available with 2/2 replicas (pods run on kwok's fake node)")
+
+	second, err := s.push("Scale to 3 and turn green", map[string]string{
+		"deploy/configmap.yaml":  strings.Replace(s.read("deploy/configmap.yaml"), "color: blue", "color: green", 1),
+		"deploy/deployment.yaml": strings.Replace(s.read("deploy/deployment.yaml"), "replicas: 2", "replicas: 3", 1),
+	})
+	if err != nil {
+		return err
+	}
+	start = time.Now()
+	s.n.say("Pushed R2 (main@sha1:%.12s…): replicas 2→3, color blue→green; asked for a sync (as `plumb sync` and webhooks will)", second)
+	if err := s.requestSync(ctx); err != nil {
+		return err
+	}
+	if err := s.waitReady(ctx, second); err != nil {
+		return err
+	}
+	if err := s.waitReplicas(ctx, 3); err != nil {
+		return err
+	}
+	s.n.say("Converged to R2 in %s: 3/3 replicas available, settings.color=green", since(start))
+
+	settings := &corev1.ConfigMap{}
+	if err := s.k8s.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "settings"}, settings); err != nil {
+		return err
+	}
+	settings.Data["color"] = "hand-edited"
+	if err := s.k8s.Update(ctx, settings); err != nil {
+		return err
+	}
+	start = time.Now()
+	s.n.say("Changed ConfigMap shop/settings by hand (color=hand-edited): drift")
+	err = s.poll(ctx, "the drift to be healed", func() (bool, error) {
+		cm := &corev1.ConfigMap{}
+		if err := s.k8s.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "settings"}, cm); err != nil {
+			return false, nil
+		}
+		return cm.Data["color"] == "green", nil
+	})
+	if err != nil {
+		return err
+	}
+	s.n.say("Healed the drift in %s (the informer saw the change; the App's interval is 3m)", since(start))
+
+	third, err := s.push("Remove the banner", map[string]string{"deploy/banner.yaml": ""})
+	if err != nil {
+		return err
+	}
+	start = time.Now()
+	s.n.say("Pushed R3 (main@sha1:%.12s…): deleted deploy/banner.yaml; asked for a sync", third)
+	if err := s.requestSync(ctx); err != nil {
+		return err
+	}
+	if err := s.waitReady(ctx, third); err != nil {
+		return err
+	}
+	err = s.poll(ctx, "the banner to be pruned", func() (bool, error) {
+		err := s.k8s.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "banner"}, &corev1.ConfigMap{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		return err
+	}
+	s.n.say("Pruned ConfigMap shop/banner in %s; the App is Ready at R3", since(start))
+	return nil
+}
+
+func since(t time.Time) string { return time.Since(t).Round(10 * time.Millisecond).String() }
+
+// read returns a file of the working tree.
+func (s *story) read(name string) string {
+	out, err := s.repo.Git("show", "HEAD:"+name)
+	if err != nil {
+		return ""
+	}
+	return out + "\n"
+}
+
+func (s *story) push(message string, files map[string]string) (string, error) {
+	hash, err := s.repo.Commit(message, files)
+	if err != nil {
+		return "", err
+	}
+	return hash, s.repo.Push("main")
+}
+
+func (s *story) createApp(ctx context.Context) error {
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "shop-git"},
+		StringData: map[string]string{"username": gittest.Username, "password": gittest.Password},
+	}
+	if err := s.k8s.Create(ctx, secret); err != nil {
+		return err
+	}
+	return s.k8s.Create(ctx, &plumbv1.App{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "shop"},
+		Spec: plumbv1.AppSpec{Source: plumbv1.Source{
+			URL: s.git.HTTPURL("shop.git"), Ref: plumbv1.GitRef{Branch: "main"}, Path: "deploy",
+			SecretRef: &plumbv1.LocalObjectReference{Name: secret.Name},
+		}},
+	})
+}
+
+func (s *story) requestSync(ctx context.Context) error {
+	app := &plumbv1.App{}
+	if err := s.k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "shop"}, app); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(app.DeepCopy())
+	if app.Annotations == nil {
+		app.Annotations = map[string]string{}
+	}
+	app.Annotations[plumbv1.AnnotationSyncRequestedAt] = time.Now().Format(time.RFC3339Nano)
+	return s.k8s.Patch(ctx, app, patch)
+}
+
+// waitReady waits until the App is Ready at the commit hash.
+func (s *story) waitReady(ctx context.Context, hash string) error {
+	last := ""
+	err := s.poll(ctx, "the App to be Ready at "+hash, func() (bool, error) {
+		app := &plumbv1.App{}
+		if err := s.k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "shop"}, app); err != nil {
+			return false, nil
+		}
+		cond := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
+		if cond == nil {
+			return false, nil
+		}
+		last = fmt.Sprintf("Ready=%s %s: %s", cond.Status, cond.Reason, cond.Message)
+		return cond.Status == metav1.ConditionTrue && strings.HasSuffix(app.Status.LastAppliedRevision, hash), nil
+	})
+	if err != nil && last != "" {
+		return fmt.Errorf("%w (last: %s)", err, last)
+	}
+	return err
+}
+
+func (s *story) waitReplicas(ctx context.Context, want int32) error {
+	return s.poll(ctx, fmt.Sprintf("%d available replicas", want), func() (bool, error) {
+		d := &appsv1.Deployment{}
+		if err := s.k8s.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "web"}, d); err != nil {
+			return false, nil
+		}
+		return d.Status.AvailableReplicas == want && d.Status.UpdatedReplicas == want && d.Status.Replicas == want, nil
+	})
+}
+
+func (s *story) poll(ctx context.Context, what string, cond func() (bool, error)) error {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, stepTimeout, true, func(context.Context) (bool, error) { return cond() })
+	if err != nil {
+		return fmt.Errorf("waiting for %s: %w", what, err)
+	}
+	return nil
+}

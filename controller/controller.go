@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -26,6 +27,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -57,6 +59,9 @@ type Options struct {
 	ReadLimits  source.Limits
 	// ShutdownTimeout bounds how long ticks under way may take to finish.
 	ShutdownTimeout time.Duration
+	// AppSelector, when set, limits this controller to the Apps whose labels
+	// match it (shard Apps between controllers, like Flux's sharding).
+	AppSelector labels.Selector
 }
 
 // Run runs the controller until ctx ends; on the way out it lets ticks
@@ -87,6 +92,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		HealthProbeBindAddress:        opts.HealthAddr,
 		Metrics:                       metricsserver.Options{BindAddress: "0"}, // plumb serves its own registry
 		GracefulShutdownTimeout:       &opts.ShutdownTimeout,
+		Cache:                         cacheOptions(opts.AppSelector),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -159,6 +165,14 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	err = mgr.Start(ctx)
 	log.Info("Stopped controller")
 	return err
+}
+
+// cacheOptions limits the App cache to the selected Apps.
+func cacheOptions(selector labels.Selector) cache.Options {
+	if selector == nil || selector.Empty() {
+		return cache.Options{}
+	}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{&plumbv1.App{}: {Label: selector}}}
 }
 
 // appEvents enqueues an App when it is created, deleted, or changed in a

@@ -94,7 +94,7 @@ func setUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	controller = startController(t, "main", "--leader-elect=false")
+	controller = startController(t, "main", "--leader-elect=false", "--app-label-selector=e2e-shard notin (rbac,leader)")
 }
 
 func tearDown() {

@@ -268,7 +268,8 @@ func (c *Cache) WaitForSync(ctx context.Context, gvks []schema.GroupVersionKind)
 				return t.syncError(errors.New("informer stopped"))
 			case <-time.After(20 * time.Millisecond):
 			}
-			if t.lastError() != nil && apierrors.IsNotFound(t.lastError()) {
+			// Errors that retrying will not fix soon end the wait at once.
+			if last := t.lastError(); last != nil && (apierrors.IsNotFound(last) || apierrors.IsForbidden(last) || apierrors.IsUnauthorized(last)) {
 				return t.syncError(nil)
 			}
 		}

@@ -277,3 +277,22 @@ func (c *Cluster) logTails(lines int) string {
 	}
 	return out
 }
+
+// AddUser provisions a user (a client certificate) in groups, and returns a
+// kubeconfig file for it and its rest.Config. The user has no permissions
+// beyond what RBAC grants its name or groups.
+func (c *Cluster) AddUser(name string, groups []string) (string, *rest.Config, error) {
+	user, err := c.env.AddUser(envtest.User{Name: name, Groups: groups}, &rest.Config{QPS: 1000, Burst: 2000})
+	if err != nil {
+		return "", nil, fmt.Errorf("adding user %s: %w", name, err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		return "", nil, fmt.Errorf("writing a kubeconfig for %s: %w", name, err)
+	}
+	path := filepath.Join(c.Dir, "kubeconfig-"+name)
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		return "", nil, err
+	}
+	return path, user.Config(), nil
+}

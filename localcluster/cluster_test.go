@@ -184,3 +184,19 @@ func TestFullModeRollsOutADeployment(t *testing.T) {
 		t.Errorf("%d pods Running on %s, want 2", running, nodeName)
 	}
 }
+
+func TestAddUserHasOnlyWhatRBACGrants(t *testing.T) {
+	c := startForTest(t, ModeAPI)
+	kubeconfig, cfg, err := c.AddUser("restricted", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kubernetes.NewForConfigOrDie(cfg).CoreV1().Secrets("default").List(context.Background(), metav1.ListOptions{})
+	if err == nil || !strings.Contains(err.Error(), "forbidden") {
+		t.Errorf("listing Secrets as a user without RBAC: %v, want forbidden", err)
+	}
+	out, err := exec.Command(c.Binaries.Path("kubectl"), "--kubeconfig", kubeconfig, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "restricted" {
+		t.Errorf("kubectl auth whoami with the user's kubeconfig = %q, %v", out, err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	fluxssa "github.com/fluxcd/pkg/ssa"
+	ssaerrors "github.com/fluxcd/pkg/ssa/errors"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -412,7 +413,14 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, desired []*unst
 		}
 		ssa.Stamp(obj, owner, current)
 		action, err := r.Applier.Diff(ctx, obj)
-		if err != nil {
+		var rejected *ssaerrors.DryRunErr
+		switch {
+		case errors.As(err, &rejected):
+			// The API server refuses the object (validation, admission, an
+			// immutable field): that is the Apply phase's failure to report,
+			// or to resolve by recreating where the App or object opts in.
+			action = fluxssa.ConfiguredAction
+		case err != nil:
 			return nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 		}
 		if action == fluxssa.UnchangedAction || action == fluxssa.SkippedAction {

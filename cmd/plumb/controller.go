@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -26,6 +27,7 @@ type controllerFlags struct {
 	webhookAddr string
 	logLevel    string
 	logEncoding string
+	appSelector string
 	controller.Options
 }
 
@@ -52,6 +54,7 @@ func newControllerCommand() *cobra.Command {
 	flags.BoolVar(&f.LeaderElect, "leader-elect", true, "take a Lease so that only one replica ticks")
 	flags.StringVar(&f.LeaderElectionID, "leader-election-id", "plumb-controller", "name of the leader election Lease")
 	flags.StringVar(&f.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the pod's namespace, or default)")
+	flags.StringVar(&f.appSelector, "app-label-selector", "", "only tick Apps whose labels match this selector (to shard Apps between controllers)")
 	flags.DurationVar(&f.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long ticks under way may take to finish on SIGTERM")
 	flags.StringVar(&f.GitCacheDir, "git-cache-dir", filepath.Join(os.TempDir(), "plumb", "git"), "folder of the shared Git repository cache")
 	flags.IntVar(&f.ReadLimits.MaxFiles, "max-repository-files", f.ReadLimits.MaxFiles, "largest number of files a repository may hold at a revision (0: no limit)")
@@ -75,6 +78,9 @@ func (f controllerFlags) validate() error {
 	if f.Workers < 1 {
 		return fmt.Errorf("--workers %d: want at least 1", f.Workers)
 	}
+	if _, err := labels.Parse(f.appSelector); err != nil {
+		return fmt.Errorf("--app-label-selector %q: %w", f.appSelector, err)
+	}
 	return nil
 }
 
@@ -97,6 +103,7 @@ func runController(ctx context.Context, f controllerFlags) error {
 		return err
 	}
 	log.Info("Connected to the API server", zap.String("host", cfg.Host), zap.String("version", serverVersion))
+	f.AppSelector, _ = labels.Parse(f.appSelector) // validated above
 	return controller.Run(ctx, cfg, f.Options, log)
 }
 

@@ -192,6 +192,7 @@ func TestControllerRejectsBadFlagsBeforeStarting(t *testing.T) {
 		{[]string{"--health-addr", "8081"}, `--health-addr "8081": want host:port`},
 		{[]string{"--kubeconfig", "/nonexistent/kubeconfig"}, "loading the kubeconfig"},
 		{[]string{"--max-objects", "-1"}, "must not be negative"},
+		{[]string{"--app-label-selector", "a in (b"}, `--app-label-selector "a in (b"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -11,12 +11,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -60,6 +63,16 @@ type Cluster struct {
 	env      *envtest.Environment
 	procs    []*process // started in order; stopped in reverse
 	logFiles map[string]*os.File
+}
+
+// stopGrace is how long etcd and kube-apiserver get to exit on SIGTERM.
+const stopGrace = 5 * time.Second
+
+// killedAfterGrace recognises envtest's report that a process did not exit
+// within stopGrace and was killed: for a throwaway test cluster that is a
+// clean enough stop.
+func killedAfterGrace(err error) bool {
+	return strings.Contains(err.Error(), "timeout waiting for process")
 }
 
 // nodeName is the fake Node that kwok manages in ModeFull.
@@ -137,7 +150,9 @@ func (c *Cluster) startAPIServer(timeout time.Duration) error {
 	c.env = &envtest.Environment{
 		BinaryAssetsDirectory:    c.Binaries.Dir,
 		ControlPlaneStartTimeout: timeout,
-		ControlPlaneStopTimeout:  30 * time.Second,
+		// kube-apiserver waits for open watches on SIGTERM; after this grace
+		// period it is killed (see killedAfterGrace).
+		ControlPlaneStopTimeout: stopGrace,
 		ControlPlane: envtest.ControlPlane{
 			// Data and certificates live in the cluster's folder, so every
 			// process names it on its command line and Stop removes them.
@@ -241,7 +256,7 @@ func (c *Cluster) Stop() error {
 	}
 	c.procs = nil
 	if c.env != nil {
-		if err := c.env.Stop(); err != nil {
+		if err := c.env.Stop(); err != nil && !killedAfterGrace(err) {
 			errs = append(errs, fmt.Errorf("stopping etcd and kube-apiserver: %w", err))
 		}
 		c.env = nil
@@ -295,4 +310,36 @@ func (c *Cluster) AddUser(name string, groups []string) (string, *rest.Config, e
 		return "", nil, err
 	}
 	return path, user.Config(), nil
+}
+
+// StopAPIServer stops kube-apiserver (etcd and the other components keep
+// running), as an outage or an upgrade would. StartAPIServer brings it back
+// on the same address with the same certificates, so clients reconnect.
+//
+// kube-apiserver waits for open watches before it exits on SIGTERM, so after
+// a short grace period it is killed, as a crash would end it.
+func (c *Cluster) StopAPIServer() error {
+	apiserver := c.env.ControlPlane.APIServer
+	if err := apiserver.Stop(); err != nil && !killedAfterGrace(err) {
+		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	}
+	// After a kill, wait until the port is free for the restart.
+	addr := apiserver.SecureServing.ListenAddr.HostPort()
+	return wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		conn, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err != nil {
+			return true, nil
+		}
+		conn.Close()
+		return false, nil
+	})
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer and waits
+// until it serves.
+func (c *Cluster) StartAPIServer() error {
+	if err := c.env.ControlPlane.APIServer.Start(); err != nil {
+		return fmt.Errorf("starting kube-apiserver again: %w", err)
+	}
+	return nil
 }

@@ -200,3 +200,24 @@ func TestAddUserHasOnlyWhatRBACGrants(t *testing.T) {
 		t.Errorf("kubectl auth whoami with the user's kubeconfig = %q, %v", out, err)
 	}
 }
+
+func TestTheAPIServerCanBeStoppedAndStartedAgain(t *testing.T) {
+	c := startForTest(t, ModeAPI)
+	clientset := kubernetes.NewForConfigOrDie(c.Config)
+	if err := c.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clientset.Discovery().ServerVersion(); err == nil {
+		t.Fatal("the API server answers while stopped")
+	}
+	if err := c.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := clientset.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the same client could not reach the restarted API server: %v", err)
+	}
+}

@@ -117,6 +117,7 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName) (time.D
 	}()
 
 	if app.Spec.Suspend {
+		app.Status.LastHandledSyncRequest = app.Annotations[plumbv1.AnnotationSyncRequestedAt]
 		setCondition(app, plumbv1.ConditionReconciling, false, plumbv1.ReasonSuspended, "the App is suspended", r.now())
 		log.Debug("Skipped suspended App")
 		return interval, nil

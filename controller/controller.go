@@ -36,6 +36,7 @@ import (
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/informers"
+	"github.com/plumb-dev/plumb/metrics"
 	"github.com/plumb-dev/plumb/queue"
 	"github.com/plumb-dev/plumb/reconcile"
 	"github.com/plumb-dev/plumb/source"
@@ -128,7 +129,14 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		return fmt.Errorf("creating the dynamic client: %w", err)
 	}
 
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	loopMetrics, err := metrics.NewMetrics(registry)
+	if err != nil {
+		return err
+	}
 	tick := &reconcile.Reconciler{
+		Metrics:      loopMetrics,
 		Client:       mgr.GetClient(),
 		SecretReader: mgr.GetAPIReader(),
 		Mapper:       mgr.GetRESTMapper(),
@@ -158,7 +166,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	})); err != nil {
 		return err
 	}
-	if err := mgr.Add(metricsServer(opts.MetricsAddr, log)); err != nil {
+	if err := mgr.Add(metricsServer(opts.MetricsAddr, registry, log)); err != nil {
 		return err
 	}
 	log.Info("Started controller", zap.Bool("leaderElection", opts.LeaderElect))
@@ -212,9 +220,7 @@ func appEvents(enqueue func(types.NamespacedName)) toolscache.ResourceEventHandl
 }
 
 // metricsServer serves a private Prometheus registry (no global state).
-func metricsServer(addr string, log *zap.Logger) manager.Runnable {
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+func metricsServer(addr string, registry *prometheus.Registry, log *zap.Logger) manager.Runnable {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry}))
 	return &serverRunnable{server: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, addr: addr, log: log}

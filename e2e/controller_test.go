@@ -13,9 +13,10 @@ import (
 
 // controllerProcess is `plumb controller` running against the local cluster.
 type controllerProcess struct {
-	cmd     *exec.Cmd
-	logPath string
-	exited  chan error
+	cmd         *exec.Cmd
+	logPath     string
+	metricsAddr string
+	exited      chan error
 }
 
 func freeAddr(t *testing.T) string {
@@ -40,9 +41,10 @@ func startController(t *testing.T, name string, extra ...string) *controllerProc
 	if err != nil {
 		t.Fatal(err)
 	}
+	metricsAddr := freeAddr(t)
 	args := append([]string{"controller",
 		"--kubeconfig", cluster.KubeconfigPath,
-		"--health-addr", freeAddr(t), "--metrics-addr", freeAddr(t),
+		"--health-addr", freeAddr(t), "--metrics-addr", metricsAddr,
 		"--git-cache-dir", filepath.Join(dir, "git"),
 		"--log-level", "debug", "--log-encoding", "console",
 		"--shutdown-timeout", "10s",
@@ -53,7 +55,7 @@ func startController(t *testing.T, name string, extra ...string) *controllerProc
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &controllerProcess{cmd: cmd, logPath: logPath, exited: make(chan error, 1)}
+	p := &controllerProcess{cmd: cmd, logPath: logPath, metricsAddr: metricsAddr, exited: make(chan error, 1)}
 	go func() { p.exited <- cmd.Wait(); logFile.Close() }()
 	return p
 }

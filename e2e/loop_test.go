@@ -49,10 +49,14 @@ func configMapYAML(name, color string) string {
 	return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\ndata:\n  color: %s\n", name, color)
 }
 
+// repoCount numbers the repositories, so one test may make several.
+var repoCount int
+
 // gitRepo pushes files to a new repository named after the test.
 func gitRepo(t *testing.T, files map[string]string) (*gittest.Workdir, string, string) {
 	t.Helper()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())) + ".git"
+	repoCount++
+	name := fmt.Sprintf("%s-%d.git", strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())), repoCount)
 	w, err := gitServer.NewWorkdir(name)
 	if err != nil {
 		t.Fatal(err)

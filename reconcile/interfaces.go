@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"time"
 
 	fluxssa "github.com/fluxcd/pkg/ssa"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -41,3 +42,17 @@ type Applier interface {
 type EventRecorder interface {
 	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
 }
+
+// MetricsRecorder records the loop's metrics (package metrics).
+type MetricsRecorder interface {
+	ObserveTick(d time.Duration, failedPhase, reason string)
+	ObservePhase(phase string, d time.Duration)
+	ObserveChange(action string, n int)
+}
+
+// noMetrics records nothing.
+type noMetrics struct{}
+
+func (noMetrics) ObserveTick(time.Duration, string, string) {}
+func (noMetrics) ObservePhase(string, time.Duration)        {}
+func (noMetrics) ObserveChange(string, int)                 {}

@@ -47,8 +47,10 @@ type Reconciler struct {
 	Observer Observer
 	Applier  Applier
 	Events   EventRecorder
-	Log      *zap.Logger
-	Clock    clock.PassiveClock
+	// Metrics records tick and phase metrics; nil records nothing.
+	Metrics MetricsRecorder
+	Log     *zap.Logger
+	Clock   clock.PassiveClock
 	// SyncTimeout bounds the wait for informer caches (default 30s).
 	SyncTimeout time.Duration
 }
@@ -129,10 +131,31 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName) (time.D
 	changes, err := r.run(tickCtx, app, log)
 	r.recordOutcome(app, changes, err, start, log)
 	var phaseErr *PhaseError
-	if errors.As(err, &phaseErr) && phaseErr.Terminal {
-		return interval, queue.Terminal(err)
+	if errors.As(err, &phaseErr) {
+		r.metrics().ObserveTick(r.now().Sub(start), string(phaseErr.Phase), phaseErr.Reason)
+		if phaseErr.Terminal {
+			return interval, queue.Terminal(err)
+		}
+	} else if err != nil {
+		r.metrics().ObserveTick(r.now().Sub(start), string(PhaseApply), plumbv1.ReasonApplyFailed)
+	} else {
+		r.metrics().ObserveTick(r.now().Sub(start), "", "")
 	}
 	return interval, err
+}
+
+func (r *Reconciler) metrics() MetricsRecorder {
+	if r.Metrics == nil {
+		return noMetrics{}
+	}
+	return r.Metrics
+}
+
+// timed records how long a phase took, from start until now.
+func (r *Reconciler) timed(phase Phase, start time.Time) time.Time {
+	now := r.now()
+	r.metrics().ObservePhase(string(phase), now.Sub(start))
+	return now
 }
 
 // tickID is a short random id that ties a tick's log lines together.
@@ -155,10 +178,12 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, log *zap.Logger)
 	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 
 	// Read.
+	phaseStart := r.now()
 	result, err := r.read(ctx, app)
 	if err != nil {
 		return nil, err
 	}
+	phaseStart = r.timed(PhaseRead, phaseStart)
 	revision := result.Revision.String()
 	app.Status.LastAttemptedRevision = revision
 	log = log.With(zap.String("revision", revision))
@@ -183,6 +208,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, log *zap.Logger)
 		return nil, err
 	}
 	markSuccess(app, PhaseObserve, r.now())
+	phaseStart = r.timed(PhaseObserve, phaseStart)
 
 	// Diff.
 	changed, drifted, err := r.diff(ctx, app, desired, live, revision)
@@ -190,6 +216,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, log *zap.Logger)
 		return nil, err
 	}
 	markSuccess(app, PhaseDiff, r.now())
+	phaseStart = r.timed(PhaseDiff, phaseStart)
 	r.recordDrift(app, drifted)
 
 	// Apply.
@@ -224,10 +251,25 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, log *zap.Logger)
 	}
 	setInventory(app, refsOf(desired))
 	markSuccess(app, PhaseApply, r.now())
+	r.timed(PhaseApply, phaseStart)
+	r.countChanges(changes)
 	if len(drifted) == 0 || app.Spec.DriftPolicy == plumbv1.DriftPolicyHeal {
 		app.Status.LastAppliedRevision = revision
 	}
 	return changes, nil
+}
+
+// countChanges counts created, configured and deleted objects.
+func (r *Reconciler) countChanges(changes *fluxssa.ChangeSet) {
+	counts := map[fluxssa.Action]int{}
+	for _, e := range changes.Entries {
+		counts[e.Action]++
+	}
+	for _, action := range []fluxssa.Action{fluxssa.CreatedAction, fluxssa.ConfiguredAction, fluxssa.DeletedAction} {
+		if counts[action] > 0 {
+			r.metrics().ObserveChange(string(action), counts[action])
+		}
+	}
 }
 
 // read runs the Read phase.

@@ -1,0 +1,100 @@
+// Package metrics holds plumb's Prometheus collectors, registered on a
+// registry the caller owns (never the global one). Every label series is
+// created at zero, so a rate() or an alert works before the first event.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Phases and failure reasons are the label values plumb uses; both sets are
+// small and fixed (no label per App or per object).
+var (
+	phases  = []string{"read", "observe", "diff", "apply"}
+	reasons = map[string][]string{
+		"read":    {"ReadFailed"},
+		"observe": {"ObserveFailed"},
+		"diff":    {"DiffFailed"},
+		"apply":   {"ApplyFailed", "PruneFailed"},
+	}
+	actions = []string{"created", "configured", "deleted"}
+)
+
+// Metrics are the loop's collectors.
+type Metrics struct {
+	ticks         *prometheus.CounterVec
+	phaseFailures *prometheus.CounterVec
+	tickDuration  prometheus.Histogram
+	phaseDuration *prometheus.HistogramVec
+	changes       *prometheus.CounterVec
+}
+
+// NewMetrics creates the collectors and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		ticks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plumb_ticks_total",
+			Help: "Ticks run, by result (success or failure).",
+		}, []string{"result"}),
+		phaseFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plumb_phase_failures_total",
+			Help: "Failed ticks by the phase that failed and its condition reason.",
+		}, []string{"phase", "reason"}),
+		tickDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "plumb_tick_duration_seconds",
+			Help:    "Duration of whole ticks.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16), // 1ms … 33s
+		}),
+		phaseDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "plumb_phase_duration_seconds",
+			Help:    "Duration of each phase of successful ticks.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5ms … 16s
+		}, []string{"phase"}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plumb_object_changes_total",
+			Help: "Objects created, configured or deleted by the Apply phase.",
+		}, []string{"action"}),
+	}
+	for _, c := range []prometheus.Collector{m.ticks, m.phaseFailures, m.tickDuration, m.phaseDuration, m.changes} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, result := range []string{"success", "failure"} {
+		m.ticks.WithLabelValues(result)
+	}
+	for _, phase := range phases {
+		m.phaseDuration.WithLabelValues(phase)
+		for _, reason := range reasons[phase] {
+			m.phaseFailures.WithLabelValues(phase, reason)
+		}
+	}
+	for _, action := range actions {
+		m.changes.WithLabelValues(action)
+	}
+	return m, nil
+}
+
+// ObserveTick records a tick's duration and result; failedPhase and reason
+// are empty for a successful tick.
+func (m *Metrics) ObserveTick(d time.Duration, failedPhase, reason string) {
+	m.tickDuration.Observe(d.Seconds())
+	if failedPhase == "" {
+		m.ticks.WithLabelValues("success").Inc()
+		return
+	}
+	m.ticks.WithLabelValues("failure").Inc()
+	m.phaseFailures.WithLabelValues(failedPhase, reason).Inc()
+}
+
+// ObservePhase records how long a phase took.
+func (m *Metrics) ObservePhase(phase string, d time.Duration) {
+	m.phaseDuration.WithLabelValues(phase).Observe(d.Seconds())
+}
+
+// ObserveChange counts objects changed by one action.
+func (m *Metrics) ObserveChange(action string, n int) {
+	m.changes.WithLabelValues(action).Add(float64(n))
+}

@@ -1,0 +1,65 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestEverySeriesExistsAtZeroOnAPrivateRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP plumb_phase_failures_total Failed ticks by the phase that failed and its condition reason.
+# TYPE plumb_phase_failures_total counter
+plumb_phase_failures_total{phase="apply",reason="ApplyFailed"} 0
+plumb_phase_failures_total{phase="apply",reason="PruneFailed"} 0
+plumb_phase_failures_total{phase="diff",reason="DiffFailed"} 0
+plumb_phase_failures_total{phase="observe",reason="ObserveFailed"} 0
+plumb_phase_failures_total{phase="read",reason="ReadFailed"} 0
+# HELP plumb_ticks_total Ticks run, by result (success or failure).
+# TYPE plumb_ticks_total counter
+plumb_ticks_total{result="failure"} 0
+plumb_ticks_total{result="success"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "plumb_ticks_total", "plumb_phase_failures_total"); err != nil {
+		t.Error(err)
+	}
+	if _, err := NewMetrics(reg); err == nil {
+		t.Error("registering twice on one registry succeeded")
+	}
+}
+
+func TestObservations(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ObserveTick(time.Second, "", "")
+	m.ObserveTick(time.Second, "read", "ReadFailed")
+	m.ObserveTick(time.Second, "read", "ReadFailed")
+	m.ObservePhase("diff", 2*time.Millisecond)
+	m.ObserveChange("created", 3)
+	for _, tt := range []struct {
+		c    prometheus.Collector
+		want float64
+	}{
+		{m.ticks.WithLabelValues("success"), 1},
+		{m.ticks.WithLabelValues("failure"), 2},
+		{m.phaseFailures.WithLabelValues("read", "ReadFailed"), 2},
+		{m.changes.WithLabelValues("created"), 3},
+	} {
+		if got := testutil.ToFloat64(tt.c); got != tt.want {
+			t.Errorf("got %v, want %v", got, tt.want)
+		}
+	}
+	if got := testutil.CollectAndCount(m.tickDuration); got != 1 {
+		t.Errorf("tick duration series = %d", got)
+	}
+}

@@ -1,0 +1,326 @@
+// Package diff is the Diff phase without API calls: it compares a desired
+// object with its live state from the informer cache, using what the API
+// server records in managedFields. Right after plumb applies an object (or a
+// dry-run confirms it), the tick keeps a Record: a hash of the desired
+// content and the set of fields the "plumb" manager owned. Later ticks then
+// decide from the cache alone:
+//
+//   - desired content changed (hash differs): Update;
+//   - a field plumb owned is no longer owned by plumb: someone else changed
+//     it (the API server moves a field to whoever writes it): Drifted, with
+//     the fields, their values before and after, and who changed them;
+//   - otherwise: Unchanged, with no request at all.
+//
+// Without a Record (e.g. after a restart) the state is Ambiguous, and the
+// tick asks the API server once. Values of Secrets are never shown.
+package diff
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v6/value"
+)
+
+// Manager is the field manager whose fields the diff tracks.
+const Manager = "plumb"
+
+// revisionAnnotation is left out of the content hash: it moves only when
+// content does (see package ssa).
+const revisionAnnotation = "plumb.dev/revision"
+
+// Kind classifies one object.
+type Kind string
+
+const (
+	// Create: the object does not exist.
+	Create Kind = "create"
+	// Update: Git's content for the object changed since plumb applied it.
+	Update Kind = "update"
+	// Unchanged: the live object is what plumb applied and nobody changed it.
+	Unchanged Kind = "unchanged"
+	// Drifted: someone else changed a field plumb applied.
+	Drifted Kind = "drifted"
+	// Deleted: someone deleted an object plumb applied.
+	Deleted Kind = "deleted"
+	// Ambiguous: plumb has no record of this object; ask the API server.
+	Ambiguous Kind = "ambiguous"
+)
+
+// Record is what plumb knows about an object right after applying it.
+type Record struct {
+	// DesiredHash is Hash of the desired object that was applied.
+	DesiredHash string
+	// Fields are the fields the plumb manager owned afterwards.
+	Fields *fieldpath.Set
+}
+
+// Change is one field that someone else changed.
+type Change struct {
+	// Path is the field, e.g. .spec.template.spec.containers[name="web"].image.
+	Path string
+	// Before is what plumb applied, After what is live now ("" when absent);
+	// for Secrets both are masked.
+	Before, After string
+	// Manager, Operation and Time say who changed it, from managedFields.
+	Manager   string
+	Operation string
+	Time      *metav1.Time
+}
+
+// Result classifies one object.
+type Result struct {
+	Kind    Kind
+	Changes []Change
+}
+
+// Hash is a stable hash of an object's content, without the revision
+// annotation.
+func Hash(obj *unstructured.Unstructured) (string, error) {
+	c := obj.DeepCopy()
+	annotations := c.GetAnnotations()
+	delete(annotations, revisionAnnotation)
+	if len(annotations) == 0 {
+		annotations = nil
+	}
+	c.SetAnnotations(annotations)
+	data, err := json.Marshal(c.Object) // map keys are sorted: stable
+	if err != nil {
+		return "", fmt.Errorf("hashing %s: %w", c.GetName(), err)
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// PlumbFields returns the fields the plumb manager owns on a live object
+// (its Apply entry on the main resource, not status).
+func PlumbFields(live *unstructured.Unstructured) (*fieldpath.Set, error) {
+	for _, entry := range live.GetManagedFields() {
+		if entry.Manager == Manager && entry.Operation == metav1.ManagedFieldsOperationApply && entry.Subresource == "" && entry.FieldsV1 != nil {
+			set := &fieldpath.Set{}
+			if err := set.FromJSON(bytes.NewReader(entry.FieldsV1.Raw)); err != nil {
+				return nil, fmt.Errorf("reading plumb's managed fields of %s: %w", live.GetName(), err)
+			}
+			return set, nil
+		}
+	}
+	return &fieldpath.Set{}, nil
+}
+
+// RecordOf makes the Record of an object plumb just applied (desired) and
+// its live state as the API server returned it.
+func RecordOf(desired, live *unstructured.Unstructured) (Record, error) {
+	hash, err := Hash(desired)
+	if err != nil {
+		return Record{}, err
+	}
+	fields, err := PlumbFields(live)
+	if err != nil {
+		return Record{}, err
+	}
+	return Record{DesiredHash: hash, Fields: fields}, nil
+}
+
+// Compare classifies desired against its cached live state (nil when the
+// cache has none) and plumb's record (nil when it has none).
+func Compare(desired, live *unstructured.Unstructured, rec *Record) (Result, error) {
+	if live == nil {
+		if rec != nil {
+			return Result{Kind: Deleted}, nil
+		}
+		return Result{Kind: Create}, nil
+	}
+	if rec == nil {
+		return Result{Kind: Ambiguous}, nil
+	}
+	hash, err := Hash(desired)
+	if err != nil {
+		return Result{}, err
+	}
+	if hash != rec.DesiredHash {
+		return Result{Kind: Update}, nil
+	}
+	current, err := PlumbFields(live)
+	if err != nil {
+		return Result{}, err
+	}
+	lost := rec.Fields.Difference(current).Leaves()
+	if lost.Empty() {
+		return Result{Kind: Unchanged}, nil
+	}
+	return Result{Kind: Drifted, Changes: attribute(desired, live, lost)}, nil
+}
+
+// attribute names, for each lost field, its values and the manager that
+// owns it now.
+func attribute(desired, live *unstructured.Unstructured, lost *fieldpath.Set) []Change {
+	type owner struct {
+		set   *fieldpath.Set
+		entry metav1.ManagedFieldsEntry
+	}
+	var owners []owner
+	for _, entry := range live.GetManagedFields() {
+		if entry.Manager == Manager || entry.FieldsV1 == nil || entry.Subresource != "" {
+			continue
+		}
+		set := &fieldpath.Set{}
+		if err := set.FromJSON(bytes.NewReader(entry.FieldsV1.Raw)); err == nil {
+			owners = append(owners, owner{set: set, entry: entry})
+		}
+	}
+	secret := desired.GetKind() == "Secret" && desired.GroupVersionKind().Group == ""
+	var changes []Change
+	lost.Iterate(func(p fieldpath.Path) {
+		c := Change{Path: p.String(), Manager: "unknown", Operation: "unknown"}
+		before, hadBefore := valueAt(desired.Object, p)
+		after, hasAfter := valueAt(live.Object, p)
+		c.Before, c.After = render(before, hadBefore), render(after, hasAfter)
+		if secret && (strings.HasPrefix(c.Path, ".data") || strings.HasPrefix(c.Path, ".stringData") || strings.Contains(c.Path, "last-applied-configuration")) {
+			c.Before, c.After = "*** (before)", "*** (after)"
+		}
+		for _, o := range owners {
+			if o.set.Has(p) {
+				c.Manager, c.Operation, c.Time = o.entry.Manager, string(o.entry.Operation), o.entry.Time
+				break
+			}
+		}
+		if c.Manager == "unknown" && !hasAfter {
+			// A removed field has no owner left, and the API server keeps no
+			// record of who removed it; guessing would blame the wrong actor.
+			c.Operation = "removed"
+		}
+		changes = append(changes, c)
+	})
+	sort.Slice(changes, func(i, j int) bool { return changes[i].Path < changes[j].Path })
+	return changes
+}
+
+// render shows a value compactly; absent fields show as "".
+func render(v any, ok bool) string {
+	if !ok {
+		return ""
+	}
+	if s, isString := v.(string); isString {
+		return s
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(data)
+}
+
+// valueAt finds the value at a managedFields path in an object.
+func valueAt(obj map[string]any, p fieldpath.Path) (any, bool) {
+	var cur any = obj
+	for _, pe := range p {
+		switch {
+		case pe.FieldName != nil:
+			m, ok := cur.(map[string]any)
+			if !ok {
+				return nil, false
+			}
+			if cur, ok = m[*pe.FieldName]; !ok {
+				return nil, false
+			}
+		case pe.Key != nil:
+			list, ok := cur.([]any)
+			if !ok {
+				return nil, false
+			}
+			found := false
+			for _, item := range list {
+				m, ok := item.(map[string]any)
+				if ok && matchesKey(m, *pe.Key) {
+					cur, found = m, true
+					break
+				}
+			}
+			if !found {
+				return nil, false
+			}
+		case pe.Value != nil:
+			list, ok := cur.([]any)
+			if !ok {
+				return nil, false
+			}
+			want := value.ToString(*pe.Value)
+			found := false
+			for _, item := range list {
+				if value.ToString(value.NewValueInterface(item)) == want {
+					cur, found = item, true
+					break
+				}
+			}
+			if !found {
+				return nil, false
+			}
+		case pe.Index != nil:
+			list, ok := cur.([]any)
+			if !ok || *pe.Index >= len(list) {
+				return nil, false
+			}
+			cur = list[*pe.Index]
+		default:
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+func matchesKey(m map[string]any, key value.FieldList) bool {
+	for _, f := range key {
+		v, ok := m[f.Name]
+		if !ok || value.ToString(value.NewValueInterface(v)) != value.ToString(f.Value) {
+			return false
+		}
+	}
+	return true
+}
+
+// Normalize makes a desired object compare the way the API server stores
+// it: a Secret's stringData becomes base64 data (the server stores data
+// only, and plumb must own data.<key> to see it changed).
+func Normalize(obj *unstructured.Unstructured) {
+	if obj.GetKind() != "Secret" || obj.GroupVersionKind().Group != "" {
+		return
+	}
+	stringData, ok := obj.Object["stringData"].(map[string]any)
+	if !ok {
+		return
+	}
+	data, _ := obj.Object["data"].(map[string]any)
+	if data == nil {
+		data = map[string]any{}
+	}
+	for k, v := range stringData {
+		if s, ok := v.(string); ok {
+			data[k] = base64.StdEncoding.EncodeToString([]byte(s))
+		}
+	}
+	obj.Object["data"] = data
+	delete(obj.Object, "stringData")
+}
+
+// Describe is a one-line account of a drift, for Events and conditions.
+func Describe(changes []Change) string {
+	parts := make([]string, 0, len(changes))
+	for _, c := range changes {
+		when := ""
+		if c.Time != nil {
+			when = " at " + c.Time.UTC().Format(time.RFC3339)
+		}
+		parts = append(parts, fmt.Sprintf("%s %q → %q by %s (%s%s)", c.Path, c.Before, c.After, c.Manager, c.Operation, when))
+	}
+	return strings.Join(parts, "; ")
+}

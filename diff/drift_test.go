@@ -1,0 +1,251 @@
+package diff
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/plumb-dev/plumb/source/manifest"
+)
+
+const (
+	settingsYAML = `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+  labels: {app: web, team: shop}
+data:
+  color: blue
+`
+	secretYAML = `apiVersion: v1
+kind: Secret
+metadata:
+  name: credentials
+stringData:
+  password: correct-horse-battery-staple
+`
+	// No replicas: an autoscaler owns them.
+	deploymentYAML = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.27
+`
+)
+
+func parse(t *testing.T, yaml string) *unstructured.Unstructured {
+	t.Helper()
+	objs, err := manifest.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	Normalize(objs[0].Unstructured)
+	return objs[0].Unstructured
+}
+
+// applied applies yaml as plumb and returns the desired object and its record.
+func applied(t *testing.T, c client.Client, ns, yaml string) (*unstructured.Unstructured, Record) {
+	t.Helper()
+	desired := parse(t, yaml)
+	live := apply(t, c, ns, desired)
+	rec, err := RecordOf(desired, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return desired, rec
+}
+
+func typed(t *testing.T, u *unstructured.Unstructured, into any) {
+	t.Helper()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDriftIsDetectedAndAttributed(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	ignoreTime := cmpopts.IgnoreFields(Change{}, "Time")
+
+	t.Run("an update to an applied field", func(t *testing.T) {
+		ns := newNamespace(t, c)
+		desired, rec := applied(t, c, ns, settingsYAML)
+		cm := &corev1.ConfigMap{}
+		typed(t, get(t, c, desired), cm)
+		cm.Data["color"] = "red"
+		if err := c.Update(ctx, cm, client.FieldOwner("kubectl-edit")); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Compare(desired, get(t, c, desired), &rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := Result{Kind: Drifted, Changes: []Change{{Path: ".data.color", Before: "blue", After: "red", Manager: "kubectl-edit", Operation: "Update"}}}
+		if diff := cmp.Diff(want, got, ignoreTime); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+		if got.Changes[0].Time == nil {
+			t.Error("the change has no time")
+		}
+	})
+
+	t.Run("a label removed", func(t *testing.T) {
+		ns := newNamespace(t, c)
+		desired, rec := applied(t, c, ns, settingsYAML)
+		cm := &corev1.ConfigMap{}
+		typed(t, get(t, c, desired), cm)
+		delete(cm.Labels, "team")
+		if err := c.Update(ctx, cm, client.FieldOwner("kubectl-label")); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Compare(desired, get(t, c, desired), &rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := Result{Kind: Drifted, Changes: []Change{{Path: ".metadata.labels.team", Before: "shop", After: "", Manager: "unknown", Operation: "removed"}}}
+		if diff := cmp.Diff(want, got, ignoreTime); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("a Secret value changed, masked", func(t *testing.T) {
+		ns := newNamespace(t, c)
+		desired, rec := applied(t, c, ns, secretYAML)
+		secret := &corev1.Secret{}
+		typed(t, get(t, c, desired), secret)
+		secret.Data["password"] = []byte("hunter2-leaked")
+		if err := c.Update(ctx, secret, client.FieldOwner("kubectl-patch")); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Compare(desired, get(t, c, desired), &rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := Result{Kind: Drifted, Changes: []Change{{Path: ".data.password", Before: "*** (before)", After: "*** (after)", Manager: "kubectl-patch", Operation: "Update"}}}
+		if diff := cmp.Diff(want, got, ignoreTime); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+		text := Describe(got.Changes)
+		for _, secretValue := range []string{"hunter2", "correct-horse", "aHVudGVy", "Y29ycmVjdC1ob3Jz"} {
+			if strings.Contains(text, secretValue) {
+				t.Errorf("the drift description shows a Secret value: %s", text)
+			}
+		}
+	})
+
+	t.Run("an object deleted", func(t *testing.T) {
+		ns := newNamespace(t, c)
+		desired, rec := applied(t, c, ns, settingsYAML)
+		got, err := Compare(desired, nil, &rec)
+		if err != nil || got.Kind != Deleted {
+			t.Errorf("Compare with no live object and a record = %v, %v; want deleted", got, err)
+		}
+		if got, _ := Compare(desired, nil, nil); got.Kind != Create {
+			t.Errorf("Compare with no live object and no record = %v; want create", got)
+		}
+	})
+
+	t.Run("server-side apply with force by another manager", func(t *testing.T) {
+		ns := newNamespace(t, c)
+		desired, rec := applied(t, c, ns, settingsYAML)
+		intruder := parse(t, strings.Replace(settingsYAML, "color: blue", "color: green", 1))
+		intruder.SetNamespace(ns)
+		intruder.SetLabels(nil)
+		if err := c.Patch(ctx, intruder, client.Apply, client.FieldOwner("intruder"), client.ForceOwnership); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Compare(desired, get(t, c, desired), &rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := Result{Kind: Drifted, Changes: []Change{{Path: ".data.color", Before: "blue", After: "green", Manager: "intruder", Operation: "Apply"}}}
+		if diff := cmp.Diff(want, got, ignoreTime); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestChangesToFieldsPlumbNeverAppliedAreNotDrift(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+
+	t.Run("a status update", func(t *testing.T) {
+		ns := newNamespace(t, c)
+		desired, rec := applied(t, c, ns, deploymentYAML)
+		d := &appsv1.Deployment{}
+		typed(t, get(t, c, desired), d)
+		d.Status.ObservedGeneration = 1
+		d.Status.Replicas = 1
+		if err := c.Status().Update(ctx, d, client.FieldOwner("deployment-controller")); err != nil {
+			t.Fatal(err)
+		}
+		assertUnchanged(t, desired, get(t, c, desired), &rec)
+	})
+
+	t.Run("an HPA-style scale of replicas plumb never applied", func(t *testing.T) {
+		ns := newNamespace(t, c)
+		desired, rec := applied(t, c, ns, deploymentYAML)
+		d := &appsv1.Deployment{}
+		typed(t, get(t, c, desired), d)
+		replicas := int32(5)
+		d.Spec.Replicas = &replicas
+		if err := c.Update(ctx, d, client.FieldOwner("horizontal-pod-autoscaler")); err != nil {
+			t.Fatal(err)
+		}
+		assertUnchanged(t, desired, get(t, c, desired), &rec)
+	})
+
+	t.Run("a label added by someone else", func(t *testing.T) {
+		ns := newNamespace(t, c)
+		desired, rec := applied(t, c, ns, settingsYAML)
+		cm := &corev1.ConfigMap{}
+		typed(t, get(t, c, desired), cm)
+		cm.Labels["owner"] = "ops"
+		if err := c.Update(ctx, cm, client.FieldOwner("kubectl-label")); err != nil {
+			t.Fatal(err)
+		}
+		assertUnchanged(t, desired, get(t, c, desired), &rec)
+	})
+
+	t.Run("Git changed the object", func(t *testing.T) {
+		ns := newNamespace(t, c)
+		_, rec := applied(t, c, ns, settingsYAML)
+		changed := parse(t, strings.Replace(settingsYAML, "color: blue", "color: yellow", 1))
+		changed.SetNamespace(ns)
+		got, err := Compare(changed, get(t, c, changed), &rec)
+		if err != nil || got.Kind != Update {
+			t.Errorf("Compare after a Git change = %v, %v; want update", got, err)
+		}
+		if got, _ := Compare(changed, get(t, c, changed), nil); got.Kind != Ambiguous {
+			t.Errorf("Compare without a record = %v; want ambiguous", got)
+		}
+	})
+}
+
+func assertUnchanged(t *testing.T, desired, live *unstructured.Unstructured, rec *Record) {
+	t.Helper()
+	got, err := Compare(desired, live, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Kind != Unchanged {
+		t.Errorf("Compare = %s %s, want unchanged", got.Kind, Describe(got.Changes))
+	}
+}

@@ -42,5 +42,6 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 		return interval, fmt.Errorf("removing the finalizer of App %s/%s: %w", app.Namespace, app.Name, err)
 	}
 	r.Observer.Release(client.ObjectKeyFromObject(app))
+	r.memory.forgetApp(client.ObjectKeyFromObject(app))
 	return queue.Forget, nil
 }

@@ -30,10 +30,11 @@ type Observer interface {
 	Release(app types.NamespacedName)
 }
 
-// Applier diffs (server-side dry-run), applies and prunes (package ssa).
+// Applier asks the API server about ambiguous objects (one server-side
+// dry-run), applies (one request per object) and prunes (package ssa).
 type Applier interface {
-	Diff(ctx context.Context, obj *unstructured.Unstructured) (fluxssa.Action, error)
-	Apply(ctx context.Context, objects []*unstructured.Unstructured, opts ssa.ApplyOptions) (*fluxssa.ChangeSet, error)
+	DryRunDiffers(ctx context.Context, obj, live *unstructured.Unstructured) (bool, error)
+	ApplyDirect(ctx context.Context, objects []*unstructured.Unstructured, opts ssa.DirectOptions) ([]ssa.Applied, *fluxssa.ChangeSet, error)
 	Prune(ctx context.Context, stale []*unstructured.Unstructured, owner ssa.Owner) (*fluxssa.ChangeSet, error)
 }
 

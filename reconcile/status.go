@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/diff"
 )
 
 // Only the tick writes an App's status, once per tick (see Tick's defer).
@@ -116,37 +117,76 @@ func changeSummary(changes *fluxssa.ChangeSet) string {
 	return strings.Join(parts, ", ")
 }
 
-// recordDrift sets the Drifted condition and the drift summary.
-func (r *Reconciler) recordDrift(app *plumbv1.App, drifted map[objectID]*unstructured.Unstructured) {
+// recordDrift sets the Drifted condition and summary, and records a
+// DriftDetected Event once per drift episode, and DriftConflict when another
+// controller keeps changing an object back.
+func (r *Reconciler) recordDrift(app *plumbv1.App, p *plan) {
 	now := r.now()
-	if len(drifted) == 0 {
+	if len(p.drifted) == 0 {
 		app.Status.Drift = nil
 		setCondition(app, plumbv1.ConditionDrifted, false, plumbv1.ReasonSucceeded, "live objects match Git", now)
 		return
 	}
-	ids := make([]objectID, 0, len(drifted))
-	for id := range drifted {
+	ids := make([]objectID, 0, len(p.drifted))
+	for id := range p.drifted {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
 	t := metav1.NewTime(now)
 	summary := &plumbv1.DriftSummary{Count: int32(len(ids)), LastDetectedTime: &t}
-	var names []string
+	var left, healed, conflicts []string
 	for i, id := range ids {
-		names = append(names, id.String())
+		d := p.drifted[id]
+		account := describeDrift(id, d)
 		if i < maxListed {
-			summary.Objects = append(summary.Objects, plumbv1.DriftedObject{ObjectRef: refOf(drifted[id])})
+			entry := plumbv1.DriftedObject{ObjectRef: refOf(d.obj)}
+			managers := map[string]bool{}
+			for _, c := range d.changes {
+				entry.Fields = append(entry.Fields, c.Path)
+				if !managers[c.Manager] {
+					managers[c.Manager] = true
+					entry.Managers = append(entry.Managers, c.Manager)
+				}
+			}
+			summary.Objects = append(summary.Objects, entry)
+		}
+		switch {
+		case d.conflict:
+			conflicts = append(conflicts, account)
+		case p.left[id]:
+			left = append(left, account)
+		default:
+			healed = append(healed, account)
+		}
+		if d.newEpisode {
+			r.Events.Eventf(app, corev1.EventTypeWarning, "DriftDetected", "%s", truncate(account, 1000))
+		}
+		if d.newConflict {
+			r.Events.Eventf(app, corev1.EventTypeWarning, "DriftConflict",
+				"%s keeps being changed back; plumb stopped healing it: %s", id, truncate(diff.Describe(d.changes), 800))
 		}
 	}
 	app.Status.Drift = summary
-	list := strings.Join(names, ", ")
-	if app.Spec.DriftPolicy == plumbv1.DriftPolicyAlert {
-		setCondition(app, plumbv1.ConditionDrifted, true, "DriftDetected", "changed outside Git: "+list, now)
-		r.Events.Eventf(app, corev1.EventTypeWarning, "DriftDetected", "changed outside Git (policy alert, left as is): %s", truncate(list, 900))
-		return
+	switch {
+	case len(conflicts) > 0:
+		setCondition(app, plumbv1.ConditionDrifted, true, "DriftConflict",
+			"another controller keeps changing these back, plumb stopped healing them: "+strings.Join(conflicts, "; "), now)
+	case len(left) > 0:
+		setCondition(app, plumbv1.ConditionDrifted, true, "DriftDetected", "changed outside Git (policy alert): "+strings.Join(left, "; "), now)
+	default:
+		setCondition(app, plumbv1.ConditionDrifted, false, "DriftHealed", "put back: "+strings.Join(healed, "; "), now)
 	}
-	setCondition(app, plumbv1.ConditionDrifted, false, "DriftHealed", "healed: "+list, now)
-	r.Events.Eventf(app, corev1.EventTypeNormal, "DriftHealed", "changed outside Git and put back: %s", truncate(list, 900))
+}
+
+// describeDrift is one object's drift in words.
+func describeDrift(id objectID, d drift) string {
+	switch {
+	case d.deleted:
+		return id.String() + " was deleted"
+	case len(d.changes) == 0:
+		return id.String() + " differs from Git"
+	}
+	return id.String() + ": " + diff.Describe(d.changes)
 }
 
 func truncate(s string, max int) string {

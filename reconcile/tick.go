@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/diff"
 	"github.com/plumb-dev/plumb/queue"
 	"github.com/plumb-dev/plumb/source"
 	"github.com/plumb-dev/plumb/source/git"
@@ -53,6 +54,8 @@ type Reconciler struct {
 	Clock   clock.PassiveClock
 	// SyncTimeout bounds the wait for informer caches (default 30s).
 	SyncTimeout time.Duration
+
+	memory memory // records and drift episodes between ticks
 }
 
 // Phase names a phase of the tick, for logs, status and Events.
@@ -94,6 +97,7 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName) (time.D
 	if err := r.Client.Get(ctx, key, app); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Observer.Release(key)
+			r.memory.forgetApp(key)
 			log.Debug("Forgot deleted App")
 			return queue.Forget, nil
 		}
@@ -211,22 +215,27 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, log *zap.Logger)
 	phaseStart = r.timed(PhaseObserve, phaseStart)
 
 	// Diff.
-	changed, drifted, err := r.diff(ctx, app, desired, live, revision)
+	plan, err := r.diff(ctx, app, desired, live, revision)
 	if err != nil {
 		return nil, err
 	}
 	markSuccess(app, PhaseDiff, r.now())
 	phaseStart = r.timed(PhaseDiff, phaseStart)
-	r.recordDrift(app, drifted)
+	r.recordDrift(app, plan)
 
 	// Apply.
-	toApply := changed
-	if app.Spec.DriftPolicy == plumbv1.DriftPolicyAlert {
-		toApply = withoutDrifted(changed, drifted)
-	}
 	changes := fluxssa.NewChangeSet()
-	if len(toApply) > 0 {
-		cs, err := r.Applier.Apply(ctx, toApply, ssa.ApplyOptions{Force: app.Spec.Force, WaitTimeout: time.Minute})
+	if len(plan.apply) > 0 {
+		applied, cs, err := r.Applier.ApplyDirect(ctx, plan.apply, ssa.DirectOptions{
+			Force:  app.Spec.Force,
+			Exists: func(o *unstructured.Unstructured) bool { return live[idOf(o)] != nil },
+			Wait:   fluxssa.WaitOptions{Interval: 500 * time.Millisecond, Timeout: time.Minute},
+		})
+		for _, a := range applied {
+			if rec, recErr := diff.RecordOf(a.Desired, a.Live); recErr == nil {
+				r.memory.remember(key, idOf(a.Desired), rec)
+			}
+		}
 		if cs != nil {
 			changes.Append(cs.Entries)
 		}
@@ -234,7 +243,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, log *zap.Logger)
 			setInventory(app, mergeRefs(app.Status.Inventory, refsOf(desired)))
 			return changes, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
 		}
-		log.Info("Applied objects", zap.Int("changed", len(toApply)))
+		log.Info("Applied objects", zap.Int("changed", len(plan.apply)))
 	}
 	if app.Spec.PruneEnabled() {
 		stale := staleObjects(app.Status.Inventory, desired)
@@ -250,10 +259,15 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, log *zap.Logger)
 		}
 	}
 	setInventory(app, refsOf(desired))
+	ids := map[objectID]bool{}
+	for _, d := range desired {
+		ids[idOf(d)] = true
+	}
+	r.memory.keepOnly(key, ids)
 	markSuccess(app, PhaseApply, r.now())
 	r.timed(PhaseApply, phaseStart)
 	r.countChanges(changes)
-	if len(drifted) == 0 || app.Spec.DriftPolicy == plumbv1.DriftPolicyHeal {
+	if len(plan.left) == 0 {
 		app.Status.LastAppliedRevision = revision
 	}
 	return changes, nil
@@ -331,6 +345,7 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 	desired := make([]*unstructured.Unstructured, 0, len(result.Objects))
 	for _, o := range result.Objects {
 		obj := o.DeepCopy()
+		diff.Normalize(obj)
 		gvk := obj.GroupVersionKind()
 		mapping, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		switch {
@@ -422,15 +437,41 @@ func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app 
 	return live, nil
 }
 
-// diff asks, per desired object, whether an apply would change it. Objects
-// keep their live revision annotation in the comparison, so that a new
-// commit does not count as a change of every object; changed ones get the
-// new revision. Drifted objects are those changed although Git's revision
-// did not move since the last apply.
+// plan is what the Diff phase decided.
+type plan struct {
+	// apply are the objects to apply (created, changed in Git, or healed).
+	apply []*unstructured.Unstructured
+	// drifted are the objects someone else changed, with what changed.
+	drifted map[objectID]drift
+	// left are drifted objects not put back (alert policy, or a conflict).
+	left map[objectID]bool
+}
+
+// drift is one drifted object.
+type drift struct {
+	obj        *unstructured.Unstructured
+	changes    []diff.Change
+	deleted    bool
+	newEpisode bool // first detection since the object was last converged
+	conflict   bool // another controller keeps changing it back
+	// newConflict is the tick at which the conflict was first seen.
+	newConflict bool
+}
+
+// maxHeals is how many times within conflictWindow plumb puts the same
+// object back before it reports a conflict with whoever keeps changing it,
+// and stops healing it (until Git changes it or the fight ends).
+const maxHeals = 3
+
+// diff classifies every desired object from the cache (package diff):
+// unchanged objects cost nothing; only objects plumb has no record of
+// (after a restart) are asked about with one server-side dry-run each.
+// Objects keep their live revision annotation unless their content changes.
 func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, desired []*unstructured.Unstructured,
-	live map[objectID]*unstructured.Unstructured, revision string) (changed []*unstructured.Unstructured, drifted map[objectID]*unstructured.Unstructured, err error) {
+	live map[objectID]*unstructured.Unstructured, revision string) (*plan, error) {
+	key := client.ObjectKeyFromObject(app)
 	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
-	drifted = map[objectID]*unstructured.Unstructured{}
+	p := &plan{drifted: map[objectID]drift{}, left: map[objectID]bool{}}
 	gitUnchanged := app.Status.LastAppliedRevision == revision
 	newNamespaces := map[string]bool{} // Namespaces this tick creates
 	for _, obj := range desired {
@@ -439,53 +480,79 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, desired []*unst
 		}
 	}
 	for _, obj := range desired {
+		id := idOf(obj)
+		l := live[id]
 		current := revision
-		l := live[idOf(obj)]
 		if l != nil {
 			if rev := l.GetAnnotations()[ssa.AnnotationRevision]; rev != "" {
 				current = rev
 			}
 		}
-		_, mapErr := r.Mapper.RESTMapping(obj.GroupVersionKind().GroupKind(), obj.GroupVersionKind().Version)
-		if l == nil && (newNamespaces[obj.GetNamespace()] || mapErr != nil) {
-			// Its namespace or its CRD is created by this very apply (in an
-			// earlier stage): a dry-run cannot judge it yet, and it is new.
-			ssa.Stamp(obj, owner, revision)
-			changed = append(changed, obj)
-			continue
-		}
 		ssa.Stamp(obj, owner, current)
-		action, err := r.Applier.Diff(ctx, obj)
-		var rejected *ssaerrors.DryRunErr
-		switch {
-		case errors.As(err, &rejected):
-			// The API server refuses the object (validation, admission, an
-			// immutable field): that is the Apply phase's failure to report,
-			// or to resolve by recreating where the App or object opts in.
-			action = fluxssa.ConfiguredAction
-		case err != nil:
-			return nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+		result, err := diff.Compare(obj, l, r.memory.record(key, id))
+		if err != nil {
+			return nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 		}
-		if action == fluxssa.UnchangedAction || action == fluxssa.SkippedAction {
-			continue
+		if result.Kind == diff.Create && inInventory(app, obj) {
+			result.Kind = diff.Deleted // applied before, gone now: someone deleted it
 		}
-		if gitUnchanged && inInventory(app, obj) {
-			drifted[idOf(obj)] = obj
+		if result.Kind == diff.Ambiguous && !newNamespaces[obj.GetNamespace()] {
+			if result, err = r.askServer(ctx, key, obj, l, app, gitUnchanged); err != nil {
+				return nil, err
+			}
 		}
-		ssa.Stamp(obj, owner, revision)
-		changed = append(changed, obj)
+		switch result.Kind {
+		case diff.Unchanged:
+			r.memory.converged(key, id)
+		case diff.Create, diff.Update, diff.Ambiguous:
+			ssa.Stamp(obj, owner, revision)
+			p.apply = append(p.apply, obj)
+		case diff.Drifted, diff.Deleted:
+			newEpisode, recent := r.memory.drifted(key, id, r.now())
+			d := drift{obj: obj, changes: result.Changes, deleted: result.Kind == diff.Deleted, newEpisode: newEpisode}
+			switch {
+			case app.Spec.DriftPolicy == plumbv1.DriftPolicyAlert:
+				p.left[id] = true
+			case recent > maxHeals:
+				d.conflict, d.newConflict = true, recent == maxHeals+1
+				p.left[id] = true
+			default:
+				p.apply = append(p.apply, obj)
+			}
+			p.drifted[id] = d
+		}
 	}
-	return changed, drifted, nil
+	return p, nil
 }
 
-func withoutDrifted(objs []*unstructured.Unstructured, drifted map[objectID]*unstructured.Unstructured) []*unstructured.Unstructured {
-	var out []*unstructured.Unstructured
-	for _, o := range objs {
-		if drifted[idOf(o)] == nil {
-			out = append(out, o)
-		}
+// askServer settles an object plumb has no record of with one server-side
+// dry-run, and records it when the API server agrees it is unchanged.
+func (r *Reconciler) askServer(ctx context.Context, key types.NamespacedName, obj, live *unstructured.Unstructured,
+	app *plumbv1.App, gitUnchanged bool) (diff.Result, error) {
+	if _, err := r.Mapper.RESTMapping(obj.GroupVersionKind().GroupKind(), obj.GroupVersionKind().Version); err != nil {
+		return diff.Result{Kind: diff.Create}, nil // its CRD comes with this apply
 	}
-	return out
+	differs, err := r.Applier.DryRunDiffers(ctx, obj, live)
+	var rejected *ssaerrors.DryRunErr
+	switch {
+	case errors.As(err, &rejected):
+		// The API server refuses the object (validation, admission, an
+		// immutable field): the Apply phase reports it, or recreates the
+		// object where the App or the object opts in.
+		return diff.Result{Kind: diff.Ambiguous}, nil
+	case err != nil:
+		return diff.Result{}, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+	case !differs:
+		if live != nil {
+			if rec, err := diff.RecordOf(obj, live); err == nil {
+				r.memory.remember(key, idOf(obj), rec)
+			}
+		}
+		return diff.Result{Kind: diff.Unchanged}, nil
+	case gitUnchanged && inInventory(app, obj):
+		return diff.Result{Kind: diff.Drifted}, nil
+	}
+	return diff.Result{Kind: diff.Ambiguous}, nil
 }
 
 func displayPath(p string) string {

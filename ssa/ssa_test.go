@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	fluxssa "github.com/fluxcd/pkg/ssa"
 	"github.com/google/go-cmp/cmp"
@@ -315,5 +316,38 @@ data: {k: VALUE}
 	}
 	if err := apply("three", false, ApplyOptions{Force: true}); err != nil {
 		t.Fatalf("with ApplyOptions.Force: %v", err)
+	}
+}
+
+func TestApplyDirectStagesAndWaitsWithOneRequestPerObject(t *testing.T) {
+	c := newClient(t)
+	m := NewManager(c)
+	ns := uniqueName(t)
+	owner := Owner{Name: "direct", Namespace: "apps"}
+	objs := objects(t, ns, stagedSet)
+	for _, o := range objs {
+		Stamp(o, owner, "r1")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	applied, cs, err := m.ApplyDirect(ctx, objs, DirectOptions{Wait: fluxssa.WaitOptions{Interval: 100 * time.Millisecond, Timeout: 15 * time.Second}})
+	if err != nil {
+		t.Fatalf("ApplyDirect: %v", err)
+	}
+	if len(applied) != len(objs) {
+		t.Fatalf("%d applied, want %d", len(applied), len(objs))
+	}
+	for _, a := range applied {
+		if !a.Created || len(a.Live.GetManagedFields()) == 0 {
+			t.Errorf("%s: created=%v managedFields=%d", a.Live.GetName(), a.Created, len(a.Live.GetManagedFields()))
+		}
+	}
+	if diff := cmp.Diff(map[string]string{
+		"CustomResourceDefinition/widgets." + ns + ".example.com": "created",
+		"Namespace/" + ns:               "created",
+		"Widget/" + ns + "/w":           "created",
+		"ConfigMap/" + ns + "/settings": "created",
+	}, actions(cs)); diff != "" {
+		t.Errorf("change set (-want +got):\n%s", diff)
 	}
 }

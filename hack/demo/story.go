@@ -126,6 +126,26 @@ func (s *story) tell(ctx context.Context, first string) error {
 		return err
 	}
 	s.n.say("Pruned ConfigMap shop/banner in %s; the App is Ready at R3", since(start))
+	return s.checkNoUnexpectedWarnings(ctx)
+}
+
+// checkNoUnexpectedWarnings fails the demo if plumb recorded a Warning on
+// the App other than the drift the story caused: every step should have
+// converged at the first try.
+func (s *story) checkNoUnexpectedWarnings(ctx context.Context) error {
+	events := &corev1.EventList{}
+	if err := s.k8s.List(ctx, events, client.InNamespace("default")); err != nil {
+		return err
+	}
+	var unexpected []string
+	for _, e := range events.Items {
+		if e.InvolvedObject.Kind == "App" && e.Type == corev1.EventTypeWarning && e.Reason != "DriftDetected" {
+			unexpected = append(unexpected, e.Reason+": "+e.Message)
+		}
+	}
+	if len(unexpected) > 0 {
+		return fmt.Errorf("plumb reported failures during the demo: %s", strings.Join(unexpected, "; "))
+	}
 	return nil
 }
 

@@ -1,0 +1,127 @@
+package ssa
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fluxcd/cli-utils/pkg/object"
+	fluxssa "github.com/fluxcd/pkg/ssa"
+	ssaerrors "github.com/fluxcd/pkg/ssa/errors"
+	"github.com/fluxcd/pkg/ssa/normalize"
+	"github.com/fluxcd/pkg/ssa/utils"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Applied is one object applied by ApplyDirect: what was sent, what the API
+// server answered (with managedFields), and whether it was created.
+type Applied struct {
+	Desired *unstructured.Unstructured
+	Live    *unstructured.Unstructured
+	Created bool
+}
+
+// DirectOptions tune ApplyDirect.
+type DirectOptions struct {
+	// Force recreates objects whose immutable fields changed (objects
+	// annotated plumb.dev/force: enabled are recreated regardless).
+	Force bool
+	// Exists tells whether an object exists already (from the cache), to
+	// report created or configured without asking the API server.
+	Exists func(*unstructured.Unstructured) bool
+	// WaitOptions bound the wait for CRDs, Namespaces and ClusterRoles.
+	Wait fluxssa.WaitOptions
+}
+
+// ApplyDirect server-side applies each object with one request (no Get, no
+// dry-run: the caller decided they differ). CRDs, Namespaces and
+// ClusterRoles go first and are waited for. It returns what was applied, up
+// to the first failure.
+func (m *Manager) ApplyDirect(ctx context.Context, objects []*unstructured.Unstructured, opts DirectOptions) ([]Applied, *fluxssa.ChangeSet, error) {
+	var definitions, rest []*unstructured.Unstructured
+	for _, o := range objects {
+		if utils.IsClusterDefinition(o) {
+			definitions = append(definitions, o)
+		} else {
+			rest = append(rest, o)
+		}
+	}
+	changes := fluxssa.NewChangeSet()
+	var applied []Applied
+	for i, stage := range [][]*unstructured.Unstructured{definitions, rest} {
+		for _, desired := range stage {
+			a, err := m.applyOne(ctx, desired, opts)
+			if err != nil {
+				return applied, changes, err
+			}
+			applied = append(applied, a)
+			action := fluxssa.ConfiguredAction
+			if a.Created {
+				action = fluxssa.CreatedAction
+			}
+			changes.Add(fluxssa.ChangeSetEntry{
+				ObjMetadata:  object.UnstructuredToObjMetadata(a.Live),
+				GroupVersion: a.Live.GroupVersionKind().Version,
+				Subject:      utils.FmtUnstructured(a.Live),
+				Action:       action,
+			})
+		}
+		if i == 0 && len(definitions) > 0 {
+			if err := m.resources.WaitForSetWithContext(ctx, changes.ToObjMetadataSet(), opts.Wait); err != nil {
+				return applied, changes, fmt.Errorf("waiting for CRDs and Namespaces: %w", err)
+			}
+		}
+	}
+	return applied, changes, nil
+}
+
+func (m *Manager) applyOne(ctx context.Context, desired *unstructured.Unstructured, opts DirectOptions) (Applied, error) {
+	existed := opts.Exists != nil && opts.Exists(desired)
+	live := desired.DeepCopy()
+	err := m.client.Patch(ctx, live, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership)
+	if err != nil && ssaerrors.IsImmutableError(err) && (opts.Force || desired.GetAnnotations()[AnnotationForce] == "enabled") {
+		// Recreate: delete, then apply again.
+		if delErr := m.client.Delete(ctx, desired.DeepCopy(), client.PropagationPolicy(metav1.DeletePropagationBackground)); delErr != nil && !apierrors.IsNotFound(delErr) {
+			return Applied{}, fmt.Errorf("%s: recreating after an immutable-field change: %w", describe(desired), delErr)
+		}
+		live = desired.DeepCopy()
+		err = m.client.Patch(ctx, live, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership)
+		existed = false
+	}
+	if err != nil {
+		return Applied{}, fmt.Errorf("%s apply failed: %w", describe(desired), err)
+	}
+	return Applied{Desired: desired, Live: live, Created: !existed}, nil
+}
+
+// DryRunDiffers asks the API server (one server-side dry-run apply, no
+// Get) whether applying obj would change live, the cached live object. It
+// compares labels, annotations and everything outside metadata and status.
+func (m *Manager) DryRunDiffers(ctx context.Context, obj, live *unstructured.Unstructured) (bool, error) {
+	dryRun := obj.DeepCopy()
+	err := m.client.Patch(ctx, dryRun, client.Apply, client.DryRunAll, client.FieldOwner(FieldManager), client.ForceOwnership)
+	if err != nil {
+		return false, ssaerrors.NewDryRunErr(err, obj)
+	}
+	if live == nil {
+		return true, nil
+	}
+	if !apiequality.Semantic.DeepEqual(dryRun.GetLabels(), live.GetLabels()) ||
+		!apiequality.Semantic.DeepEqual(dryRun.GetAnnotations(), live.GetAnnotations()) {
+		return true, nil
+	}
+	return !apiequality.Semantic.DeepEqual(withoutMetadataAndStatus(dryRun), withoutMetadataAndStatus(live)), nil
+}
+
+func withoutMetadataAndStatus(u *unstructured.Unstructured) map[string]any {
+	c := u.DeepCopy()
+	delete(c.Object, "metadata")
+	delete(c.Object, "status")
+	if err := normalize.DryRunUnstructured(c); err != nil {
+		return u.Object
+	}
+	return c.Object
+}

@@ -132,8 +132,9 @@ func RecordOf(desired, live *unstructured.Unstructured) (Record, error) {
 }
 
 // Compare classifies desired against its cached live state (nil when the
-// cache has none) and plumb's record (nil when it has none).
-func Compare(desired, live *unstructured.Unstructured, rec *Record) (Result, error) {
+// cache has none) and plumb's record (nil when it has none). Fields under
+// an ignored pointer never count as drift.
+func Compare(desired, live *unstructured.Unstructured, rec *Record, ignore Ignore) (Result, error) {
 	if live == nil {
 		if rec != nil {
 			return Result{Kind: Deleted}, nil
@@ -154,7 +155,12 @@ func Compare(desired, live *unstructured.Unstructured, rec *Record) (Result, err
 	if err != nil {
 		return Result{}, err
 	}
-	lost := rec.Fields.Difference(current).Leaves()
+	lost := &fieldpath.Set{}
+	rec.Fields.Difference(current).Leaves().Iterate(func(p fieldpath.Path) {
+		if !ignore.covers(p) {
+			lost.Insert(p)
+		}
+	})
 	if lost.Empty() {
 		return Result{Kind: Unchanged}, nil
 	}

@@ -139,7 +139,7 @@ func TestTheOracleCorpusIsUnchangedAfterApply(t *testing.T) {
 		t.Run(desired.GetKind()+"/"+desired.GetName(), func(t *testing.T) {
 			live := get(t, c, desired)
 			rec := records[desired]
-			got, err := Compare(desired, live, &rec)
+			got, err := Compare(desired, live, &rec, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -93,7 +93,7 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 		if err := c.Update(ctx, cm, client.FieldOwner("kubectl-edit")); err != nil {
 			t.Fatal(err)
 		}
-		got, err := Compare(desired, get(t, c, desired), &rec)
+		got, err := Compare(desired, get(t, c, desired), &rec, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +115,7 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 		if err := c.Update(ctx, cm, client.FieldOwner("kubectl-label")); err != nil {
 			t.Fatal(err)
 		}
-		got, err := Compare(desired, get(t, c, desired), &rec)
+		got, err := Compare(desired, get(t, c, desired), &rec, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +134,7 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 		if err := c.Update(ctx, secret, client.FieldOwner("kubectl-patch")); err != nil {
 			t.Fatal(err)
 		}
-		got, err := Compare(desired, get(t, c, desired), &rec)
+		got, err := Compare(desired, get(t, c, desired), &rec, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,11 +153,11 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 	t.Run("an object deleted", func(t *testing.T) {
 		ns := newNamespace(t, c)
 		desired, rec := applied(t, c, ns, settingsYAML)
-		got, err := Compare(desired, nil, &rec)
+		got, err := Compare(desired, nil, &rec, nil)
 		if err != nil || got.Kind != Deleted {
 			t.Errorf("Compare with no live object and a record = %v, %v; want deleted", got, err)
 		}
-		if got, _ := Compare(desired, nil, nil); got.Kind != Create {
+		if got, _ := Compare(desired, nil, nil, nil); got.Kind != Create {
 			t.Errorf("Compare with no live object and no record = %v; want create", got)
 		}
 	})
@@ -171,7 +171,7 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 		if err := c.Patch(ctx, intruder, client.Apply, client.FieldOwner("intruder"), client.ForceOwnership); err != nil {
 			t.Fatal(err)
 		}
-		got, err := Compare(desired, get(t, c, desired), &rec)
+		got, err := Compare(desired, get(t, c, desired), &rec, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -229,11 +229,11 @@ func TestChangesToFieldsPlumbNeverAppliedAreNotDrift(t *testing.T) {
 		_, rec := applied(t, c, ns, settingsYAML)
 		changed := parse(t, strings.Replace(settingsYAML, "color: blue", "color: yellow", 1))
 		changed.SetNamespace(ns)
-		got, err := Compare(changed, get(t, c, changed), &rec)
+		got, err := Compare(changed, get(t, c, changed), &rec, nil)
 		if err != nil || got.Kind != Update {
 			t.Errorf("Compare after a Git change = %v, %v; want update", got, err)
 		}
-		if got, _ := Compare(changed, get(t, c, changed), nil); got.Kind != Ambiguous {
+		if got, _ := Compare(changed, get(t, c, changed), nil, nil); got.Kind != Ambiguous {
 			t.Errorf("Compare without a record = %v; want ambiguous", got)
 		}
 	})
@@ -241,11 +241,63 @@ func TestChangesToFieldsPlumbNeverAppliedAreNotDrift(t *testing.T) {
 
 func assertUnchanged(t *testing.T, desired, live *unstructured.Unstructured, rec *Record) {
 	t.Helper()
-	got, err := Compare(desired, live, rec)
+	got, err := Compare(desired, live, rec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Kind != Unchanged {
 		t.Errorf("Compare = %s %s, want unchanged", got.Kind, Describe(got.Changes))
+	}
+}
+
+func TestIgnoredFieldsAreNeitherAppliedNorDrift(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	ns := newNamespace(t, c)
+	ignore := Ignore{"/spec/replicas", "/metadata/annotations/team~1owner"}
+	desired := parse(t, strings.Replace(deploymentYAML, "spec:\n  selector", "spec:\n  replicas: 2\n  selector", 1))
+	desired.SetAnnotations(map[string]string{"team/owner": "shop", "keep": "me"})
+	ignore.Strip(desired)
+	if _, found, _ := unstructured.NestedFieldNoCopy(desired.Object, "spec", "replicas"); found {
+		t.Fatal("Strip left spec.replicas in place")
+	}
+	if got := desired.GetAnnotations(); !cmp.Equal(got, map[string]string{"keep": "me"}) {
+		t.Fatalf("annotations after Strip = %v", got)
+	}
+	live := apply(t, c, ns, desired)
+	rec, err := RecordOf(desired, live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &appsv1.Deployment{}
+	typed(t, get(t, c, desired), d)
+	replicas := int32(7)
+	d.Spec.Replicas = &replicas
+	if err := c.Update(ctx, d, client.FieldOwner("horizontal-pod-autoscaler")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Compare(desired, get(t, c, desired), &rec, ignore)
+	if err != nil || got.Kind != Unchanged {
+		t.Errorf("Compare after a scale of an ignored field = %v, %v; want unchanged", got, err)
+	}
+}
+
+func TestAnIgnoredFieldPlumbOwnedIsNotDriftWhenTakenOver(t *testing.T) {
+	c := newClient(t)
+	ns := newNamespace(t, c)
+	desired, rec := applied(t, c, ns, strings.Replace(deploymentYAML, "spec:\n  selector", "spec:\n  replicas: 2\n  selector", 1))
+	d := &appsv1.Deployment{}
+	typed(t, get(t, c, desired), d)
+	replicas := int32(7)
+	d.Spec.Replicas = &replicas
+	if err := c.Update(context.Background(), d, client.FieldOwner("horizontal-pod-autoscaler")); err != nil {
+		t.Fatal(err)
+	}
+	live := get(t, c, desired)
+	if got, _ := Compare(desired, live, &rec, nil); got.Kind != Drifted {
+		t.Errorf("without the rule: %s, want drifted", got.Kind)
+	}
+	if got, _ := Compare(desired, live, &rec, Ignore{"/spec/replicas"}); got.Kind != Unchanged {
+		t.Errorf("with /spec/replicas ignored: %s %s, want unchanged", got.Kind, Describe(got.Changes))
 	}
 }

@@ -366,9 +366,24 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 			return nil, &PhaseError{Phase: PhaseObserve, Reason: plumbv1.ReasonObserveFailed, Detail: "UnknownKind",
 				Err: fmt.Errorf("%s (from %s): %w", gvk, o.Source, err)}
 		}
+		ignoreFor(app, obj).Strip(obj)
 		desired = append(desired, obj)
 	}
 	return desired, nil
+}
+
+// ignoreFor collects the App's ignore rules that select obj.
+func ignoreFor(app *plumbv1.App, obj *unstructured.Unstructured) diff.Ignore {
+	var out diff.Ignore
+	gvk := obj.GroupVersionKind()
+	for _, rule := range app.Spec.Ignore {
+		if rule.Kind == gvk.Kind && rule.Group == gvk.Group &&
+			(rule.Namespace == "" || rule.Namespace == obj.GetNamespace()) &&
+			(rule.Name == "" || rule.Name == obj.GetName()) {
+			out = append(out, rule.Paths...)
+		}
+	}
+	return out
 }
 
 // definedKinds are the kinds whose CRDs the render itself contains.
@@ -489,7 +504,7 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, desired []*unst
 			}
 		}
 		ssa.Stamp(obj, owner, current)
-		result, err := diff.Compare(obj, l, r.memory.record(key, id))
+		result, err := diff.Compare(obj, l, r.memory.record(key, id), ignoreFor(app, obj))
 		if err != nil {
 			return nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 		}

@@ -98,11 +98,47 @@ type AppSpec struct {
 	// +optional
 	Force bool `json:"force,omitempty"`
 
+	// Ignore lists fields that plumb leaves to others (e.g. spec.replicas of
+	// a Deployment that an autoscaler scales): they are left out of what
+	// plumb applies and never count as drift.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Ignore []IgnoreRule `json:"ignore,omitempty"`
+
 	// Helm configures rendering when source.path holds a Helm chart (a
 	// Chart.yaml). A folder with a kustomization.yaml is built with
 	// Kustomize, and any other folder is read as plain manifests.
 	// +optional
 	Helm *HelmSpec `json:"helm,omitempty"`
+}
+
+// IgnoreRule selects objects by kind (and optionally group, namespace and
+// name) and the fields of theirs that plumb ignores.
+type IgnoreRule struct {
+	// Group of the objects; empty is the core group.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Group string `json:"group,omitempty"`
+	// Kind of the objects.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind"`
+	// Namespace, when set, limits the rule to one namespace.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// Name, when set, limits the rule to one object.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Paths are JSON pointers (RFC 6901) to the ignored fields, e.g. /spec/replicas.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.all(p, p.startsWith('/') && size(p) > 1)",message="paths must be JSON pointers such as /spec/replicas"
+	// +listType=atomic
+	Paths []string `json:"paths"`
 }
 
 // HelmSpec configures how a chart in the repository is rendered. Charts are

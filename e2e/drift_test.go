@@ -1,0 +1,144 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+)
+
+const scaledDeployment = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.27
+`
+
+// driftedCondition waits until the App's Drifted condition has status and reason.
+func driftedCondition(t *testing.T, ns, name string, status metav1.ConditionStatus, reason string) metav1.Condition {
+	t.Helper()
+	var cond metav1.Condition
+	eventually(t, 60*time.Second, "Drifted="+string(status)+" "+reason, func() (bool, string) {
+		cond = findCondition(getApp(t, ns, name), plumbv1.ConditionDrifted)
+		return cond.Status == status && cond.Reason == reason, cond.Reason + ": " + cond.Message
+	})
+	return cond
+}
+
+func TestTheAlertPolicyLeavesDriftInPlaceAndReportsWhoChangedWhat(t *testing.T) {
+	setUp(t)
+	ns := newNamespace(t)
+	_, url, first := gitRepo(t, map[string]string{"deploy/config.yaml": configMapYAML("settings", "blue")})
+	createApp(t, ns, "alert", url, func(a *plumbv1.App) { a.Spec.DriftPolicy = plumbv1.DriftPolicyAlert })
+	readyAt(t, ns, "alert", first)
+
+	cm, _ := getConfigMap(t, ns, "settings")
+	cm.Data["color"] = "hand-made"
+	if err := k8s.Update(context.Background(), cm, client.FieldOwner("kubectl-edit")); err != nil {
+		t.Fatal(err)
+	}
+	cond := driftedCondition(t, ns, "alert", metav1.ConditionTrue, "DriftDetected")
+	for _, want := range []string{"ConfigMap/" + ns + "/settings", ".data.color", `"blue" → "hand-made"`, "kubectl-edit"} {
+		if !strings.Contains(cond.Message, want) {
+			t.Errorf("Drifted message %q lacks %q", cond.Message, want)
+		}
+	}
+	app := getApp(t, ns, "alert")
+	if app.Status.Drift == nil || app.Status.Drift.Count != 1 || len(app.Status.Drift.Objects) != 1 ||
+		!strings.Contains(strings.Join(app.Status.Drift.Objects[0].Managers, ","), "kubectl-edit") {
+		t.Errorf("drift summary = %+v", app.Status.Drift)
+	}
+	syncAndWait(t, ns, "alert") // another tick: still left alone, still one Event
+	if cm, _ := getConfigMap(t, ns, "settings"); cm.Data["color"] != "hand-made" {
+		t.Errorf("the alert policy healed the drift: color %q", cm.Data["color"])
+	}
+	if got := appEvents(t, ns, "alert")["DriftDetected"]; len(got) != 1 || got[0].Count != 1 {
+		t.Errorf("DriftDetected Events: %+v, want one", got)
+	}
+}
+
+func TestAControllerFightingOverAFieldIsReportedAsAConflict(t *testing.T) {
+	setUp(t)
+	ns := newNamespace(t)
+	_, url, first := gitRepo(t, map[string]string{"deploy/web.yaml": scaledDeployment})
+	createApp(t, ns, "fight", url, nil)
+	readyAt(t, ns, "fight", first)
+
+	// An autoscaler-like controller that sets replicas back to 5 whenever
+	// they change, driven by a watch as a real controller is.
+	ctx, stop := context.WithCancel(context.Background())
+	watcher, err := kubernetes.NewForConfigOrDie(cluster.Config).AppsV1().Deployments(ns).Watch(ctx,
+		metav1.ListOptions{FieldSelector: "metadata.name=web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for event := range watcher.ResultChan() {
+			d, ok := event.Object.(*appsv1.Deployment)
+			if !ok || (d.Spec.Replicas != nil && *d.Spec.Replicas == 5) {
+				continue
+			}
+			five := int32(5)
+			d.Spec.Replicas = &five
+			_ = k8s.Update(ctx, d, client.FieldOwner("autoscaler")) // a conflict just waits for the next event
+		}
+	})
+	cond := driftedCondition(t, ns, "fight", metav1.ConditionTrue, "DriftConflict")
+	stop()
+	watcher.Stop()
+	wg.Wait()
+	if !strings.Contains(cond.Message, "autoscaler") || !strings.Contains(cond.Message, ".spec.replicas") {
+		t.Errorf("conflict message %q does not name the other manager and the field", cond.Message)
+	}
+	if got := appEvents(t, ns, "fight")["DriftConflict"]; len(got) != 1 {
+		t.Errorf("DriftConflict Events: %d, want 1", len(got))
+	}
+}
+
+func TestIgnoredFieldsAreLeftToOthers(t *testing.T) {
+	setUp(t)
+	ns := newNamespace(t)
+	_, url, first := gitRepo(t, map[string]string{"deploy/web.yaml": scaledDeployment})
+	createApp(t, ns, "scaled", url, func(a *plumbv1.App) {
+		a.Spec.Ignore = []plumbv1.IgnoreRule{{Group: "apps", Kind: "Deployment", Paths: []string{"/spec/replicas"}}}
+	})
+	readyAt(t, ns, "scaled", first)
+	d := &appsv1.Deployment{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, d); err != nil {
+		t.Fatal(err)
+	}
+	four := int32(4)
+	d.Spec.Replicas = &four
+	if err := k8s.Update(context.Background(), d, client.FieldOwner("autoscaler")); err != nil {
+		t.Fatal(err)
+	}
+	syncAndWait(t, ns, "scaled")
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, d); err != nil {
+		t.Fatal(err)
+	}
+	if *d.Spec.Replicas != 4 {
+		t.Errorf("replicas = %d, want the autoscaler's 4", *d.Spec.Replicas)
+	}
+	if cond := findCondition(getApp(t, ns, "scaled"), plumbv1.ConditionDrifted); cond.Status != metav1.ConditionFalse {
+		t.Errorf("Drifted = %s %s: %s", cond.Status, cond.Reason, cond.Message)
+	}
+}

@@ -82,6 +82,18 @@ type Change struct {
 type Result struct {
 	Kind    Kind
 	Changes []Change
+	// Additions are fields someone else added inside list items plumb
+	// applied (e.g. an env var in a container from Git), as JSON patch
+	// operations that remove them from the live object, each guarded by a
+	// test of the item's key.
+	Additions []PatchOp
+}
+
+// PatchOp is one JSON patch operation (RFC 6902).
+type PatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
 }
 
 // Hash is a stable hash of an object's content, without the revision
@@ -161,10 +173,121 @@ func Compare(desired, live *unstructured.Unstructured, rec *Record, ignore Ignor
 			lost.Insert(p)
 		}
 	})
-	if lost.Empty() {
+	changes, additions := additionsInPlumbItems(live, rec.Fields, ignore)
+	if lost.Empty() && len(additions) == 0 {
 		return Result{Kind: Unchanged}, nil
 	}
-	return Result{Kind: Drifted, Changes: attribute(desired, live, lost)}, nil
+	changes = append(attribute(desired, live, lost), changes...)
+	return Result{Kind: Drifted, Changes: changes, Additions: additions}, nil
+}
+
+// additionsInPlumbItems finds fields other managers added inside list items
+// that plumb applied (keyed items such as a container by name): they change
+// what plumb deployed, unlike a label or a replica count set beside it.
+func additionsInPlumbItems(live *unstructured.Unstructured, plumbFields *fieldpath.Set, ignore Ignore) ([]Change, []PatchOp) {
+	var changes []Change
+	var ops []PatchOp
+	seen := map[string]bool{}
+	covered := prefixesOf(plumbFields)
+	for _, entry := range live.GetManagedFields() {
+		if entry.Manager == Manager || entry.Subresource != "" || entry.FieldsV1 == nil {
+			continue
+		}
+		set := &fieldpath.Set{}
+		if err := set.FromJSON(bytes.NewReader(entry.FieldsV1.Raw)); err != nil {
+			continue
+		}
+		set.Leaves().Iterate(func(p fieldpath.Path) {
+			root, ok := addedRoot(p, plumbFields, covered)
+			if !ok || ignore.covers(root) || seen[root.String()] {
+				return
+			}
+			seen[root.String()] = true
+			pointer, guards, ok := pointerTo(live.Object, root)
+			if !ok {
+				return
+			}
+			after, _ := valueAt(live.Object, root)
+			changes = append(changes, Change{Path: root.String(), After: render(after, true),
+				Manager: entry.Manager, Operation: string(entry.Operation), Time: entry.Time})
+			ops = append(append(ops, guards...), PatchOp{Op: "remove", Path: pointer})
+		})
+	}
+	return changes, ops
+}
+
+// prefixesOf lists every path at or above a member of set.
+func prefixesOf(set *fieldpath.Set) map[string]bool {
+	out := map[string]bool{}
+	set.Iterate(func(p fieldpath.Path) {
+		for i := range p {
+			out[p[:i+1].String()] = true
+		}
+	})
+	return out
+}
+
+// addedRoot returns the shortest prefix of p that plumb owns nothing at or
+// under, when it lies inside a keyed list item that plumb owns.
+func addedRoot(p fieldpath.Path, plumbFields *fieldpath.Set, covered map[string]bool) (fieldpath.Path, bool) {
+	insideItem := false
+	for i := range p {
+		prefix := p[:i+1]
+		if covered[prefix.String()] {
+			if p[i].Key != nil && plumbFields.Has(prefix) {
+				insideItem = true
+			}
+			continue
+		}
+		if !insideItem {
+			return nil, false
+		}
+		return prefix.Copy(), true
+	}
+	return nil, false
+}
+
+// pointerTo turns a managedFields path into a JSON pointer into obj (keyed
+// items become indices), with test operations that guard each index.
+func pointerTo(obj map[string]any, p fieldpath.Path) (string, []PatchOp, bool) {
+	var b strings.Builder
+	var guards []PatchOp
+	var cur any = obj
+	for _, pe := range p {
+		switch {
+		case pe.FieldName != nil:
+			m, ok := cur.(map[string]any)
+			if !ok {
+				return "", nil, false
+			}
+			b.WriteString("/" + strings.ReplaceAll(strings.ReplaceAll(*pe.FieldName, "~", "~0"), "/", "~1"))
+			cur = m[*pe.FieldName]
+		case pe.Key != nil:
+			list, ok := cur.([]any)
+			if !ok {
+				return "", nil, false
+			}
+			found := -1
+			for i, item := range list {
+				if m, ok := item.(map[string]any); ok && matchesKey(m, *pe.Key) {
+					found = i
+					break
+				}
+			}
+			if found < 0 {
+				return "", nil, false
+			}
+			fmt.Fprintf(&b, "/%d", found)
+			item := list[found].(map[string]any)
+			for _, f := range *pe.Key {
+				guards = append(guards, PatchOp{Op: "test", Path: b.String() + "/" + f.Name, Value: item[f.Name]})
+			}
+			cur = item
+		default:
+			return "", nil, false
+		}
+	}
+	return b.String(), guards, true
 }
 
 // attribute names, for each lost field, its values and the manager that

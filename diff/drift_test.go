@@ -2,6 +2,8 @@ package diff
 
 import (
 	"context"
+	"encoding/json"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/plumb-dev/plumb/source/manifest"
@@ -299,5 +302,38 @@ func TestAnIgnoredFieldPlumbOwnedIsNotDriftWhenTakenOver(t *testing.T) {
 	}
 	if got, _ := Compare(desired, live, &rec, Ignore{"/spec/replicas"}); got.Kind != Unchanged {
 		t.Errorf("with /spec/replicas ignored: %s %s, want unchanged", got.Kind, Describe(got.Changes))
+	}
+}
+
+func TestAnEnvVarAddedToAContainerFromGitIsDriftAndCanBeRemoved(t *testing.T) {
+	c := newClient(t)
+	ns := newNamespace(t, c)
+	withEnv := strings.Replace(deploymentYAML, "        image: nginx:1.27\n", "        image: nginx:1.27\n        env:\n        - {name: MODE, value: production}\n", 1)
+	desired, rec := applied(t, c, ns, withEnv)
+	out, err := exec.Command(cluster.Binaries.Path("kubectl"), "--kubeconfig", cluster.KubeconfigPath, "-n", ns,
+		"set", "env", "deployment/web", "DEBUG=1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl set env: %v\n%s", err, out)
+	}
+	live := get(t, c, desired)
+	got, err := Compare(desired, live, &rec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Change{{Path: `.spec.template.spec.containers[name="web"].env[name="DEBUG"]`, After: `{"name":"DEBUG","value":"1"}`,
+		Manager: "kubectl-set", Operation: "Update"}}
+	if diff := cmp.Diff(want, got.Changes, cmpopts.IgnoreFields(Change{}, "Time")); got.Kind != Drifted || diff != "" {
+		t.Fatalf("Compare = %s (-want +got):\n%s", got.Kind, diff)
+	}
+	// The removal the heal sends: one JSON patch, guarded by the items' keys.
+	patch, err := json.Marshal(got.Additions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Patch(context.Background(), live, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		t.Fatalf("applying %s: %v", patch, err)
+	}
+	if got, _ := Compare(desired, get(t, c, desired), &rec, nil); got.Kind != Unchanged {
+		t.Errorf("after removing the addition: %s %s", got.Kind, Describe(got.Changes))
 	}
 }

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -140,5 +142,30 @@ func TestIgnoredFieldsAreLeftToOthers(t *testing.T) {
 	}
 	if cond := findCondition(getApp(t, ns, "scaled"), plumbv1.ConditionDrifted); cond.Status != metav1.ConditionFalse {
 		t.Errorf("Drifted = %s %s: %s", cond.Status, cond.Reason, cond.Message)
+	}
+}
+
+func TestAnEnvVarAddedByHandIsRemovedAgain(t *testing.T) {
+	setUp(t)
+	ns := newNamespace(t)
+	_, url, first := gitRepo(t, map[string]string{"deploy/web.yaml": strings.Replace(scaledDeployment,
+		"        image: nginx:1.27\n", "        image: nginx:1.27\n        env:\n        - {name: MODE, value: production}\n", 1)})
+	createApp(t, ns, "env", url, nil) // interval 10m: only the informer brings the tick
+	readyAt(t, ns, "env", first)
+	out, err := exec.Command(cluster.Binaries.Path("kubectl"), "--kubeconfig", cluster.KubeconfigPath, "-n", ns,
+		"set", "env", "deployment/web", "DEBUG=1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl set env: %v\n%s", err, out)
+	}
+	eventually(t, 30*time.Second, "DEBUG to be removed", func() (bool, string) {
+		d := &appsv1.Deployment{}
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, d); err != nil {
+			return false, err.Error()
+		}
+		env := d.Spec.Template.Spec.Containers[0].Env
+		return len(env) == 1 && env[0].Name == "MODE", fmt.Sprintf("env %v", env)
+	})
+	if got := appEvents(t, ns, "env")["DriftDetected"]; len(got) != 1 || !strings.Contains(got[0].Message, `env[name="DEBUG"]`) || !strings.Contains(got[0].Message, "kubectl-set") {
+		t.Errorf("DriftDetected Events: %+v", got)
 	}
 }

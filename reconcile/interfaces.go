@@ -35,6 +35,7 @@ type Observer interface {
 type Applier interface {
 	DryRunDiffers(ctx context.Context, obj, live *unstructured.Unstructured) (bool, error)
 	ApplyDirect(ctx context.Context, objects []*unstructured.Unstructured, opts ssa.DirectOptions) ([]ssa.Applied, *fluxssa.ChangeSet, error)
+	RemoveAdditions(ctx context.Context, obj *unstructured.Unstructured, patch []byte) error
 	Prune(ctx context.Context, stale []*unstructured.Unstructured, owner ssa.Owner) (*fluxssa.ChangeSet, error)
 }
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -245,6 +246,21 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, log *zap.Logger)
 		}
 		log.Info("Applied objects", zap.Int("changed", len(plan.apply)))
 	}
+	// Server-side apply keeps fields other managers added; heal those with
+	// one guarded JSON patch per object.
+	for id, d := range plan.drifted {
+		if plan.left[id] || len(d.additions) == 0 || d.live == nil {
+			continue
+		}
+		patch, err := json.Marshal(d.additions)
+		if err == nil {
+			err = r.Applier.RemoveAdditions(ctx, d.live, patch)
+		}
+		if err != nil {
+			return changes, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
+		}
+		changes.Add(fluxssa.ChangeSetEntry{Subject: id.String(), Action: fluxssa.ConfiguredAction})
+	}
 	if app.Spec.PruneEnabled() {
 		stale := staleObjects(app.Status.Inventory, desired)
 		if len(stale) > 0 {
@@ -465,7 +481,9 @@ type plan struct {
 // drift is one drifted object.
 type drift struct {
 	obj        *unstructured.Unstructured
+	live       *unstructured.Unstructured
 	changes    []diff.Change
+	additions  []diff.PatchOp // fields others added inside plumb's list items
 	deleted    bool
 	newEpisode bool // first detection since the object was last converged
 	conflict   bool // another controller keeps changing it back
@@ -524,7 +542,8 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, desired []*unst
 			p.apply = append(p.apply, obj)
 		case diff.Drifted, diff.Deleted:
 			newEpisode, recent := r.memory.drifted(key, id, r.now())
-			d := drift{obj: obj, changes: result.Changes, deleted: result.Kind == diff.Deleted, newEpisode: newEpisode}
+			d := drift{obj: obj, live: l, changes: result.Changes, additions: result.Additions,
+				deleted: result.Kind == diff.Deleted, newEpisode: newEpisode}
 			switch {
 			case app.Spec.DriftPolicy == plumbv1.DriftPolicyAlert:
 				p.left[id] = true

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -124,4 +125,15 @@ func withoutMetadataAndStatus(u *unstructured.Unstructured) map[string]any {
 		return u.Object
 	}
 	return c.Object
+}
+
+// RemoveAdditions sends one JSON patch (RFC 6902) to obj, e.g. to remove
+// fields someone else added inside what plumb applied. The patch's test
+// operations make it fail rather than remove the wrong list item.
+func (m *Manager) RemoveAdditions(ctx context.Context, obj *unstructured.Unstructured, patch []byte) error {
+	target := obj.DeepCopy()
+	if err := m.client.Patch(ctx, target, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(FieldManager)); err != nil {
+		return fmt.Errorf("%s: removing fields added outside Git: %w", describe(obj), err)
+	}
+	return nil
 }

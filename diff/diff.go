@@ -161,7 +161,7 @@ func Compare(desired, live *unstructured.Unstructured, rec *Record, ignore Ignor
 		return Result{}, err
 	}
 	if hash != rec.DesiredHash {
-		return Result{Kind: Update}, nil
+		return Result{Kind: Update, Changes: FieldChanges(desired, live)}, nil
 	}
 	current, err := PlumbFields(live)
 	if err != nil {

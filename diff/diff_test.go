@@ -146,6 +146,9 @@ func TestTheOracleCorpusIsUnchangedAfterApply(t *testing.T) {
 			if got.Kind != Unchanged {
 				t.Errorf("cache diff = %s %v, want unchanged", got.Kind, got.Changes)
 			}
+			if changes := FieldChanges(desired, live); len(changes) != 0 {
+				t.Errorf("field-by-field comparison with the live object finds differences: %s", Describe(changes))
+			}
 			action, err := dryRun.Diff(context.Background(), desired.DeepCopy())
 			if err != nil || action != fluxssa.UnchangedAction {
 				t.Errorf("server-side dry-run = %s, %v; want unchanged", action, err)

@@ -98,6 +98,10 @@ type AppSpec struct {
 	// +optional
 	Force bool `json:"force,omitempty"`
 
+	// Webhook tunes how Git push webhooks trigger this App.
+	// +optional
+	Webhook *WebhookSpec `json:"webhook,omitempty"`
+
 	// Ignore lists fields that plumb leaves to others (e.g. spec.replicas of
 	// a Deployment that an autoscaler scales): they are left out of what
 	// plumb applies and never count as drift.
@@ -111,6 +115,14 @@ type AppSpec struct {
 	// Kustomize, and any other folder is read as plain manifests.
 	// +optional
 	Helm *HelmSpec `json:"helm,omitempty"`
+}
+
+// WebhookSpec tunes how pushes trigger an App.
+type WebhookSpec struct {
+	// PathFilter skips pushes whose commits touched no file under
+	// source.path (when the push lists the files it changed).
+	// +optional
+	PathFilter bool `json:"pathFilter,omitempty"`
 }
 
 // IgnoreRule selects objects by kind (and optionally group, namespace and

@@ -17,7 +17,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 TEST_FLAGS ?= -count=1 -timeout 45m
 # Every native fuzz target runs this long in `make test` (longer: make fuzz FUZZTIME=5m).
 FUZZTIME ?= 10s
-FUZZ_TARGETS := ./source/manifest:FuzzParse ./source/tree:FuzzResolve ./webhook:FuzzNormalizeURL
+FUZZ_TARGETS := ./source/manifest:FuzzParse ./source/tree:FuzzResolve ./webhook:FuzzNormalizeURL ./webhook:FuzzHandler
 
 .PHONY: help
 help: ## List the targets.

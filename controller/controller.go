@@ -41,6 +41,7 @@ import (
 	"github.com/plumb-dev/plumb/reconcile"
 	"github.com/plumb-dev/plumb/source"
 	"github.com/plumb-dev/plumb/ssa"
+	"github.com/plumb-dev/plumb/webhook"
 )
 
 // Options configure the controller.
@@ -63,6 +64,12 @@ type Options struct {
 	// AppSelector, when set, limits this controller to the Apps whose labels
 	// match it (shard Apps between controllers, like Flux's sharding).
 	AppSelector labels.Selector
+	// WebhookAddr serves the push webhook receiver for the providers in
+	// WebhookSecrets; with no secret the receiver is off.
+	WebhookAddr    string
+	WebhookSecrets map[webhook.Provider]string
+	// WebhookMaxBodyBytes caps payloads (default 1 MiB).
+	WebhookMaxBodyBytes int64
 }
 
 // Run runs the controller until ctx ends; on the way out it lets ticks
@@ -156,6 +163,31 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	if _, err := appInformer.AddEventHandler(appEvents(apps.Add)); err != nil {
 		return err
 	}
+	if len(opts.WebhookSecrets) > 0 {
+		index := webhook.NewIndex()
+		if _, err := appInformer.AddEventHandler(indexEvents(index)); err != nil {
+			return err
+		}
+		receiver, err := webhook.NewReceiver(webhook.Options{
+			Secrets: opts.WebhookSecrets, MaxBodyBytes: opts.WebhookMaxBodyBytes, Index: index,
+			Trigger: func(key types.NamespacedName) {
+				tick.RequestRefresh(key)
+				apps.Add(key)
+			},
+			Observe: func(p webhook.Provider, event string, code, matched int) {
+				loopMetrics.ObserveWebhook(string(p), event, code, matched)
+			},
+		})
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(httpServer("webhook", opts.WebhookAddr, receiver.Handler(), log)); err != nil {
+			return err
+		}
+		log.Info("Prepared the webhook receiver", zap.Any("providers", receiver.Served()))
+	} else {
+		log.Info("Webhook receiver off: no provider has a secret")
+	}
 	// The queue runs only on the leader (a RunnableFunc needs leader election).
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		log.Info("Started ticking", zap.Int("workers", opts.Workers))
@@ -219,15 +251,49 @@ func appEvents(enqueue func(types.NamespacedName)) toolscache.ResourceEventHandl
 	}
 }
 
+// indexEvents keeps the webhook index in step with the App cache.
+func indexEvents(index *webhook.Index) toolscache.ResourceEventHandler {
+	set := func(obj any) {
+		if app, ok := obj.(*plumbv1.App); ok {
+			index.Set(app)
+		}
+	}
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, newObj any) { set(newObj) },
+		DeleteFunc: func(obj any) {
+			if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = tombstone.Obj
+			}
+			if app, ok := obj.(*plumbv1.App); ok {
+				index.Delete(client.ObjectKeyFromObject(app))
+			}
+		},
+	}
+}
+
 // metricsServer serves a private Prometheus registry (no global state).
 func metricsServer(addr string, registry *prometheus.Registry, log *zap.Logger) manager.Runnable {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry}))
-	return &serverRunnable{server: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, addr: addr, log: log}
+	return httpServer("metrics", addr, mux, log)
+}
+
+// httpServer runs a handler with timeouts that bound slow clients.
+func httpServer(name, addr string, handler http.Handler, log *zap.Logger) manager.Runnable {
+	return &serverRunnable{name: name, addr: addr, log: log, server: &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}}
 }
 
 // serverRunnable runs an HTTP server on every replica, leader or not.
 type serverRunnable struct {
+	name   string
 	server *http.Server
 	addr   string
 	log    *zap.Logger
@@ -238,9 +304,9 @@ func (s *serverRunnable) NeedLeaderElection() bool { return false }
 func (s *serverRunnable) Start(ctx context.Context) error {
 	listener, err := net.Listen("tcp", s.addr)
 	if err != nil {
-		return fmt.Errorf("listening for metrics on %s: %w", s.addr, err)
+		return fmt.Errorf("listening for %s on %s: %w", s.name, s.addr, err)
 	}
-	s.log.Info("Serving", zap.String("server", "metrics"), zap.String("addr", listener.Addr().String()))
+	s.log.Info("Serving", zap.String("server", s.name), zap.String("addr", listener.Addr().String()))
 	go func() {
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

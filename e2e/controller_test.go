@@ -16,8 +16,12 @@ type controllerProcess struct {
 	cmd         *exec.Cmd
 	logPath     string
 	metricsAddr string
+	webhookAddr string
 	exited      chan error
 }
+
+// webhookSecret is the secret of every provider the e2e controllers serve.
+const webhookSecret = "e2e-webhook-secret"
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -41,8 +45,16 @@ func startController(t *testing.T, name string, extra ...string) *controllerProc
 	if err != nil {
 		t.Fatal(err)
 	}
-	metricsAddr := freeAddr(t)
+	metricsAddr, webhookAddr := freeAddr(t), freeAddr(t)
+	secretFile := filepath.Join(dir, "webhook-secret")
+	if err := os.WriteFile(secretFile, []byte(webhookSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	args := append([]string{"controller",
+		"--webhook-addr", webhookAddr,
+		"--webhook-secret-file", "github=" + secretFile,
+		"--webhook-secret-file", "gitlab=" + secretFile,
+		"--webhook-secret-file", "gitea=" + secretFile,
 		"--kubeconfig", cluster.KubeconfigPath,
 		"--health-addr", freeAddr(t), "--metrics-addr", metricsAddr,
 		"--git-cache-dir", filepath.Join(dir, "git"),
@@ -55,7 +67,7 @@ func startController(t *testing.T, name string, extra ...string) *controllerProc
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &controllerProcess{cmd: cmd, logPath: logPath, metricsAddr: metricsAddr, exited: make(chan error, 1)}
+	p := &controllerProcess{cmd: cmd, logPath: logPath, metricsAddr: metricsAddr, webhookAddr: webhookAddr, exited: make(chan error, 1)}
 	go func() { p.exited <- cmd.Wait(); logFile.Close() }()
 	return p
 }

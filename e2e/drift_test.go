@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -125,12 +126,16 @@ func TestIgnoredFieldsAreLeftToOthers(t *testing.T) {
 	})
 	readyAt(t, ns, "scaled", first)
 	d := &appsv1.Deployment{}
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, d); err != nil {
-		t.Fatal(err)
-	}
 	four := int32(4)
-	d.Spec.Replicas = &four
-	if err := k8s.Update(context.Background(), d, client.FieldOwner("autoscaler")); err != nil {
+	// The deployment controller writes status meanwhile: retry on conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, d); err != nil {
+			return err
+		}
+		d.Spec.Replicas = &four
+		return k8s.Update(context.Background(), d, client.FieldOwner("autoscaler"))
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	syncAndWait(t, ns, "scaled")

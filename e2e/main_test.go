@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/api/v1alpha1/crd"
@@ -40,6 +42,7 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
+	ctrllog.SetLogger(logr.Discard()) // the test's own clients need no runtime logs
 	binDir, err := os.MkdirTemp("", "plumb-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

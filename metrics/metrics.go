@@ -4,6 +4,7 @@
 package metrics
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,14 @@ type Metrics struct {
 	tickDuration  prometheus.Histogram
 	phaseDuration *prometheus.HistogramVec
 	changes       *prometheus.CounterVec
+	webhooks      *prometheus.CounterVec
+	matched       prometheus.Histogram
+}
+
+// webhookEvents bounds the event label: payload headers are attacker input.
+var webhookEvents = map[string]string{
+	"push": "push", "Push Hook": "push", "Tag Push Hook": "tag", "repo:refs_changed": "push",
+	"ping": "ping", "diagnostics:ping": "ping",
 }
 
 // NewMetrics creates the collectors and registers them on reg.
@@ -56,8 +65,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "plumb_object_changes_total",
 			Help: "Objects created, configured or deleted by the Apply phase.",
 		}, []string{"action"}),
+		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plumb_webhook_requests_total",
+			Help: "Webhook requests by provider, event (push, tag, ping or other) and HTTP status code.",
+		}, []string{"provider", "event", "code"}),
+		matched: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "plumb_webhook_matched_apps",
+			Help:    "Apps matched per verified push.",
+			Buckets: []float64{0, 1, 2, 5, 10, 25, 100},
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.ticks, m.phaseFailures, m.tickDuration, m.phaseDuration, m.changes} {
+	for _, c := range []prometheus.Collector{m.ticks, m.phaseFailures, m.tickDuration, m.phaseDuration, m.changes, m.webhooks, m.matched} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -97,4 +115,19 @@ func (m *Metrics) ObservePhase(phase string, d time.Duration) {
 // ObserveChange counts objects changed by one action.
 func (m *Metrics) ObserveChange(action string, n int) {
 	m.changes.WithLabelValues(action).Add(float64(n))
+}
+
+// ObserveWebhook counts one webhook request and, for a verified push, how
+// many Apps it matched.
+func (m *Metrics) ObserveWebhook(provider, event string, code, matched int) {
+	label, ok := webhookEvents[event]
+	if !ok {
+		label = "other"
+	}
+	m.webhooks.WithLabelValues(provider, label, strconv.Itoa(code)).Inc()
+	if label == "push" || label == "tag" {
+		if code == 202 {
+			m.matched.Observe(float64(matched))
+		}
+	}
 }

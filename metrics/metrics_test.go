@@ -63,3 +63,20 @@ func TestObservations(t *testing.T) {
 		t.Errorf("tick duration series = %d", got)
 	}
 }
+
+func TestWebhookEventLabelsAreBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ObserveWebhook("github", "push", 202, 2)
+	m.ObserveWebhook("github", "anything-an-attacker-sends-1", 401, 0)
+	m.ObserveWebhook("github", "anything-an-attacker-sends-2", 401, 0)
+	if got := testutil.ToFloat64(m.webhooks.WithLabelValues("github", "other", "401")); got != 2 {
+		t.Errorf("other events counted %v, want 2", got)
+	}
+	if got := testutil.CollectAndCount(m.webhooks); got != 2 {
+		t.Errorf("%d series, want 2", got)
+	}
+}

@@ -18,6 +18,7 @@ type memory struct {
 	mu       sync.Mutex
 	records  map[types.NamespacedName]map[objectID]diff.Record
 	episodes map[types.NamespacedName]map[objectID]*episode
+	refresh  map[types.NamespacedName]bool // a webhook asked for a fresh read
 }
 
 // episode is the drift history of one object.
@@ -33,6 +34,7 @@ func (m *memory) init() {
 	if m.records == nil {
 		m.records = map[types.NamespacedName]map[objectID]diff.Record{}
 		m.episodes = map[types.NamespacedName]map[objectID]*episode{}
+		m.refresh = map[types.NamespacedName]bool{}
 	}
 }
 
@@ -119,4 +121,22 @@ func (m *memory) converged(app types.NamespacedName, id objectID) {
 	if e := m.episodes[app][id]; e != nil {
 		e.active = false
 	}
+}
+
+// askRefresh marks an App's next read as fresh.
+func (m *memory) askRefresh(app types.NamespacedName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.init()
+	m.refresh[app] = true
+}
+
+// takeRefresh reports and clears the mark.
+func (m *memory) takeRefresh(app types.NamespacedName) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.init()
+	asked := m.refresh[app]
+	delete(m.refresh, app)
+	return asked
 }

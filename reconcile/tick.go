@@ -91,6 +91,10 @@ func (e *PhaseError) Error() string {
 
 func (e *PhaseError) Unwrap() error { return e.Err }
 
+// RequestRefresh makes the App's next tick read Git afresh, skipping the
+// render cache (a webhook announced a push). Call it before enqueueing.
+func (r *Reconciler) RequestRefresh(key types.NamespacedName) { r.memory.askRefresh(key) }
+
 // Tick runs one tick for the App key and returns its interval for the queue.
 func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName) (time.Duration, error) {
 	log := r.Log.With(zap.String("app", key.String()), zap.String("tick", tickID()))
@@ -338,7 +342,8 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App) (*source.Result
 		Auth:         auth,
 		Render:       render.Options{Helm: helm},
 		LastRevision: app.Status.LastAppliedRevision,
-		Refresh:      syncRequest != "" && syncRequest != app.Status.LastHandledSyncRequest,
+		Refresh: r.memory.takeRefresh(client.ObjectKeyFromObject(app)) ||
+			(syncRequest != "" && syncRequest != app.Status.LastHandledSyncRequest),
 	}
 	app.Status.LastHandledSyncRequest = syncRequest
 	result, err := r.Reader.Read(ctx, req)

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,15 +21,16 @@ import (
 
 	"github.com/plumb-dev/plumb/controller"
 	"github.com/plumb-dev/plumb/source"
+	"github.com/plumb-dev/plumb/webhook"
 )
 
 // controllerFlags are the flags of `plumb controller`.
 type controllerFlags struct {
-	kubeconfig  string
-	webhookAddr string
-	logLevel    string
-	logEncoding string
-	appSelector string
+	kubeconfig     string
+	logLevel       string
+	logEncoding    string
+	appSelector    string
+	webhookSecrets []string // provider=path
 	controller.Options
 }
 
@@ -46,7 +49,9 @@ func newControllerCommand() *cobra.Command {
 	flags := cmd.Flags()
 	flags.StringVar(&f.kubeconfig, "kubeconfig", "", "path to a kubeconfig; defaults to $KUBECONFIG, then the in-cluster service account")
 	flags.StringVar(&f.MetricsAddr, "metrics-addr", ":8080", "address that serves Prometheus metrics on /metrics")
-	flags.StringVar(&f.webhookAddr, "webhook-addr", ":9292", "address of the Git push webhook receiver (served once the receiver is built)")
+	flags.StringVar(&f.WebhookAddr, "webhook-addr", ":9292", "address of the Git push webhook receiver (POST /hooks/<provider>)")
+	flags.StringArrayVar(&f.webhookSecrets, "webhook-secret-file", nil, "provider=path of a file holding that provider's webhook secret (repeatable; providers: github, gitlab, gitea, gogs, bitbucket-server); a provider is served only with a secret")
+	flags.Int64Var(&f.WebhookMaxBodyBytes, "webhook-max-body-bytes", 1<<20, "largest webhook payload in bytes; larger ones get 413")
 	flags.StringVar(&f.HealthAddr, "health-addr", ":8081", "address that serves /healthz and /readyz")
 	flags.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	flags.StringVar(&f.logEncoding, "log-encoding", "json", "log encoding: json or console")
@@ -66,7 +71,7 @@ func newControllerCommand() *cobra.Command {
 
 // validate checks the flags before anything starts.
 func (f controllerFlags) validate() error {
-	for name, addr := range map[string]string{"--metrics-addr": f.MetricsAddr, "--webhook-addr": f.webhookAddr, "--health-addr": f.HealthAddr} {
+	for name, addr := range map[string]string{"--metrics-addr": f.MetricsAddr, "--webhook-addr": f.WebhookAddr, "--health-addr": f.HealthAddr} {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return fmt.Errorf("%s %q: want host:port: %w", name, addr, err)
 		}
@@ -104,7 +109,36 @@ func runController(ctx context.Context, f controllerFlags) error {
 	}
 	log.Info("Connected to the API server", zap.String("host", cfg.Host), zap.String("version", serverVersion))
 	f.AppSelector, _ = labels.Parse(f.appSelector) // validated above
+	if f.WebhookSecrets, err = readWebhookSecrets(f.webhookSecrets); err != nil {
+		return err
+	}
 	return controller.Run(ctx, cfg, f.Options, log)
+}
+
+// readWebhookSecrets reads provider=path flags. Secrets come from files (a
+// mounted Secret in a cluster), never from the command line.
+func readWebhookSecrets(flags []string) (map[webhook.Provider]string, error) {
+	secrets := map[webhook.Provider]string{}
+	for _, flag := range flags {
+		name, path, ok := strings.Cut(flag, "=")
+		if !ok || path == "" {
+			return nil, fmt.Errorf("--webhook-secret-file %q: want provider=path", flag)
+		}
+		provider := webhook.Provider(name)
+		if !slices.Contains(webhook.Providers, provider) {
+			return nil, fmt.Errorf("--webhook-secret-file: unknown provider %q (want one of %v)", name, webhook.Providers)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("reading the %s webhook secret: %w", name, err)
+		}
+		secret := strings.TrimSpace(string(data))
+		if secret == "" {
+			return nil, fmt.Errorf("the %s webhook secret in %s is empty: refusing to serve %s unverified", name, path, name)
+		}
+		secrets[provider] = secret
+	}
+	return secrets, nil
 }
 
 // loadRESTConfig reads the kubeconfig at path, or else $KUBECONFIG, or else

@@ -182,6 +182,16 @@ func TestControllerServesHealthAndMetricsAndStopsOnSIGTERM(t *testing.T) {
 	}
 }
 
+// emptyFile is an empty secret file for the flag tests.
+var emptyFile = func() string {
+	f, err := os.CreateTemp("", "empty-secret-")
+	if err != nil {
+		panic(err)
+	}
+	f.Close()
+	return f.Name()
+}()
+
 func TestControllerRejectsBadFlagsBeforeStarting(t *testing.T) {
 	tests := []struct {
 		args []string
@@ -193,6 +203,8 @@ func TestControllerRejectsBadFlagsBeforeStarting(t *testing.T) {
 		{[]string{"--kubeconfig", "/nonexistent/kubeconfig"}, "loading the kubeconfig"},
 		{[]string{"--max-objects", "-1"}, "must not be negative"},
 		{[]string{"--app-label-selector", "a in (b"}, `--app-label-selector "a in (b"`},
+		{[]string{"--webhook-secret-file", "github=" + emptyFile}, "the github webhook secret in " + emptyFile + " is empty: refusing to serve github unverified"},
+		{[]string{"--webhook-secret-file", "svn=/x"}, `unknown provider "svn"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

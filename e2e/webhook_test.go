@@ -1,0 +1,126 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// recordedPayload reads a payload go-playground/webhooks recorded from a
+// real provider, and rewrites the fields that name the repository and ref.
+func recordedPayload(t *testing.T, name string, rewrite func(map[string]any)) []byte {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/go-playground/webhooks/v6").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var payload map[string]any
+	if err := json.Unmarshal(data, &payload); err != nil {
+		t.Fatal(err)
+	}
+	rewrite(payload)
+	body, err := json.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+func hmacSHA256(body []byte) string {
+	mac := hmac.New(sha256.New, []byte(webhookSecret))
+	mac.Write(body)
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
+// postHook sends a payload to the main controller's receiver.
+func postHook(t *testing.T, provider string, headers map[string]string, body []byte) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+controller.webhookAddr+"/hooks/"+provider, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("posting the %s webhook: %v", provider, err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(answer)
+}
+
+func TestASignedPushConvergesLongBeforeTheTimer(t *testing.T) {
+	setUp(t)
+	for _, provider := range []string{"github", "gitlab", "gitea"} {
+		t.Run(provider, func(t *testing.T) {
+			ns := newNamespace(t)
+			w, url, first := gitRepo(t, map[string]string{"deploy/config.yaml": configMapYAML("settings", "blue")})
+			createApp(t, ns, "hooked", url, nil) // interval 10m
+			readyAt(t, ns, "hooked", first)
+			second := commit(t, w, map[string]string{"deploy/config.yaml": configMapYAML("settings", "pushed")})
+
+			var body []byte
+			headers := map[string]string{}
+			switch provider {
+			case "github":
+				body = recordedPayload(t, "github/push.json", func(p map[string]any) {
+					p["ref"] = "refs/heads/main"
+					p["repository"].(map[string]any)["clone_url"] = url
+				})
+				headers["X-GitHub-Event"] = "push"
+				headers["X-GitHub-Delivery"] = ns
+				headers["X-Hub-Signature-256"] = "sha256=" + hmacSHA256(body)
+			case "gitlab":
+				body = recordedPayload(t, "gitlab/push-event.json", func(p map[string]any) {
+					p["ref"] = "refs/heads/main"
+					p["project"].(map[string]any)["git_http_url"] = url
+				})
+				headers["X-Gitlab-Event"] = "Push Hook"
+				headers["X-Gitlab-Token"] = webhookSecret
+			case "gitea":
+				body = recordedPayload(t, "gitea/push-event.json", func(p map[string]any) {
+					p["ref"] = "refs/heads/main"
+					p["repository"].(map[string]any)["clone_url"] = url
+				})
+				headers["X-Gitea-Event"] = "push"
+				headers["X-Gitea-Signature"] = hmacSHA256(body)
+			}
+			start := time.Now()
+			code, answer := postHook(t, provider, headers, body)
+			if code != http.StatusAccepted || !strings.Contains(answer, "matched 1 apps") {
+				t.Fatalf("%s webhook answered %d %q", provider, code, answer)
+			}
+			readyAt(t, ns, "hooked", second)
+			t.Logf("%s push to applied: %s", provider, time.Since(start).Round(time.Millisecond))
+			if cm, _ := getConfigMap(t, ns, "settings"); cm.Data["color"] != "pushed" {
+				t.Errorf("color = %q after the push", cm.Data["color"])
+			}
+		})
+	}
+}
+
+func TestAnUnsignedPushTriggersNothing(t *testing.T) {
+	setUp(t)
+	body := recordedPayload(t, "github/push.json", func(p map[string]any) {})
+	code, answer := postHook(t, "github", map[string]string{"X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + strings.Repeat("0", 64)}, body)
+	if code != http.StatusUnauthorized || strings.TrimSpace(answer) != "unauthorized" {
+		t.Errorf("a badly signed push got %d %q", code, answer)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -49,9 +50,18 @@ func hmacSHA256(body []byte) string {
 // postHook sends a payload to the main controller's receiver.
 func postHook(t *testing.T, provider string, headers map[string]string, body []byte) (int, string) {
 	t.Helper()
+	code, answer, err := sendHook(provider, headers, body)
+	if err != nil {
+		t.Fatalf("posting the %s webhook: %v", provider, err)
+	}
+	return code, answer
+}
+
+// sendHook is postHook for goroutines: it returns the error.
+func sendHook(provider string, headers map[string]string, body []byte) (int, string, error) {
 	req, err := http.NewRequest(http.MethodPost, "http://"+controller.webhookAddr+"/hooks/"+provider, bytes.NewReader(body))
 	if err != nil {
-		t.Fatal(err)
+		return 0, "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range headers {
@@ -59,11 +69,11 @@ func postHook(t *testing.T, provider string, headers map[string]string, body []b
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("posting the %s webhook: %v", provider, err)
+		return 0, "", err
 	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(answer)
+	return resp.StatusCode, string(answer), nil
 }
 
 func TestASignedPushConvergesLongBeforeTheTimer(t *testing.T) {
@@ -122,5 +132,54 @@ func TestAnUnsignedPushTriggersNothing(t *testing.T) {
 	code, answer := postHook(t, "github", map[string]string{"X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + strings.Repeat("0", 64)}, body)
 	if code != http.StatusUnauthorized || strings.TrimSpace(answer) != "unauthorized" {
 		t.Errorf("a badly signed push got %d %q", code, answer)
+	}
+}
+
+// TestAFloodOfPushesCollapsesIntoAFewTicks sends 1,000 signed pushes for one
+// App at once: every one is answered, and the workqueue turns them into a
+// handful of ticks.
+func TestAFloodOfPushesCollapsesIntoAFewTicks(t *testing.T) {
+	setUp(t)
+	ns := newNamespace(t)
+	w, url, first := gitRepo(t, map[string]string{"deploy/config.yaml": configMapYAML("settings", "blue")})
+	createApp(t, ns, "flooded", url, nil)
+	readyAt(t, ns, "flooded", first)
+	second := commit(t, w, map[string]string{"deploy/config.yaml": configMapYAML("settings", "flood")})
+	body := recordedPayload(t, "github/push.json", func(p map[string]any) {
+		p["ref"] = "refs/heads/main"
+		p["repository"].(map[string]any)["clone_url"] = url
+	})
+	headers := map[string]string{"X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + hmacSHA256(body)}
+	ticksBefore := strings.Count(controller.tail(1_000_000), `Ticked	{"app": "`+ns+`/flooded"`)
+
+	const pushes, senders = 1000, 20
+	codes := make(chan int, pushes)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Go(func() {
+			for i := s; i < pushes; i += senders {
+				code, _, _ := sendHook("github", headers, body) // an error counts as not answered
+				codes <- code
+			}
+		})
+	}
+	wg.Wait()
+	close(codes)
+	sent := time.Since(start)
+	accepted := 0
+	for code := range codes {
+		if code == http.StatusAccepted {
+			accepted++
+		}
+	}
+	if accepted != pushes {
+		t.Errorf("%d of %d pushes answered 202", accepted, pushes)
+	}
+	readyAt(t, ns, "flooded", second)
+	ticks := strings.Count(controller.tail(1_000_000), `Ticked	{"app": "`+ns+`/flooded"`) - ticksBefore
+	t.Logf("%d pushes answered in %s; %d ticks", pushes, sent.Round(time.Millisecond), ticks)
+	if ticks < 1 || ticks > 5 {
+		t.Errorf("%d pushes made %d ticks, want between 1 and a handful (5)", pushes, ticks)
 	}
 }

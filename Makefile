@@ -26,7 +26,7 @@ help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 .PHONY: demo
-demo: controlplane ## Start a local control plane with plumb's CRD and print how to use it (Ctrl-C stops it).
+demo: controlplane ## Run plumb on a local control plane it starts, narrated (Ctrl-C stops it; DEMO_EXIT=1 exits after the story).
 	go run ./hack/demo
 
 .PHONY: test

@@ -144,33 +144,33 @@ func getApp(t *testing.T, ns, name string) *plumbv1.App {
 	return app
 }
 
-// readyAt waits until the App is Ready at the revision whose commit is hash.
-func readyAt(t *testing.T, ns, name, hash string) *plumbv1.App {
+// waitReady waits until the App's Ready condition satisfies want.
+func waitReady(t *testing.T, ns, name, what string, want func(*plumbv1.App, *metav1.Condition) bool) *plumbv1.App {
 	t.Helper()
 	var app *plumbv1.App
-	eventually(t, 90*time.Second, "App "+name+" Ready at "+hash, func() (bool, string) {
+	eventually(t, 90*time.Second, "App "+name+" "+what, func() (bool, string) {
 		app = getApp(t, ns, name)
 		cond := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
 		if cond == nil {
 			return false, "no Ready condition"
 		}
-		ok := cond.Status == metav1.ConditionTrue && strings.HasSuffix(app.Status.LastAppliedRevision, hash)
-		return ok, fmt.Sprintf("Ready=%s %s: %s (revision %s)", cond.Status, cond.Reason, cond.Message, app.Status.LastAppliedRevision)
+		return want(app, cond), fmt.Sprintf("Ready=%s %s: %s (revision %s)", cond.Status, cond.Reason, cond.Message, app.Status.LastAppliedRevision)
 	})
 	return app
+}
+
+// readyAt waits until the App is Ready at the revision whose commit is hash.
+func readyAt(t *testing.T, ns, name, hash string) *plumbv1.App {
+	t.Helper()
+	return waitReady(t, ns, name, "Ready at "+hash, func(app *plumbv1.App, cond *metav1.Condition) bool {
+		return cond.Status == metav1.ConditionTrue && strings.HasSuffix(app.Status.LastAppliedRevision, hash)
+	})
 }
 
 // notReady waits until the App's Ready condition is False with reason.
 func notReady(t *testing.T, ns, name, reason string) *plumbv1.App {
 	t.Helper()
-	var app *plumbv1.App
-	eventually(t, 90*time.Second, "App "+name+" Ready=False "+reason, func() (bool, string) {
-		app = getApp(t, ns, name)
-		cond := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
-		if cond == nil {
-			return false, "no Ready condition"
-		}
-		return cond.Status == metav1.ConditionFalse && cond.Reason == reason, fmt.Sprintf("Ready=%s %s: %s", cond.Status, cond.Reason, cond.Message)
+	return waitReady(t, ns, name, "Ready=False "+reason, func(_ *plumbv1.App, cond *metav1.Condition) bool {
+		return cond.Status == metav1.ConditionFalse && cond.Reason == reason
 	})
-	return app
 }

@@ -208,11 +208,11 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, log *zap.Logger)
 	}
 
 	// Observe.
-	desired, err := r.prepare(app, result)
+	desired, unserved, err := r.prepare(app, result)
 	if err != nil {
 		return nil, err
 	}
-	live, err := r.observe(ctx, key, app, desired)
+	live, err := r.observe(ctx, key, app, desired, unserved)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +220,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, log *zap.Logger)
 	phaseStart = r.timed(PhaseObserve, phaseStart)
 
 	// Diff.
-	plan, err := r.diff(ctx, app, desired, live, revision)
+	plan, err := r.diff(ctx, app, desired, live, unserved, revision)
 	if err != nil {
 		return nil, err
 	}
@@ -357,12 +357,16 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App) (*source.Result
 
 // prepare copies the rendered objects (they are shared with the render
 // cache) and gives namespaced objects without a namespace the target one.
-func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstructured.Unstructured, error) {
+//
+// It also returns the kinds the API server does not serve yet because their
+// CRDs come with this very render: those are neither observed nor dry-run.
+func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstructured.Unstructured, map[schema.GroupVersionKind]bool, error) {
 	defaultNamespace := app.Namespace
 	if app.Spec.TargetNamespace != "" {
 		defaultNamespace = app.Spec.TargetNamespace
 	}
 	pendingKinds := definedKinds(result)
+	unserved := map[schema.GroupVersionKind]bool{}
 	desired := make([]*unstructured.Unstructured, 0, len(result.Objects))
 	for _, o := range result.Objects {
 		obj := o.DeepCopy()
@@ -380,17 +384,18 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 			}
 		case meta.IsNoMatchError(err) && pendingKinds[gvk.GroupKind()]:
 			// Its CRD is in this very render and is applied first.
+			unserved[gvk] = true
 			if obj.GetNamespace() == "" {
 				obj.SetNamespace(defaultNamespace)
 			}
 		default:
-			return nil, &PhaseError{Phase: PhaseObserve, Reason: plumbv1.ReasonObserveFailed, Detail: "UnknownKind",
+			return nil, nil, &PhaseError{Phase: PhaseObserve, Reason: plumbv1.ReasonObserveFailed, Detail: "UnknownKind",
 				Err: fmt.Errorf("%s (from %s): %w", gvk, o.Source, err)}
 		}
 		ignoreFor(app, obj).Strip(obj)
 		desired = append(desired, obj)
 	}
-	return desired, nil
+	return desired, unserved, nil
 }
 
 // ignoreFor collects the App's ignore rules that select obj.
@@ -423,13 +428,14 @@ func definedKinds(result *source.Result) map[schema.GroupKind]bool {
 
 // observe starts (or reuses) the informers of every kind the App renders or
 // has in its inventory, waits for them, and returns the live objects by ID.
-func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app *plumbv1.App, desired []*unstructured.Unstructured) (map[objectID]*unstructured.Unstructured, error) {
+func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app *plumbv1.App, desired []*unstructured.Unstructured,
+	unserved map[schema.GroupVersionKind]bool) (map[objectID]*unstructured.Unstructured, error) {
 	fail := func(detail string, err error) error {
 		return &PhaseError{Phase: PhaseObserve, Reason: plumbv1.ReasonObserveFailed, Detail: detail, Err: err}
 	}
 	kinds := map[schema.GroupVersionKind]bool{}
 	for _, obj := range desired {
-		if _, err := r.Mapper.RESTMapping(obj.GroupVersionKind().GroupKind(), obj.GroupVersionKind().Version); err == nil {
+		if !unserved[obj.GroupVersionKind()] {
 			kinds[obj.GroupVersionKind()] = true
 		}
 	}
@@ -506,7 +512,7 @@ const maxHeals = 3
 // (after a restart) are asked about with one server-side dry-run each.
 // Objects keep their live revision annotation unless their content changes.
 func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, desired []*unstructured.Unstructured,
-	live map[objectID]*unstructured.Unstructured, revision string) (*plan, error) {
+	live map[objectID]*unstructured.Unstructured, unserved map[schema.GroupVersionKind]bool, revision string) (*plan, error) {
 	key := client.ObjectKeyFromObject(app)
 	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 	p := &plan{drifted: map[objectID]drift{}, left: map[objectID]bool{}}
@@ -533,6 +539,9 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, desired []*unst
 		}
 		if result.Kind == diff.Create && inInventory(app, obj) {
 			result.Kind = diff.Deleted // applied before, gone now: someone deleted it
+		}
+		if result.Kind == diff.Ambiguous && unserved[obj.GroupVersionKind()] {
+			result.Kind = diff.Create // its CRD comes with this apply
 		}
 		if result.Kind == diff.Ambiguous && !newNamespaces[obj.GetNamespace()] {
 			if result, err = r.askServer(ctx, key, obj, l, app, gitUnchanged); err != nil {
@@ -568,9 +577,6 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, desired []*unst
 // dry-run, and records it when the API server agrees it is unchanged.
 func (r *Reconciler) askServer(ctx context.Context, key types.NamespacedName, obj, live *unstructured.Unstructured,
 	app *plumbv1.App, gitUnchanged bool) (diff.Result, error) {
-	if _, err := r.Mapper.RESTMapping(obj.GroupVersionKind().GroupKind(), obj.GroupVersionKind().Version); err != nil {
-		return diff.Result{Kind: diff.Create}, nil // its CRD comes with this apply
-	}
 	differs, err := r.Applier.DryRunDiffers(ctx, obj, live)
 	var rejected *ssaerrors.DryRunErr
 	switch {

@@ -241,7 +241,7 @@ func newParser(provider Provider, secret string) (parser, error) {
 			case github.PushPayload:
 				push := &Push{Ref: p.Ref, URLs: []string{p.Repository.CloneURL, p.Repository.SSHURL, p.Repository.GitURL, p.Repository.HTMLURL, p.Repository.URL}}
 				for _, c := range p.Commits {
-					push.ChangedPaths = append(append(append(push.ChangedPaths, c.Added...), c.Removed...), c.Modified...)
+					push.ChangedPaths = changed(push.ChangedPaths, c.Added, c.Removed, c.Modified)
 				}
 				return event, push, nil
 			}
@@ -260,13 +260,13 @@ func newParser(provider Provider, secret string) (parser, error) {
 			}
 			switch p := payload.(type) {
 			case gitlab.PushEventPayload:
-				push := &Push{Ref: p.Ref, URLs: []string{p.Project.GitHTTPURL, p.Project.GitSSHURL, p.Project.WebURL, p.Repository.GitHTTPURL, p.Repository.GitSSHURL, p.Repository.URL}}
+				push := &Push{Ref: p.Ref, URLs: gitlabURLs(p.Project, p.Repository)}
 				for _, c := range p.Commits {
-					push.ChangedPaths = append(append(append(push.ChangedPaths, c.Added...), c.Removed...), c.Modified...)
+					push.ChangedPaths = changed(push.ChangedPaths, c.Added, c.Removed, c.Modified)
 				}
 				return event, push, nil
 			case gitlab.TagEventPayload:
-				return event, &Push{Ref: p.Ref, URLs: []string{p.Project.GitHTTPURL, p.Project.GitSSHURL, p.Project.WebURL, p.Repository.GitHTTPURL, p.Repository.GitSSHURL, p.Repository.URL}}, nil
+				return event, &Push{Ref: p.Ref, URLs: gitlabURLs(p.Project, p.Repository)}, nil
 			}
 			return event, nil, errIgnored
 		}, nil
@@ -288,7 +288,7 @@ func newParser(provider Provider, secret string) (parser, error) {
 			push := &Push{Ref: p.Ref, URLs: []string{p.Repo.CloneURL, p.Repo.SSHURL, p.Repo.HTMLURL}}
 			for _, c := range p.Commits {
 				if c != nil {
-					push.ChangedPaths = append(append(append(push.ChangedPaths, c.Added...), c.Removed...), c.Modified...)
+					push.ChangedPaths = changed(push.ChangedPaths, c.Added, c.Removed, c.Modified)
 				}
 			}
 			return event, push, nil
@@ -311,7 +311,7 @@ func newParser(provider Provider, secret string) (parser, error) {
 			push := &Push{Ref: p.Ref, URLs: []string{p.Repo.CloneURL, p.Repo.SSHURL, p.Repo.HTMLURL}}
 			for _, c := range p.Commits {
 				if c != nil {
-					push.ChangedPaths = append(append(append(push.ChangedPaths, c.Added...), c.Removed...), c.Modified...)
+					push.ChangedPaths = changed(push.ChangedPaths, c.Added, c.Removed, c.Modified)
 				}
 			}
 			return event, push, nil
@@ -348,6 +348,14 @@ func newParser(provider Provider, secret string) (parser, error) {
 	return nil, fmt.Errorf("webhook receiver: unknown provider %q", provider)
 }
 
+// changed appends a commit's added, removed and modified paths.
+func changed(paths []string, lists ...[]string) []string {
+	for _, l := range lists {
+		paths = append(paths, l...)
+	}
+	return paths
+}
+
 // classify maps a library error to unauthorized, ignored or malformed.
 func classify(err, badSignature, missingSignature, unknownEvent error) error {
 	switch {
@@ -357,6 +365,11 @@ func classify(err, badSignature, missingSignature, unknownEvent error) error {
 		return errIgnored
 	}
 	return err
+}
+
+// gitlabURLs are every URL a GitLab payload gives for its repository.
+func gitlabURLs(p gitlab.Project, r gitlab.Repository) []string {
+	return []string{p.GitHTTPURL, p.GitSSHURL, p.WebURL, r.GitHTTPURL, r.GitSSHURL, r.URL}
 }
 
 // linkHrefs collects the href values of Bitbucket Server's repository links.

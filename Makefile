@@ -19,7 +19,10 @@ TEST_FLAGS ?= -count=1 -timeout 45m
 # FUZZTIME=2000000x). A count, not a duration: Go 1.26's fuzz coordinator can fail a
 # duration-bounded run with a spurious "context deadline exceeded" (golang/go#75804).
 FUZZTIME ?= 50000x
-FUZZ_TARGETS := ./source/manifest:FuzzParse ./source/tree:FuzzResolve ./webhook:FuzzNormalizeURL ./webhook:FuzzHandler
+# package:target[:executions] — a target whose executions are slow (a whole
+# Kustomize build each) runs fewer.
+FUZZ_TARGETS := ./source/manifest:FuzzParse ./source/tree:FuzzResolve ./webhook:FuzzNormalizeURL ./webhook:FuzzHandler \
+	./source/render:FuzzKustomizeResources:3000x
 
 .PHONY: help
 help: ## List the targets.
@@ -37,9 +40,9 @@ test: controlplane ## Run every test: unit, integration and e2e, then each fuzz 
 .PHONY: fuzz
 fuzz: ## Run each native fuzz target for FUZZTIME executions (default 50000x).
 	@for target in $(FUZZ_TARGETS); do \
-		pkg="$${target%%:*}"; name="$${target##*:}"; \
-		echo "go test -run '^$$' -fuzz '^$$name\$$' -fuzztime $(FUZZTIME) $$pkg"; \
-		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) "$$pkg" 2>&1 | grep -v '^fuzz: elapsed'; \
+		IFS=: read -r pkg name count <<< "$$target"; count="$${count:-$(FUZZTIME)}"; \
+		echo "go test -run '^$$' -fuzz '^$$name\$$' -fuzztime $$count $$pkg"; \
+		go test -run '^$$' -fuzz "^$$name\$$" -fuzztime "$$count" "$$pkg" 2>&1 | grep -v '^fuzz: elapsed'; \
 	done
 
 .PHONY: bench

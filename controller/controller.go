@@ -117,7 +117,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		return err
 	}
 
-	reader, err := source.NewReader(opts.GitCacheDir, opts.ReadLimits)
+	reader, err := source.NewReader(source.Options{CacheDir: opts.GitCacheDir, Limits: opts.ReadLimits})
 	if err != nil {
 		return err
 	}

@@ -119,7 +119,7 @@ func newReconciler(t *testing.T, counter *requestCounter) *Reconciler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader, err := source.NewReader(t.TempDir(), source.DefaultLimits())
+	reader, err := source.NewReader(source.Options{CacheDir: t.TempDir(), Limits: source.DefaultLimits(), RefsTTL: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

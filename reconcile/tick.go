@@ -342,8 +342,11 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App) (*source.Result
 		Auth:         auth,
 		Render:       render.Options{Helm: helm},
 		LastRevision: app.Status.LastAppliedRevision,
+		// A webhook, a sync request or a changed spec asks the remote afresh;
+		// other ticks may share an ls-remote made moments ago.
 		Refresh: r.memory.takeRefresh(client.ObjectKeyFromObject(app)) ||
-			(syncRequest != "" && syncRequest != app.Status.LastHandledSyncRequest),
+			(syncRequest != "" && syncRequest != app.Status.LastHandledSyncRequest) ||
+			app.Generation != app.Status.ObservedGeneration,
 	}
 	app.Status.LastHandledSyncRequest = syncRequest
 	result, err := r.Reader.Read(ctx, req)

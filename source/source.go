@@ -4,9 +4,12 @@
 // operator should look at. It knows nothing about the cluster.
 //
 // A read costs one round trip to the Git server when the ref has not moved
-// since an earlier read of the same path and options: the rendered objects
-// come from a cache keyed by (commit, path, render options), so nothing is
-// fetched and nothing is rendered twice.
+// since an earlier read of the same path and options (and none within a
+// short window after another read of the same repository with the same
+// credentials): the rendered objects come from a cache keyed by (repository
+// and credentials, commit, path, render options), so nothing is fetched and
+// nothing is rendered twice, and no request sees a render that another
+// request's credentials fetched.
 package source
 
 import (
@@ -14,11 +17,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	pathpkg "path"
 	"strings"
-
-	"k8s.io/utils/lru"
+	"sync/atomic"
+	"time"
 
 	"github.com/plumb-dev/plumb/source/git"
 	"github.com/plumb-dev/plumb/source/manifest"
@@ -88,45 +92,89 @@ type Result struct {
 // must refuse to act on it unless the App allows it.
 func (r *Result) Empty() bool { return len(r.Objects) == 0 }
 
-// renderCacheSize bounds the renders kept: a few per App is plenty.
-const renderCacheSize = 1024
+// Options configure a Reader. Zero values take the defaults.
+type Options struct {
+	// CacheDir holds the Git repositories (see package git).
+	CacheDir string
+	// Limits bound what one read may load and produce.
+	Limits Limits
+	// RenderCacheBytes bounds the memory that cached renders take, by an
+	// estimate of their size (default 256 MiB).
+	RenderCacheBytes int64
+	// RefsTTL is how long an ls-remote answer is shared by the reads of
+	// one repository with the same credentials (default
+	// git.DefaultRefsTTL; negative: never shared).
+	RefsTTL time.Duration
+	// RenderTimeout bounds one render (default 30s).
+	RenderTimeout time.Duration
+}
+
+// DefaultRenderCacheBytes is the default bound of the render cache.
+const DefaultRenderCacheBytes = 256 << 20
+
+// DefaultRenderTimeout is the default bound of one render.
+const DefaultRenderTimeout = 30 * time.Second
 
 // Reader reads sources. It is safe for concurrent use by every tick.
 type Reader struct {
-	repos   *git.Cache
-	limits  Limits
-	renders *lru.Cache // render key → *cachedRender
+	repos         *git.Cache
+	limits        Limits
+	renderTimeout time.Duration
+	renders       *renderCache
+	rendered      atomic.Int64 // renders run (not served from the cache)
 }
 
-type cachedRender struct {
-	engine  render.Engine
-	objects []manifest.Object
-}
-
-// NewReader keeps repositories under cacheDir and enforces limits.
-func NewReader(cacheDir string, limits Limits) (*Reader, error) {
-	repos, err := git.NewCache(cacheDir)
+// NewReader prepares the Git cache in opts.CacheDir.
+func NewReader(opts Options) (*Reader, error) {
+	repos, err := git.NewCache(opts.CacheDir)
 	if err != nil {
 		return nil, err
 	}
-	return &Reader{repos: repos, limits: limits, renders: lru.New(renderCacheSize)}, nil
+	switch {
+	case opts.RefsTTL < 0:
+		repos.SetRefsTTL(0)
+	case opts.RefsTTL > 0:
+		repos.SetRefsTTL(opts.RefsTTL)
+	}
+	if opts.RenderCacheBytes <= 0 {
+		opts.RenderCacheBytes = DefaultRenderCacheBytes
+	}
+	if opts.RenderTimeout <= 0 {
+		opts.RenderTimeout = DefaultRenderTimeout
+	}
+	return &Reader{repos: repos, limits: opts.Limits, renderTimeout: opts.RenderTimeout,
+		renders: newRenderCache(opts.RenderCacheBytes)}, nil
 }
 
-// Read resolves the ref (one round trip), and unless the render is cached,
-// fetches what the ref needs and renders the folder.
+// Renders is how many renders the Reader has run: reads served from the
+// render cache, successful or failed, do not count.
+func (r *Reader) Renders() int64 { return r.rendered.Load() }
+
+// Read resolves the ref (one round trip, shared by reads of the same
+// repository with the same credentials within a short window), and unless
+// the render of that commit is cached for the same repository and
+// credentials, fetches what the ref needs and renders the folder. A render
+// that failed for a reason that retrying cannot change (an invalid file, a
+// limit) is remembered too, so a broken revision is not rendered every tick.
 func (r *Reader) Read(ctx context.Context, req Request) (*Result, error) {
-	rev, err := r.repos.Resolve(ctx, req.URL, req.Ref, req.Auth)
+	rev, err := r.repos.Resolve(ctx, req.URL, req.Ref, req.Auth, git.ResolveOptions{Fresh: req.Refresh})
 	if err != nil {
 		return nil, classify("", err)
 	}
-	key, err := renderKey(rev.Hash, req.Path, req.Render)
+	repoKey, err := r.repos.Key(req.URL, req.Auth)
+	if err != nil {
+		return nil, classify(rev.String(), err)
+	}
+	key, err := renderKey(repoKey, rev.Hash, req.Path, req.Render)
 	if err != nil {
 		return nil, &Error{Reason: ReasonInvalidSpec, Revision: rev.String(), Err: err}
 	}
 	result := &Result{Revision: rev}
-	if cached, ok := r.renders.Get(key); ok && !req.Refresh {
-		c := cached.(*cachedRender)
-		result.Engine, result.Objects, result.Cached = c.engine, c.objects, true
+	if cached, ok := r.renders.get(key); ok && !req.Refresh {
+		if cached.err != nil {
+			return nil, cached.err
+		}
+		result.Engine, result.Objects, result.Cached = cached.engine, cached.objects, true
 		return result, nil
 	}
 
@@ -134,26 +182,60 @@ func (r *Reader) Read(ctx context.Context, req Request) (*Result, error) {
 		return nil, classify(rev.String(), err)
 	}
 	result.HistoryRewritten = r.historyRewritten(req, rev)
-	t, err := r.repos.Tree(req.URL, rev.Hash, tree.Limits{
+	engine, objects, err := r.render(ctx, req, rev)
+	if err != nil {
+		if lasting(err) && ctx.Err() == nil {
+			r.renders.add(key, &cachedRender{err: err})
+		}
+		return nil, err
+	}
+	r.renders.add(key, &cachedRender{engine: engine, objects: objects})
+	result.Engine, result.Objects = engine, objects
+	return result, nil
+}
+
+// render reads the commit's tree and renders the folder, within the limits
+// and the render timeout.
+func (r *Reader) render(ctx context.Context, req Request, rev git.Revision) (render.Engine, []manifest.Object, error) {
+	r.rendered.Add(1)
+	t, err := r.repos.Tree(req.URL, req.Auth, rev.Hash, tree.Limits{
 		MaxFiles: r.limits.MaxFiles, MaxTotalBytes: r.limits.MaxTotalBytes, MaxFileBytes: r.limits.MaxFileBytes,
 	})
 	if err != nil {
-		return nil, classify(rev.String(), err)
+		return "", nil, classify(rev.String(), err)
 	}
-	engine, objects, err := render.Render(t, req.Path, req.Render)
+	renderCtx, cancel := context.WithTimeout(ctx, r.renderTimeout)
+	defer cancel()
+	engine, objects, err := render.Render(renderCtx, t, req.Path, req.Render)
 	if err != nil {
-		return nil, classify(rev.String(), redactSecrets(err, t))
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = &tree.LimitError{Limit: "render time in seconds", Max: int64(r.renderTimeout.Seconds()),
+				Got: int64(r.renderTimeout.Seconds()), Path: displayPath(req.Path)}
+		}
+		return "", nil, classify(rev.String(), redactSecrets(err, t))
 	}
 	if max := r.limits.MaxObjects; max > 0 && len(objects) > max {
-		return nil, &Error{Reason: ReasonLimitExceeded, Revision: rev.String(),
+		return "", nil, &Error{Reason: ReasonLimitExceeded, Revision: rev.String(),
 			Err: &tree.LimitError{Limit: "rendered object count", Max: int64(max), Got: int64(len(objects)), Path: displayPath(req.Path)}}
 	}
 	if err := manifest.Duplicates(objects); err != nil {
-		return nil, &Error{Reason: ReasonInvalidManifest, Revision: rev.String(), Err: err}
+		return "", nil, &Error{Reason: ReasonInvalidManifest, Revision: rev.String(), Err: err}
 	}
-	r.renders.Add(key, &cachedRender{engine: engine, objects: objects})
-	result.Engine, result.Objects = engine, objects
-	return result, nil
+	return engine, objects, nil
+}
+
+// lasting reports a read error that the same revision, path and options
+// will always give: the content is wrong or too large.
+func lasting(err error) bool {
+	switch ReasonOf(err) {
+	case ReasonInvalidManifest, ReasonRenderFailed, ReasonLimitExceeded:
+		var limitErr *tree.LimitError
+		if errors.As(err, &limitErr) && limitErr.Limit == "render time in seconds" {
+			return false // a slow machine may render it in time later
+		}
+		return true
+	}
+	return false
 }
 
 // historyRewritten compares the new commit of a branch with the last one read.
@@ -165,18 +247,21 @@ func (r *Reader) historyRewritten(req Request, rev git.Revision) bool {
 	if !ok || name != rev.Name || lastHash == rev.Hash {
 		return false
 	}
-	isAncestor, err := r.repos.IsAncestor(req.URL, lastHash, rev.Hash)
+	isAncestor, err := r.repos.IsAncestor(req.URL, req.Auth, lastHash, rev.Hash)
 	return err == nil && !isAncestor
 }
 
-// renderKey identifies a render: the commit, the folder and the options.
-func renderKey(hash, dir string, opts render.Options) (string, error) {
+// renderKey identifies a render: the repository as reached with the
+// request's credentials (repoKey), the commit, the folder and the options.
+// A render is served only to a request with the same repoKey: one that
+// proved access to the same repository with the same credentials.
+func renderKey(repoKey, hash, dir string, opts render.Options) (string, error) {
 	encoded, err := json.Marshal(opts)
 	if err != nil {
 		return "", fmt.Errorf("encoding the render options: %w", err)
 	}
 	sum := sha256.Sum256(encoded)
-	return hash + "\x00" + strings.Trim(pathpkg.Clean("/"+dir), "/") + "\x00" + hex.EncodeToString(sum[:]), nil
+	return repoKey + "\x00" + hash + "\x00" + strings.Trim(pathpkg.Clean("/"+dir), "/") + "\x00" + hex.EncodeToString(sum[:]), nil
 }
 
 func displayPath(p string) string {

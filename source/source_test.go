@@ -62,9 +62,11 @@ func push(t testing.TB, w *gittest.Workdir, files map[string]string) string {
 	return hash
 }
 
+// newReader makes a Reader that asks the remote on every read (no shared
+// ls-remote window), so that tests see each push at once.
 func newReader(t testing.TB, limits source.Limits) *source.Reader {
 	t.Helper()
-	r, err := source.NewReader(t.TempDir(), limits)
+	r, err := source.NewReader(source.Options{CacheDir: t.TempDir(), Limits: limits, RefsTTL: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +229,7 @@ func TestEveryErrorClass(t *testing.T) {
 		{name: "missing path", req: source.Request{URL: url, Ref: git.Ref{Branch: "main"}, Path: "deploy/prod", Auth: auth},
 			reason: source.ReasonRenderFailed, want: "deploy/prod: path not found in the repository"},
 		{name: "kustomize remote base", req: source.Request{URL: url, Ref: git.Ref{Branch: "main"}, Path: "remote", Auth: auth},
-			reason: source.ReasonRenderFailed, want: "remote resources are disabled"},
+			reason: source.ReasonRenderFailed, want: "not a file or folder in the repository"},
 		{name: "kustomize error quoting a secret", req: source.Request{URL: url, Ref: git.Ref{Branch: "main"}, Path: "gen", Auth: auth},
 			reason: source.ReasonRenderFailed, want: "kustomize build of gen: "},
 		{name: "invalid YAML", req: source.Request{URL: url, Ref: git.Ref{Branch: "main"}, Path: "bad-yaml", Auth: auth},

@@ -3,13 +3,19 @@
 // that ref into an on-disk cache shared by every App that tracks the same
 // repository, and exposes the files of a commit as a tree.Tree.
 //
-// Invariant: every read starts with an authenticated Resolve against the
-// remote, so an App never reads a commit that another App's credentials
-// fetched into the shared cache unless its own credentials reach the remote.
+// Invariant: the cache is keyed by who proved access. Every repository
+// folder, and every remembered ls-remote answer, belongs to one repository
+// URL together with one set of credentials (a keyed digest of both), so a
+// request only ever sees what the same credentials fetched from the same
+// remote. Folder names are keyed with a secret kept in the cache root, so
+// nobody can compute where another repository's data lies (e.g. to point a
+// file:// URL at it).
 package git
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -19,6 +25,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/Masterminds/semver/v3"
 	gogit "github.com/go-git/go-git/v5"
@@ -28,6 +35,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage/memory"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/plumb-dev/plumb/source/tree"
 )
@@ -76,26 +84,102 @@ func (r Revision) String() string {
 	return r.Name + "@sha1:" + r.Hash
 }
 
-// Cache is the on-disk cache of bare repositories, one per repository URL.
-// It is safe for concurrent use; fetches of one repository are serialised.
+// Cache is the on-disk cache of bare repositories, one per repository URL
+// and credentials. It is safe for concurrent use; fetches of one repository
+// are serialised, and concurrent ls-remotes of one repository share one
+// round trip.
 type Cache struct {
-	root string
+	root    string
+	secret  []byte        // keys the folder names (see the package invariant)
+	refsTTL time.Duration // how long an ls-remote answer is shared
+	now     func() time.Time
 
-	mu    sync.Mutex             // guards locks
-	locks map[string]*sync.Mutex // repository folder → its fetch lock
+	mu    sync.Mutex             // guards locks and refs
+	locks map[string]*sync.Mutex // repository key → its fetch lock
+	refs  map[string]advertised  // repository key → its last ls-remote answer
+	calls singleflight.Group     // ls-remotes under way, by repository key
 }
+
+// advertised is an ls-remote answer and when it was received.
+type advertised struct {
+	refs map[string]string
+	at   time.Time
+}
+
+// DefaultRefsTTL is how long an ls-remote answer is shared by every read of
+// the same repository with the same credentials: Apps that track one
+// repository make one round trip per window, not one each.
+const DefaultRefsTTL = 5 * time.Second
+
+// secretFile holds the key of the folder names, in the cache root.
+const secretFile = ".cache-key"
 
 // NewCache uses root (created if missing) for the repositories.
 func NewCache(root string) (*Cache, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("creating the git cache %s: %w", root, err)
 	}
-	return &Cache{root: root, locks: map[string]*sync.Mutex{}}, nil
+	secret, err := loadOrCreateSecret(filepath.Join(root, secretFile))
+	if err != nil {
+		return nil, err
+	}
+	return &Cache{
+		root: root, secret: secret, refsTTL: DefaultRefsTTL, now: time.Now,
+		locks: map[string]*sync.Mutex{}, refs: map[string]advertised{},
+	}, nil
+}
+
+// loadOrCreateSecret reads the 32-byte key in path, or writes a new random one.
+func loadOrCreateSecret(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err == nil && len(data) == 32 {
+		return data, nil
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, fmt.Errorf("making the git cache key: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, secret, 0o600); err != nil {
+		return nil, fmt.Errorf("writing the git cache key: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return nil, fmt.Errorf("writing the git cache key: %w", err)
+	}
+	return secret, nil
+}
+
+// SetRefsTTL changes how long an ls-remote answer is shared (0: never).
+func (c *Cache) SetRefsTTL(ttl time.Duration) { c.refsTTL = ttl }
+
+// Key identifies the repository at url as reached with auth: a keyed digest
+// of the URL (without credentials) and of every credential. Two requests
+// share cached data only when their keys are equal.
+func (c *Cache) Key(url string, auth Auth) (string, error) {
+	clean, ep, err := cleanURL(url)
+	if err != nil {
+		return "", err
+	}
+	return c.key(clean, effectiveAuth(ep, auth)), nil
+}
+
+func (c *Cache) key(cleanURL string, auth Auth) string {
+	mac := hmac.New(sha256.New, c.secret)
+	for _, part := range [][]byte{
+		[]byte(cleanURL), []byte(auth.Username), []byte(auth.Password), []byte(auth.BearerToken),
+		auth.SSHPrivateKey, []byte(auth.SSHPassphrase), auth.KnownHosts, auth.CABundle,
+	} {
+		// Length-prefixed, so that no two different inputs share a digest.
+		fmt.Fprintf(mac, "%d:", len(part))
+		mac.Write(part)
+	}
+	return hex.EncodeToString(mac.Sum(nil)[:16])
 }
 
 // remote is a parsed repository URL with credentials moved out of it.
 type remote struct {
-	url      string // what go-git dials and the cache key: no credentials in it
+	url      string // what go-git dials: no credentials in it
+	key      string // the cache key of url and the credentials
 	auth     transport.AuthMethod
 	caBundle []byte
 }
@@ -118,21 +202,27 @@ func cleanURL(rawURL string) (string, *transport.Endpoint, error) {
 	return ep.String(), &withCreds, nil
 }
 
-func parseRemote(rawURL string, auth Auth) (*remote, error) {
-	clean, ep, err := cleanURL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	// Credentials written into an https URL are used when the secret has none.
+// effectiveAuth is auth, or the credentials written into an https URL when
+// the secret has none.
+func effectiveAuth(ep *transport.Endpoint, auth Auth) Auth {
 	if (ep.Protocol == "http" || ep.Protocol == "https") && ep.User != "" &&
 		auth.Username == "" && auth.Password == "" && auth.BearerToken == "" {
 		auth.Username, auth.Password = ep.User, ep.Password
 	}
+	return auth
+}
+
+func (c *Cache) parseRemote(rawURL string, auth Auth) (*remote, error) {
+	clean, ep, err := cleanURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	auth = effectiveAuth(ep, auth)
 	method, err := auth.method(ep)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", clean, err)
 	}
-	return &remote{url: clean, auth: method, caBundle: auth.CABundle}, nil
+	return &remote{url: clean, key: c.key(clean, auth), auth: method, caBundle: auth.CABundle}, nil
 }
 
 // redact removes a password from a URL for messages, without parsing it
@@ -182,19 +272,76 @@ func (r *remote) wrap(what string, err error) error {
 	return fmt.Errorf("%s %s: %w", what, r.url, err)
 }
 
+// ResolveOptions tune Resolve.
+type ResolveOptions struct {
+	// Fresh asks the remote even when an answer younger than the refs TTL
+	// is at hand (a webhook announced a push).
+	Fresh bool
+}
+
 // Resolve asks the remote where ref points, with one round trip and no
-// fetch. A pinned commit is returned as is, after the same round trip
-// (which proves the credentials reach the repository).
-func (c *Cache) Resolve(ctx context.Context, url string, ref Ref, auth Auth) (Revision, error) {
-	r, err := parseRemote(url, auth)
+// fetch; reads of the same repository with the same credentials within the
+// refs TTL share that round trip. A pinned commit is returned as is, after
+// the same round trip (which proves the credentials reach the repository).
+func (c *Cache) Resolve(ctx context.Context, url string, ref Ref, auth Auth, opts ResolveOptions) (Revision, error) {
+	r, err := c.parseRemote(url, auth)
 	if err != nil {
 		return Revision{}, err
 	}
-	refs, err := r.listRefs(ctx)
+	refs, err := c.advertisedRefs(ctx, r, opts.Fresh)
 	if err != nil {
 		return Revision{}, err
 	}
 	return resolveRef(refs, ref, r.url)
+}
+
+// advertisedRefs returns the remote's refs: a recent answer for the same
+// key, or the answer of an ls-remote under way, or a new ls-remote.
+func (c *Cache) advertisedRefs(ctx context.Context, r *remote, fresh bool) (map[string]string, error) {
+	if !fresh && c.refsTTL > 0 {
+		c.mu.Lock()
+		last, ok := c.refs[r.key]
+		c.mu.Unlock()
+		if ok && c.now().Sub(last.at) < c.refsTTL {
+			return last.refs, nil
+		}
+	}
+	call := r.key
+	if fresh {
+		call = "fresh\x00" + r.key // never join a round trip that began before the push
+	}
+	v, err, _ := c.calls.Do(call, func() (any, error) {
+		refs, err := r.listRefs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c.remember(r.key, refs)
+		return refs, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(map[string]string), nil
+}
+
+// maxRemembered bounds the ls-remote answers kept; older ones go first.
+const maxRemembered = 4096
+
+// remember keeps an ls-remote answer for the refs TTL.
+func (c *Cache) remember(key string, refs map[string]string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	if len(c.refs) >= maxRemembered {
+		for k, a := range c.refs {
+			if now.Sub(a.at) >= c.refsTTL {
+				delete(c.refs, k)
+			}
+		}
+	}
+	if len(c.refs) < maxRemembered {
+		c.refs[key] = advertised{refs: refs, at: now}
+	}
 }
 
 // resolveRef finds ref among the advertised refs.
@@ -253,10 +400,9 @@ func tagRevision(refs map[string]string, tag string) (Revision, bool) {
 	return Revision{Name: tag, Hash: hash}, ok
 }
 
-// repoDir is the cache folder of a repository URL.
-func (c *Cache) repoDir(url string) string {
-	sum := sha256.Sum256([]byte(url))
-	return filepath.Join(c.root, hex.EncodeToString(sum[:12]))
+// repoDir is the cache folder of a repository key.
+func (c *Cache) repoDir(key string) string {
+	return filepath.Join(c.root, key)
 }
 
 func (c *Cache) lock(dir string) *sync.Mutex {
@@ -274,11 +420,11 @@ func (c *Cache) lock(dir string) *sync.Mutex {
 // needs: the branch or tag (its history), or every branch and tag when a
 // pinned commit is not there yet. It does nothing when the commit is cached.
 func (c *Cache) Fetch(ctx context.Context, url string, ref Ref, rev Revision, auth Auth) error {
-	r, err := parseRemote(url, auth)
+	r, err := c.parseRemote(url, auth)
 	if err != nil {
 		return err
 	}
-	dir := c.repoDir(r.url)
+	dir := c.repoDir(r.key)
 	l := c.lock(dir)
 	l.Lock()
 	defer l.Unlock()
@@ -332,17 +478,26 @@ func openOrInit(dir, url string) (*gogit.Repository, error) {
 	return repo, nil
 }
 
+// open opens the cached repository of url as fetched with auth.
+func (c *Cache) open(url string, auth Auth) (*gogit.Repository, string, error) {
+	clean, ep, err := cleanURL(url)
+	if err != nil {
+		return nil, "", err
+	}
+	repo, err := gogit.PlainOpen(c.repoDir(c.key(clean, effectiveAuth(ep, auth))))
+	if err != nil {
+		return nil, clean, fmt.Errorf("opening the cached repository of %s: %w", clean, err)
+	}
+	return repo, clean, nil
+}
+
 // IsAncestor reports whether commit ancestor is in the history of commit
 // descendant, both already in the cache. A false answer for the previously
 // applied commit of a branch means its history was rewritten (force-push).
-func (c *Cache) IsAncestor(url, ancestor, descendant string) (bool, error) {
-	clean, _, err := cleanURL(url)
+func (c *Cache) IsAncestor(url string, auth Auth, ancestor, descendant string) (bool, error) {
+	repo, clean, err := c.open(url, auth)
 	if err != nil {
 		return false, err
-	}
-	repo, err := gogit.PlainOpen(c.repoDir(clean))
-	if err != nil {
-		return false, fmt.Errorf("opening the cached repository of %s: %w", clean, err)
 	}
 	a, err := repo.CommitObject(plumbing.NewHash(ancestor))
 	if err != nil {
@@ -350,21 +505,17 @@ func (c *Cache) IsAncestor(url, ancestor, descendant string) (bool, error) {
 	}
 	d, err := repo.CommitObject(plumbing.NewHash(descendant))
 	if err != nil {
-		return false, fmt.Errorf("commit %s not in the cache: %w", descendant, err)
+		return false, fmt.Errorf("commit %s not in the cache of %s: %w", descendant, clean, err)
 	}
 	return a.IsAncestor(d)
 }
 
 // Tree returns the files of a cached commit, enforcing limits while it reads
 // the commit's tree. Contents load on demand.
-func (c *Cache) Tree(url, hash string, limits tree.Limits) (*tree.Tree, error) {
-	clean, _, err := cleanURL(url)
+func (c *Cache) Tree(url string, auth Auth, hash string, limits tree.Limits) (*tree.Tree, error) {
+	repo, clean, err := c.open(url, auth)
 	if err != nil {
 		return nil, err
-	}
-	repo, err := gogit.PlainOpen(c.repoDir(clean))
-	if err != nil {
-		return nil, fmt.Errorf("opening the cached repository of %s: %w", clean, err)
 	}
 	commit, err := repo.CommitObject(plumbing.NewHash(hash))
 	if err != nil {

@@ -43,12 +43,15 @@ func newRepo(t *testing.T, files map[string]string) (*gittest.Workdir, string, s
 	return w, server.HTTPURL(name), hash
 }
 
+// newCache makes a cache that asks the remote on every Resolve (no shared
+// ls-remote window), so that tests see each push at once.
 func newCache(t *testing.T) *git.Cache {
 	t.Helper()
 	c, err := git.NewCache(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.SetRefsTTL(0)
 	return c
 }
 
@@ -56,14 +59,14 @@ func newCache(t *testing.T) *git.Cache {
 func read(t *testing.T, c *git.Cache, url string, ref git.Ref, auth git.Auth, file string) (git.Revision, string) {
 	t.Helper()
 	ctx := context.Background()
-	rev, err := c.Resolve(ctx, url, ref, auth)
+	rev, err := c.Resolve(ctx, url, ref, auth, git.ResolveOptions{})
 	if err != nil {
 		t.Fatalf("Resolve(%s): %v", ref, err)
 	}
 	if err := c.Fetch(ctx, url, ref, rev, auth); err != nil {
 		t.Fatalf("Fetch(%s): %v", rev, err)
 	}
-	tr, err := c.Tree(url, rev.Hash, tree.Limits{})
+	tr, err := c.Tree(url, auth, rev.Hash, tree.Limits{})
 	if err != nil {
 		t.Fatalf("Tree(%s): %v", rev, err)
 	}
@@ -93,7 +96,7 @@ func TestBranchOverHTTPWithBasicAuthFollowsNewCommits(t *testing.T) {
 	if rev.Hash != second || content != "v: 2" {
 		t.Errorf("after a new commit: %s %q, want %s %q", rev, content, second, "v: 2")
 	}
-	if ok, err := c.IsAncestor(url, first, second); err != nil || !ok {
+	if ok, err := c.IsAncestor(url, httpAuth, first, second); err != nil || !ok {
 		t.Errorf("IsAncestor(first, second) = %v, %v; want true", ok, err)
 	}
 }
@@ -105,7 +108,7 @@ func TestCredentialsInTheURLAreUsedAndNeverShown(t *testing.T) {
 	if rev.Hash != first {
 		t.Errorf("rev = %s, want %s", rev, first)
 	}
-	_, err := newCache(t).Resolve(context.Background(), withCreds, git.Ref{Branch: "nope"}, git.Auth{})
+	_, err := newCache(t).Resolve(context.Background(), withCreds, git.Ref{Branch: "nope"}, git.Auth{}, git.ResolveOptions{})
 	if err == nil || strings.Contains(err.Error(), gittest.Password) {
 		t.Errorf("error %v: want an error that does not show the password", err)
 	}
@@ -117,7 +120,7 @@ func TestBearerToken(t *testing.T) {
 	if rev.Hash != first {
 		t.Errorf("rev = %s, want %s", rev, first)
 	}
-	_, err := newCache(t).Resolve(context.Background(), url, git.Ref{Branch: "main"}, git.Auth{BearerToken: "not-the-token"})
+	_, err := newCache(t).Resolve(context.Background(), url, git.Ref{Branch: "main"}, git.Auth{BearerToken: "not-the-token"}, git.ResolveOptions{})
 	if !errors.Is(err, git.ErrAuth) || strings.Contains(err.Error(), "not-the-token") {
 		t.Errorf("Resolve with a wrong token: %v, want ErrAuth without the token", err)
 	}
@@ -126,14 +129,14 @@ func TestBearerToken(t *testing.T) {
 func TestWrongPasswordFailsWithErrAuthAndDoesNotLeakIt(t *testing.T) {
 	_, url, _ := newRepo(t, map[string]string{"a.yaml": "a"})
 	const wrong = "wrong-password-do-not-print"
-	_, err := newCache(t).Resolve(context.Background(), url, git.Ref{Branch: "main"}, git.Auth{Username: gittest.Username, Password: wrong})
+	_, err := newCache(t).Resolve(context.Background(), url, git.Ref{Branch: "main"}, git.Auth{Username: gittest.Username, Password: wrong}, git.ResolveOptions{})
 	if !errors.Is(err, git.ErrAuth) {
 		t.Fatalf("Resolve with a wrong password: %v, want ErrAuth", err)
 	}
 	if strings.Contains(err.Error(), wrong) || !strings.Contains(err.Error(), url) {
 		t.Errorf("error %q: want the URL named and the password not shown", err)
 	}
-	if _, err := newCache(t).Resolve(context.Background(), url, git.Ref{Branch: "main"}, git.Auth{}); !errors.Is(err, git.ErrAuth) {
+	if _, err := newCache(t).Resolve(context.Background(), url, git.Ref{Branch: "main"}, git.Auth{}, git.ResolveOptions{}); !errors.Is(err, git.ErrAuth) {
 		t.Errorf("Resolve without credentials: %v, want ErrAuth", err)
 	}
 }
@@ -178,13 +181,13 @@ func TestTagsAndSemverRanges(t *testing.T) {
 		})
 	}
 	t.Run("a range no tag satisfies", func(t *testing.T) {
-		_, err := c.Resolve(context.Background(), url, git.Ref{SemVer: ">=3.0.0"}, httpAuth)
+		_, err := c.Resolve(context.Background(), url, git.Ref{SemVer: ">=3.0.0"}, httpAuth, git.ResolveOptions{})
 		if !errors.Is(err, git.ErrRevisionNotFound) || !strings.Contains(err.Error(), `no tag in semver range ">=3.0.0"`) {
 			t.Errorf("got %v", err)
 		}
 	})
 	t.Run("a malformed range", func(t *testing.T) {
-		_, err := c.Resolve(context.Background(), url, git.Ref{SemVer: ">=>1"}, httpAuth)
+		_, err := c.Resolve(context.Background(), url, git.Ref{SemVer: ">=>1"}, httpAuth, git.ResolveOptions{})
 		if !errors.Is(err, git.ErrInvalidRef) {
 			t.Errorf("got %v, want ErrInvalidRef", err)
 		}
@@ -217,7 +220,7 @@ func TestForcePushIsFollowedAndDetected(t *testing.T) {
 	if rev.Hash != rewritten || content != "rewritten" {
 		t.Errorf("after force-push: %s %q, want %s rewritten", rev, content, rewritten)
 	}
-	if ok, err := c.IsAncestor(url, old, rewritten); err != nil || ok {
+	if ok, err := c.IsAncestor(url, httpAuth, old, rewritten); err != nil || ok {
 		t.Errorf("IsAncestor(old, rewritten) = %v, %v; want false (history rewritten)", ok, err)
 	}
 }
@@ -243,7 +246,7 @@ func TestDeletedBranchAndTagAreRevisionNotFound(t *testing.T) {
 		{git.Ref{Branch: "feature"}, `branch "feature" not found at ` + url},
 		{git.Ref{Tag: "v1.0.0"}, `tag "v1.0.0" not found at ` + url},
 	} {
-		_, err := c.Resolve(context.Background(), url, tt.ref, httpAuth)
+		_, err := c.Resolve(context.Background(), url, tt.ref, httpAuth, git.ResolveOptions{})
 		if !errors.Is(err, git.ErrRevisionNotFound) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Resolve(%s) after deletion: %v, want ErrRevisionNotFound %q", tt.ref, err, tt.want)
 		}
@@ -265,7 +268,7 @@ func TestPinnedCommit(t *testing.T) {
 	unknown := strings.Repeat("0123456789", 4)
 	ctx := context.Background()
 	c := newCache(t)
-	rev, err := c.Resolve(ctx, url, git.Ref{Commit: unknown}, httpAuth)
+	rev, err := c.Resolve(ctx, url, git.Ref{Commit: unknown}, httpAuth, git.ResolveOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,20 +297,20 @@ func TestSSHWithKnownHosts(t *testing.T) {
 		}
 		otherKnownHosts := knownhosts.Line([]string{knownhosts.Normalize(server.SSHAddress())}, otherHostKey)
 		_, err = newCache(t).Resolve(context.Background(), sshURL, git.Ref{Branch: "main"},
-			git.Auth{SSHPrivateKey: key, KnownHosts: []byte(otherKnownHosts)})
+			git.Auth{SSHPrivateKey: key, KnownHosts: []byte(otherKnownHosts)}, git.ResolveOptions{})
 		if !errors.Is(err, git.ErrAuth) || !strings.Contains(err.Error(), "known_hosts") {
 			t.Errorf("got %v, want ErrAuth about known_hosts", err)
 		}
 	})
 	t.Run("no known_hosts is refused", func(t *testing.T) {
-		_, err := newCache(t).Resolve(context.Background(), sshURL, git.Ref{Branch: "main"}, git.Auth{SSHPrivateKey: key})
+		_, err := newCache(t).Resolve(context.Background(), sshURL, git.Ref{Branch: "main"}, git.Auth{SSHPrivateKey: key}, git.ResolveOptions{})
 		if !errors.Is(err, git.ErrAuth) || !strings.Contains(err.Error(), "needs known_hosts") {
 			t.Errorf("got %v, want ErrAuth asking for known_hosts", err)
 		}
 	})
 	t.Run("a malformed key is refused without showing it", func(t *testing.T) {
 		bad := []byte("-----BEGIN OPENSSH PRIVATE KEY-----\nnot-a-key-SECRETMARKER\n-----END OPENSSH PRIVATE KEY-----\n")
-		_, err := newCache(t).Resolve(context.Background(), sshURL, git.Ref{Branch: "main"}, git.Auth{SSHPrivateKey: bad, KnownHosts: server.KnownHosts()})
+		_, err := newCache(t).Resolve(context.Background(), sshURL, git.Ref{Branch: "main"}, git.Auth{SSHPrivateKey: bad, KnownHosts: server.KnownHosts()}, git.ResolveOptions{})
 		if !errors.Is(err, git.ErrAuth) || strings.Contains(err.Error(), "SECRETMARKER") {
 			t.Errorf("got %v, want ErrAuth without the key", err)
 		}
@@ -334,13 +337,13 @@ func TestConcurrentReadsOfOneRepositoryShareTheCache(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			ctx := context.Background()
-			rev, err := c.Resolve(ctx, url, git.Ref{Branch: "main"}, httpAuth)
+			rev, err := c.Resolve(ctx, url, git.Ref{Branch: "main"}, httpAuth, git.ResolveOptions{})
 			if err == nil {
 				err = c.Fetch(ctx, url, git.Ref{Branch: "main"}, rev, httpAuth)
 			}
 			if err == nil {
 				var tr *tree.Tree
-				if tr, err = c.Tree(url, rev.Hash, tree.Limits{}); err == nil {
+				if tr, err = c.Tree(url, httpAuth, rev.Hash, tree.Limits{}); err == nil {
 					var data []byte
 					if data, err = tr.ReadFile("a.yaml"); err == nil && string(data) != "shared" {
 						err = fmt.Errorf("read %q", data)
@@ -364,8 +367,14 @@ func TestConcurrentReadsOfOneRepositoryShareTheCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 1 {
-		t.Errorf("the cache holds %d repositories for one URL, want 1", len(entries))
+	repositories := 0
+	for _, e := range entries {
+		if e.IsDir() {
+			repositories++
+		}
+	}
+	if repositories != 1 {
+		t.Errorf("the cache holds %d repositories for one URL and credentials, want 1", repositories)
 	}
 }
 
@@ -373,7 +382,7 @@ func TestTreeLimits(t *testing.T) {
 	_, url, first := newRepo(t, map[string]string{"a.yaml": "12345", "b.yaml": "1234567890"})
 	c := newCache(t)
 	read(t, c, url, git.Ref{Branch: "main"}, httpAuth, "a.yaml")
-	_, err := c.Tree(url, first, tree.Limits{MaxFileBytes: 8})
+	_, err := c.Tree(url, httpAuth, first, tree.Limits{MaxFileBytes: 8})
 	var limitErr *tree.LimitError
 	if !errors.As(err, &limitErr) || limitErr.Path != "b.yaml" || limitErr.Limit != "file size" {
 		t.Errorf("Tree with an 8-byte file limit: %v, want a file size LimitError naming b.yaml", err)

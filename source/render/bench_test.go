@@ -2,6 +2,7 @@ package render
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -40,7 +41,7 @@ func BenchmarkRenderPlain1000Objects(b *testing.B) {
 	t, _ := thousandObjects(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		_, objects, err := Render(t, "deploy", Options{})
+		_, objects, err := Render(context.Background(), t, "deploy", Options{})
 		if err != nil || len(objects) != 1000 {
 			b.Fatalf("%d objects, %v", len(objects), err)
 		}

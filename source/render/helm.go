@@ -1,6 +1,7 @@
 package render
 
 import (
+	"context"
 	"fmt"
 	"path"
 	"sort"
@@ -18,20 +19,20 @@ import (
 // renderHelm renders the chart in dir in-process: no cluster client (so
 // `lookup` finds nothing), no DNS, no dependency download (dependencies
 // must be vendored under charts/). CRDs in crds/ are included; NOTES.txt is not.
-func renderHelm(t *tree.Tree, dir string, opts HelmOptions) ([]manifest.Object, error) {
+func renderHelm(ctx context.Context, t *tree.Tree, dir string, opts HelmOptions) ([]manifest.Object, error) {
 	fail := func(err error) error { return &Error{Engine: Helm, Path: dir, Err: err} }
 	files, err := t.Files(dir)
 	if err != nil {
 		return nil, err
 	}
 	buffered := make([]*loader.BufferedFile, 0, len(files))
-	for _, file := range files {
-		data, err := t.ReadFile(file)
-		if err != nil {
-			return nil, err
-		}
+	err = readFiles(ctx, t, files, func(file string, data []byte) error {
 		rel := strings.TrimPrefix(strings.TrimPrefix(file, dir), "/")
 		buffered = append(buffered, &loader.BufferedFile{Name: rel, Data: data})
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	chrt, err := loader.LoadFiles(buffered)
 	if err != nil {
@@ -59,7 +60,18 @@ func renderHelm(t *tree.Tree, dir string, opts HelmOptions) ([]manifest.Object, 
 		return nil, fail(err)
 	}
 	release := chartutil.ReleaseOptions{Name: opts.ReleaseName, Namespace: opts.Namespace, Revision: 1, IsInstall: true}
-	renderValues, err := chartutil.ToRenderValues(chrt, values, release, chartutil.DefaultCapabilities.Copy())
+	caps := chartutil.DefaultCapabilities.Copy()
+	if opts.KubeVersion != "" {
+		kubeVersion, err := chartutil.ParseKubeVersion(opts.KubeVersion)
+		if err != nil {
+			return nil, fail(fmt.Errorf("the cluster's Kubernetes version %q: %w", opts.KubeVersion, err))
+		}
+		caps.KubeVersion = *kubeVersion
+	}
+	if len(opts.APIVersions) > 0 {
+		caps.APIVersions = chartutil.VersionSet(opts.APIVersions)
+	}
+	renderValues, err := chartutil.ToRenderValues(chrt, values, release, caps)
 	if err != nil {
 		return nil, fail(err)
 	}

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path"
@@ -18,18 +19,23 @@ import (
 // kustomizationNames are the file names kustomize recognises, in its order.
 var kustomizationNames = []string{"kustomization.yaml", "kustomization.yml", "Kustomization"}
 
-// ErrRemoteDisabled means a kustomization refers to something outside the
-// repository (a URL or a remote Git base), which plumb does not fetch.
-var ErrRemoteDisabled = errors.New("remote resources are disabled: vendor them into the repository")
+// ErrNotInRepository means a kustomization refers to something that is not
+// a file or folder of the repository (a URL, a remote Git base, a missing
+// path): plumb renders from the repository alone.
+var ErrNotInRepository = errors.New("not a file or folder in the repository (remote resources are disabled: vendor them into the repository)")
 
-// renderKustomize builds the kustomization in dir in memory. Plugins (exec
-// and container functions) and Helm inflation are off; remote resources are
-// refused before the build starts, so kustomize never reaches the network.
-func renderKustomize(t *tree.Tree, dir string) ([]manifest.Object, error) {
-	if err := refuseRemote(t, dir, map[string]bool{}); err != nil {
+// renderKustomize builds the kustomization in dir on an in-memory copy of
+// the repository. Plugins (exec and container functions) and Helm inflation
+// are off, and loading is restricted to the kustomization's root. Before the
+// build starts, every path that any kustomization it reaches names must be
+// a file or folder of the repository, spelled so that kustomize cannot take
+// it for a URL or a remote Git base: kustomize's loader then never clones,
+// never makes an HTTP request and never creates a temporary folder.
+func renderKustomize(ctx context.Context, t *tree.Tree, dir string) ([]manifest.Object, error) {
+	if err := onlyRepositoryPaths(t, dir, map[string]bool{}); err != nil {
 		return nil, &Error{Engine: Kustomize, Path: dir, Err: err}
 	}
-	fs, err := inMemory(t)
+	fs, err := inMemory(ctx, t)
 	if err != nil {
 		return nil, err
 	}
@@ -60,31 +66,28 @@ func renderKustomize(t *tree.Tree, dir string) ([]manifest.Object, error) {
 
 // inMemory copies every file of the tree (symlinks resolved) into an
 // in-memory file system rooted at "/".
-func inMemory(t *tree.Tree) (filesys.FileSystem, error) {
+func inMemory(ctx context.Context, t *tree.Tree) (filesys.FileSystem, error) {
 	files, err := t.Files("")
 	if err != nil {
 		return nil, err
 	}
 	fs := filesys.MakeFsInMemory()
-	for _, file := range files {
-		data, err := t.ReadFile(file)
-		if err != nil {
-			return nil, err
-		}
+	err = readFiles(ctx, t, files, func(file string, data []byte) error {
 		if err := fs.WriteFile("/"+file, data); err != nil {
-			return nil, fmt.Errorf("copying %s for kustomize: %w", file, err)
+			return fmt.Errorf("copying %s for kustomize: %w", file, err)
 		}
-	}
-	return fs, nil
+		return nil
+	})
+	return fs, err
 }
 
 // kustomizationPathFields are the fields of a kustomization whose values are
 // paths that kustomize would load, possibly from a URL.
-var kustomizationPathFields = []string{"resources", "bases", "components", "crds", "patchesStrategicMerge", "generators", "transformers", "validators"}
+var kustomizationPathFields = []string{"resources", "bases", "components", "crds", "configurations", "patchesStrategicMerge", "generators", "transformers", "validators"}
 
-// refuseRemote walks the kustomization in dir and every local base it
-// reaches, and fails on any remote reference.
-func refuseRemote(t *tree.Tree, dir string, seen map[string]bool) error {
+// onlyRepositoryPaths walks the kustomization in dir and every local base it
+// reaches, and fails on any reference that is not a path in the repository.
+func onlyRepositoryPaths(t *tree.Tree, dir string, seen map[string]bool) error {
 	if seen[dir] {
 		return nil
 	}
@@ -126,7 +129,7 @@ func refuseRemote(t *tree.Tree, dir string, seen map[string]bool) error {
 			if m, ok := item.(map[string]any); ok {
 				for _, file := range stringsOf(m["files"]) {
 					// A generator file may be written key=path.
-					if _, p, ok := strings.Cut(file, "="); ok && !isRemote(file) {
+					if _, p, ok := strings.Cut(file, "="); ok {
 						file = p
 					}
 					refs = append(refs, file)
@@ -140,12 +143,12 @@ func refuseRemote(t *tree.Tree, dir string, seen map[string]bool) error {
 		refs = append(refs, stringsOf(openapi["path"])...)
 	}
 	for _, ref := range refs {
-		if isRemote(ref) {
-			return fmt.Errorf("%s refers to %s: %w", file, ref, ErrRemoteDisabled)
+		local, err := repositoryPath(t, dir, ref)
+		if err != nil {
+			return fmt.Errorf("%s refers to %q: %w", file, ref, err)
 		}
-		local := path.Join(dir, ref)
 		if t.IsDir(local) {
-			if err := refuseRemote(t, strings.TrimPrefix(path.Clean("/"+local), "/"), seen); err != nil {
+			if err := onlyRepositoryPaths(t, local, seen); err != nil {
 				return err
 			}
 		}
@@ -153,17 +156,21 @@ func refuseRemote(t *tree.Tree, dir string, seen map[string]bool) error {
 	return nil
 }
 
-// isRemote recognises what kustomize would fetch: URLs, and Git repository
-// specs such as github.com/org/repo//path?ref=v1 or git@host:org/repo.
-func isRemote(ref string) bool {
-	switch {
-	case strings.Contains(ref, "://"),
-		strings.HasPrefix(ref, "git@"),
-		strings.Contains(ref, "?ref=") || strings.Contains(ref, "?version="),
-		strings.HasPrefix(ref, "github.com/"), strings.HasPrefix(ref, "gitlab.com/"), strings.HasPrefix(ref, "bitbucket.org/"):
-		return true
+// repositoryPath returns the repository path that ref, relative to dir,
+// names, when it is one: a relative path of the repository that exists, in
+// which kustomize sees no URL or Git repository (no scheme, no ':', '@' or
+// '?', no github.com host). Anything else fails with ErrNotInRepository.
+func repositoryPath(t *tree.Tree, dir, ref string) (string, error) {
+	first, _, _ := strings.Cut(ref, "/")
+	if ref == "" || strings.HasPrefix(ref, "/") || strings.ContainsAny(ref, ":@?\\\x00") ||
+		strings.EqualFold(first, "github.com") {
+		return "", ErrNotInRepository
 	}
-	return false
+	local := strings.TrimPrefix(path.Clean("/"+path.Join(dir, ref)), "/")
+	if strings.HasPrefix(path.Clean(path.Join(dir, ref)), "..") || !t.Exists(local) {
+		return "", ErrNotInRepository
+	}
+	return local, nil
 }
 
 func listOf(v any) []any {

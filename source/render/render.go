@@ -5,6 +5,7 @@
 package render
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path"
@@ -43,6 +44,13 @@ type HelmOptions struct {
 	ValuesFiles []string
 	// Values are merged last, over the files.
 	Values map[string]any
+	// KubeVersion is .Capabilities.KubeVersion (e.g. v1.37.2), and
+	// APIVersions .Capabilities.APIVersions ("policy/v1",
+	// "policy/v1/PodDisruptionBudget", …): what the target cluster serves,
+	// as `helm template --kube-version --api-versions` take them. Empty,
+	// Helm's defaults apply (an old Kubernetes version).
+	KubeVersion string   `json:",omitempty"`
+	APIVersions []string `json:",omitempty"`
 }
 
 // ErrPathNotFound means the folder to render does not exist at the revision.
@@ -89,8 +97,10 @@ func Detect(t *tree.Tree, dir string) (Engine, error) {
 	return Plain, nil
 }
 
-// Render renders the folder dir of the tree with the engine it detects.
-func Render(t *tree.Tree, dir string, opts Options) (Engine, []manifest.Object, error) {
+// Render renders the folder dir of the tree with the engine it detects. It
+// stops between files when ctx ends; Kustomize's and Helm's own builds
+// cannot be interrupted, but their input is bounded by the tree's limits.
+func Render(ctx context.Context, t *tree.Tree, dir string, opts Options) (Engine, []manifest.Object, error) {
 	dir = strings.Trim(path.Clean("/"+dir), "/")
 	engine, err := Detect(t, dir)
 	if err != nil {
@@ -99,13 +109,36 @@ func Render(t *tree.Tree, dir string, opts Options) (Engine, []manifest.Object, 
 	var objects []manifest.Object
 	switch engine {
 	case Kustomize:
-		objects, err = renderKustomize(t, dir)
+		objects, err = renderKustomize(ctx, t, dir)
 	case Helm:
-		objects, err = renderHelm(t, dir, opts.Helm)
+		objects, err = renderHelm(ctx, t, dir, opts.Helm)
 	default:
-		objects, err = renderPlain(t, dir)
+		objects, err = renderPlain(ctx, t, dir)
 	}
-	return engine, objects, err
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	return engine, objects, nil
+}
+
+// readFiles reads files of the tree, stopping when ctx ends.
+func readFiles(ctx context.Context, t *tree.Tree, files []string, use func(file string, data []byte) error) error {
+	for _, file := range files {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		data, err := t.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		if err := use(file, data); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // manifestExtensions are the files a plain folder renders.
@@ -113,25 +146,25 @@ var manifestExtensions = map[string]bool{".yaml": true, ".yml": true, ".json": t
 
 // renderPlain parses every manifest under dir, recursively, in lexical path
 // order. Hidden files and folders (.github, .gitlab-ci.yml) are skipped.
-func renderPlain(t *tree.Tree, dir string) ([]manifest.Object, error) {
+func renderPlain(ctx context.Context, t *tree.Tree, dir string) ([]manifest.Object, error) {
 	files, err := t.Files(dir)
 	if err != nil {
 		return nil, err
 	}
-	var objects []manifest.Object
+	manifests := files[:0]
 	for _, file := range files {
-		if !manifestExtensions[strings.ToLower(path.Ext(file))] || hidden(strings.TrimPrefix(file, dir)) {
-			continue
+		if manifestExtensions[strings.ToLower(path.Ext(file))] && !hidden(strings.TrimPrefix(file, dir)) {
+			manifests = append(manifests, file)
 		}
-		data, err := t.ReadFile(file)
-		if err != nil {
-			return nil, err
-		}
+	}
+	var objects []manifest.Object
+	err = readFiles(ctx, t, manifests, func(file string, data []byte) error {
 		objs, err := manifest.Parse(file, data)
-		if err != nil {
-			return nil, err
-		}
 		objects = append(objects, objs...)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return objects, nil
 }

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"io/fs"
@@ -98,7 +99,7 @@ func TestRenderGolden(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			engine, objects, err := Render(repo, tt.dir, tt.opts)
+			engine, objects, err := Render(context.Background(), repo, tt.dir, tt.opts)
 			if err != nil {
 				t.Fatalf("Render(%s): %v", tt.dir, err)
 			}
@@ -131,7 +132,7 @@ func TestHelmValuesAreNotChangedByRendering(t *testing.T) {
 	values := map[string]any{"service": map[string]any{"port": 9090}}
 	opts := Options{Helm: HelmOptions{ReleaseName: "a", Namespace: "b", Values: values}}
 	for range 2 {
-		if _, _, err := Render(repo, "helm/web", opts); err != nil {
+		if _, _, err := Render(context.Background(), repo, "helm/web", opts); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -186,18 +187,18 @@ func TestRenderErrors(t *testing.T) {
 			"base/kustomization.yaml": "resources:\n- https://github.com/org/repo//deploy?ref=v1\n",
 		},
 		dir:     "k",
-		wantErr: ErrRemoteDisabled,
-		want:    "kustomize build of k: base/kustomization.yaml refers to https://github.com/org/repo//deploy?ref=v1: remote resources are disabled",
+		wantErr: ErrNotInRepository,
+		want:    `kustomize build of k: base/kustomization.yaml refers to "https://github.com/org/repo//deploy?ref=v1": not a file or folder in the repository`,
 	}, {
 		name:    "kustomize remote git base without scheme",
 		files:   map[string]string{"k/kustomization.yaml": "resources:\n- github.com/org/repo/deploy?ref=main\n"},
 		dir:     "k",
-		wantErr: ErrRemoteDisabled,
+		wantErr: ErrNotInRepository,
 	}, {
 		name:    "kustomize remote patch file",
 		files:   map[string]string{"k/kustomization.yaml": "patches:\n- path: http://evil.example/patch.yaml\n"},
 		dir:     "k",
-		wantErr: ErrRemoteDisabled,
+		wantErr: ErrNotInRepository,
 	}, {
 		name: "kustomize exec plugin",
 		files: map[string]string{
@@ -243,7 +244,7 @@ func TestRenderErrors(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := Render(treeOf(t, tt.files), tt.dir, tt.opts)
+			_, _, err := Render(context.Background(), treeOf(t, tt.files), tt.dir, tt.opts)
 			if err == nil {
 				t.Fatal("Render succeeded, want an error")
 			}
@@ -261,7 +262,7 @@ func TestRenderErrors(t *testing.T) {
 }
 
 func TestPlainFolderWithoutManifestsRendersNothing(t *testing.T) {
-	engine, objects, err := Render(treeOf(t, map[string]string{"docs/README.md": "hi"}), "docs", Options{})
+	engine, objects, err := Render(context.Background(), treeOf(t, map[string]string{"docs/README.md": "hi"}), "docs", Options{})
 	if err != nil || engine != Plain || len(objects) != 0 {
 		t.Errorf("Render(docs) = %s, %d objects, %v; want plain, none, no error", engine, len(objects), err)
 	}

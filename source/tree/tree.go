@@ -11,6 +11,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync/atomic"
 )
 
 // ErrEscapesRoot means a path or a symlink points outside the repository.
@@ -65,10 +66,12 @@ type entry struct {
 // Tree is a repository's files at one revision. It is safe for concurrent
 // reads once built.
 type Tree struct {
-	files map[string]entry
-	dirs  map[string][]string // folder → sorted child names ("" is the root)
-	load  Loader
-	total int64
+	files  map[string]entry
+	dirs   map[string][]string // folder → sorted child names ("" is the root)
+	load   Loader
+	total  int64
+	limits Limits
+	read   atomic.Int64 // bytes ReadFile returned so far
 }
 
 // Builder adds files to a new Tree, enforcing limits as it goes.
@@ -80,9 +83,10 @@ type Builder struct {
 // NewBuilder starts a tree whose contents load reads.
 func NewBuilder(limits Limits, load Loader) *Builder {
 	return &Builder{limits: limits, tree: &Tree{
-		files: map[string]entry{},
-		dirs:  map[string][]string{"": nil},
-		load:  load,
+		files:  map[string]entry{},
+		dirs:   map[string][]string{"": nil},
+		load:   load,
+		limits: limits,
 	}}
 }
 
@@ -254,7 +258,9 @@ func (t *Tree) Exists(p string) bool {
 	return err == nil
 }
 
-// ReadFile returns the content of the file p resolves to.
+// ReadFile returns the content of the file p resolves to. Every byte it
+// returns counts against MaxTotalBytes, so reading one file again and again
+// through symlinks is bounded too.
 func (t *Tree) ReadFile(p string) ([]byte, error) {
 	resolved, err := t.Resolve(p)
 	if err != nil {
@@ -263,6 +269,11 @@ func (t *Tree) ReadFile(p string) ([]byte, error) {
 	e, ok := t.files[resolved]
 	if !ok {
 		return nil, &PathError{Path: p, Err: errors.New("is a folder")}
+	}
+	if max := t.limits.MaxTotalBytes; max > 0 {
+		if read := t.read.Add(e.size); read > max {
+			return nil, &LimitError{Limit: "bytes read", Max: max, Got: read, Path: p}
+		}
 	}
 	data, err := t.load(e.key)
 	if err != nil {
@@ -287,7 +298,9 @@ func (t *Tree) ReadDir(p string) ([]string, error) {
 // Files returns the paths of every file under the folder root (as seen
 // through symlinks, each path relative to the repository root and under
 // root's own spelling), in lexical order. Symlinked folders are followed
-// once; a symlink that leaves the root is an error.
+// once; a symlink that leaves the root is an error. Symlinks can make a few
+// entries name exponentially many paths, so every file listed and every
+// folder visited counts against MaxFiles.
 func (t *Tree) Files(root string) ([]string, error) {
 	resolved, err := t.Resolve(root)
 	if err != nil {
@@ -299,10 +312,15 @@ func (t *Tree) Files(root string) ([]string, error) {
 	clean, _ := cleanRelative(root)
 	var out []string
 	visiting := map[string]bool{}
+	folders := 0
+	max := t.limits.MaxFiles
 	var walk func(display, real string) error
 	walk = func(display, real string) error {
 		if visiting[real] {
 			return &PathError{Path: display, Err: errors.New("symlink cycle")}
+		}
+		if folders++; max > 0 && folders > max {
+			return &LimitError{Limit: "listed folders", Max: int64(max), Got: int64(folders), Path: display}
 		}
 		visiting[real] = true
 		defer delete(visiting, real)
@@ -318,6 +336,9 @@ func (t *Tree) Files(root string) ([]string, error) {
 					return err
 				}
 				continue
+			}
+			if max > 0 && len(out) >= max {
+				return &LimitError{Limit: "listed files", Max: int64(max), Got: int64(len(out)) + 1, Path: displayChild}
 			}
 			out = append(out, displayChild)
 		}

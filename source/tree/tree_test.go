@@ -238,3 +238,72 @@ func FuzzResolve(f *testing.F) {
 		}
 	})
 }
+
+// lattice makes levels folders l0 … l{levels-1}, each holding two symlinks
+// to the next one, and a file in the last: 2*levels entries that name
+// 2^levels paths to that file.
+func lattice(levels int) map[string]string {
+	files := map[string]string{}
+	for i := range levels - 1 {
+		files[fmt.Sprintf("l%d/a", i)] = fmt.Sprintf("-> ../l%d", i+1)
+		files[fmt.Sprintf("l%d/b", i)] = fmt.Sprintf("-> ../l%d", i+1)
+	}
+	files[fmt.Sprintf("l%d/cm.yaml", levels-1)] = "kind: ConfigMap"
+	return files
+}
+
+func TestFilesCountsEveryListedPathAgainstTheLimit(t *testing.T) {
+	t.Run("a lattice of 48 symlinks naming one file 2^24 times", func(t *testing.T) {
+		tr, err := build(t, Limits{MaxFiles: 1000}, lattice(25))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tr.Files("l0")
+		var limitErr *LimitError
+		if !errors.As(err, &limitErr) || limitErr.Max != 1000 || (limitErr.Limit != "listed folders" && limitErr.Limit != "listed files") {
+			t.Fatalf("Files = %v, want a listed folders or files LimitError at 1000", err)
+		}
+	})
+	t.Run("seven entries listing fifteen files", func(t *testing.T) {
+		files := map[string]string{"e": "-> d", "f": "-> d"}
+		for i := range 5 {
+			files[fmt.Sprintf("d/%d.yaml", i)] = "x"
+		}
+		tr, err := build(t, Limits{MaxFiles: 10}, files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tr.Files("")
+		var limitErr *LimitError
+		if !errors.As(err, &limitErr) || limitErr.Limit != "listed files" || limitErr.Got != 11 {
+			t.Fatalf("Files = %v, want a listed files LimitError at the 11th", err)
+		}
+	})
+	t.Run("a tree within the limit lists every path", func(t *testing.T) {
+		tr, err := build(t, Limits{MaxFiles: 1 << 10}, lattice(10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := tr.Files("l0")
+		if err != nil || len(got) != 1<<9 {
+			t.Fatalf("Files = %d paths, %v; want %d", len(got), err, 1<<9)
+		}
+	})
+}
+
+func TestReadFileCountsEveryByteReadAgainstTheLimit(t *testing.T) {
+	tr, err := build(t, Limits{MaxTotalBytes: 25}, map[string]string{"ten.yaml": "0123456789", "alias": "-> ten.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range []string{"ten.yaml", "alias"} {
+		if _, err := tr.ReadFile(p); err != nil {
+			t.Fatalf("read %d of 10 bytes: %v", i+1, err)
+		}
+	}
+	_, err = tr.ReadFile("ten.yaml")
+	var limitErr *LimitError
+	if !errors.As(err, &limitErr) || limitErr.Limit != "bytes read" || limitErr.Got != 30 {
+		t.Fatalf("the third read of 10 bytes with a 25-byte limit = %v, want a bytes read LimitError", err)
+	}
+}

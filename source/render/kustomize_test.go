@@ -1,0 +1,143 @@
+package render
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// offline makes the test process unable to reach what a remote kustomize
+// base would need, and lets it see the attempt: no git on PATH (kustomize
+// then fails with "no 'git' program on path" before it clones), temporary
+// folders in a folder of the test's, and HTTP through a transport that
+// counts and refuses.
+func offline(t testing.TB, setenv func(key, value string)) (tmp string, httpCalls *atomic.Int64) {
+	t.Helper()
+	tmp = t.TempDir()
+	setenv("PATH", "")
+	setenv("TMPDIR", tmp)
+	httpCalls = &atomic.Int64{}
+	original := http.DefaultTransport
+	http.DefaultTransport = roundTripFunc(func(*http.Request) (*http.Response, error) {
+		httpCalls.Add(1)
+		return nil, errors.New("the test refuses every HTTP request")
+	})
+	t.Cleanup(func() { http.DefaultTransport = original })
+	return tmp, httpCalls
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// reachedOut reports what a render tried beyond the repository.
+func reachedOut(t testing.TB, tmp string, httpCalls *atomic.Int64, err error) string {
+	t.Helper()
+	var out []string
+	if err != nil && strings.Contains(err.Error(), "no 'git' program") {
+		out = append(out, "tried to run git: "+err.Error())
+	}
+	if n := httpCalls.Load(); n > 0 {
+		out = append(out, "made HTTP requests")
+	}
+	entries, _ := os.ReadDir(tmp)
+	for _, e := range entries {
+		out = append(out, "left a temporary folder "+e.Name())
+	}
+	return strings.Join(out, "; ")
+}
+
+const localConfigMap = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n"
+
+func TestKustomizeRefusesEveryReferenceThatIsNotAPathInTheRepository(t *testing.T) {
+	tmp, httpCalls := offline(t, t.Setenv)
+	for _, ref := range []string{
+		"deploy@127.0.0.1:org/repo.git",
+		"GitHub.com/org/repo/deploy",
+		"github.com:org/repo",
+		"git::https://example.com/org/repo",
+		"ssh://git@example.com/org/repo",
+		"file:///etc/kubernetes",
+		"https://example.com/cm.yaml",
+		"HTTPS://example.com/cm.yaml",
+		"org/repo.git/deploy?ref=main",
+		"missing-folder",
+		"/etc",
+	} {
+		t.Run(ref, func(t *testing.T) {
+			files := map[string]string{
+				"k/kustomization.yaml": "resources:\n- local.yaml\n- " + ref + "\n",
+				"k/local.yaml":         localConfigMap,
+			}
+			_, _, err := Render(context.Background(), treeOf(t, files), "k", Options{})
+			if what := reachedOut(t, tmp, httpCalls, err); what != "" {
+				t.Fatalf("the render reached outside the repository: %s", what)
+			}
+			if !errors.Is(err, ErrNotInRepository) || !strings.Contains(err.Error(), ref) {
+				t.Fatalf("Render = %v, want ErrNotInRepository naming %q", err, ref)
+			}
+		})
+	}
+}
+
+func TestKustomizeRendersLocalBasesWithoutTemporaryFolders(t *testing.T) {
+	tmp, httpCalls := offline(t, t.Setenv)
+	files := map[string]string{
+		"overlay/kustomization.yaml": "resources:\n- ../base\n- extra.yaml\nnamePrefix: prod-\n",
+		"overlay/extra.yaml":         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: extra}\n",
+		"base/kustomization.yaml":    "resources:\n- cm.yaml\nconfigMapGenerator:\n- name: gen\n  files: [conf=conf.txt]\n",
+		"base/cm.yaml":               localConfigMap,
+		"base/conf.txt":              "x=1",
+	}
+	for range 3 {
+		_, objects, err := Render(context.Background(), treeOf(t, files), "overlay", Options{})
+		if err != nil || len(objects) != 3 {
+			t.Fatalf("Render = %d objects, %v; want 3", len(objects), err)
+		}
+	}
+	if what := reachedOut(t, tmp, httpCalls, nil); what != "" {
+		t.Fatalf("rendering a local overlay %s", what)
+	}
+}
+
+// FuzzKustomizeResources renders a kustomization whose resource list holds
+// an arbitrary entry: whatever it is, the render must not run git, make an
+// HTTP request or leave a temporary folder.
+func FuzzKustomizeResources(f *testing.F) {
+	for _, seed := range []string{
+		"local.yaml", "../base", "deploy@127.0.0.1:org/repo.git", "GitHub.com/org/repo", "git::https://x/y",
+		"https://example.com/cm.yaml", "file:///etc", "a/b//c?ref=v1", "base", "user@host:path", "_git/repo",
+	} {
+		f.Add(seed)
+	}
+	tmp, httpCalls := offline(f, func(k, v string) {
+		old, had := os.LookupEnv(k)
+		os.Setenv(k, v)
+		f.Cleanup(func() {
+			if had {
+				os.Setenv(k, old)
+			} else {
+				os.Unsetenv(k)
+			}
+		})
+	})
+	f.Fuzz(func(t *testing.T, ref string) {
+		if strings.ContainsAny(ref, "\n\r\"'") {
+			return // keeps the YAML a list of one string
+		}
+		files := map[string]string{
+			"k/kustomization.yaml":    "resources:\n- local.yaml\n- \"" + ref + "\"\n",
+			"k/local.yaml":            localConfigMap,
+			"base/kustomization.yaml": "resources: [cm.yaml]\n",
+			"base/cm.yaml":            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n",
+		}
+		_, _, err := Render(context.Background(), treeOf(t, files), "k", Options{})
+		if what := reachedOut(t, tmp, httpCalls, err); what != "" {
+			t.Fatalf("resource %q: the render reached outside the repository: %s", ref, what)
+		}
+	})
+}

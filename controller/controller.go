@@ -21,7 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -35,12 +37,15 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/clusterinfo"
+	"github.com/plumb-dev/plumb/credentials"
 	"github.com/plumb-dev/plumb/informers"
 	"github.com/plumb-dev/plumb/metrics"
 	"github.com/plumb-dev/plumb/queue"
 	"github.com/plumb-dev/plumb/reconcile"
 	"github.com/plumb-dev/plumb/source"
 	"github.com/plumb-dev/plumb/ssa"
+	"github.com/plumb-dev/plumb/syncrequest"
 	"github.com/plumb-dev/plumb/webhook"
 )
 
@@ -61,6 +66,8 @@ type Options struct {
 	ReadLimits  source.Limits
 	// ShutdownTimeout bounds how long ticks under way may take to finish.
 	ShutdownTimeout time.Duration
+	// RenderCacheBytes bounds the memory of cached renders (0: the default).
+	RenderCacheBytes int64
 	// AppSelector, when set, limits this controller to the Apps whose labels
 	// match it (shard Apps between controllers, like Flux's sharding).
 	AppSelector labels.Selector
@@ -98,8 +105,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
 		HealthProbeBindAddress:        opts.HealthAddr,
-		Metrics:                       metricsserver.Options{BindAddress: "0"}, // plumb serves its own registry
-		GracefulShutdownTimeout:       &opts.ShutdownTimeout,
+		Metrics:                       metricsserver.Options{BindAddress: "0"},   // plumb serves its own registry
+		GracefulShutdownTimeout:       ptr(opts.ShutdownTimeout + 5*time.Second), // the queue cancels ticks at ShutdownTimeout
 		Cache:                         cacheOptions(opts.AppSelector),
 	})
 	if err != nil {
@@ -117,7 +124,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		return err
 	}
 
-	reader, err := source.NewReader(source.Options{CacheDir: opts.GitCacheDir, Limits: opts.ReadLimits})
+	reader, err := source.NewReader(source.Options{CacheDir: opts.GitCacheDir, Limits: opts.ReadLimits, RenderCacheBytes: opts.RenderCacheBytes})
 	if err != nil {
 		return err
 	}
@@ -142,18 +149,33 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	if err != nil {
 		return err
 	}
-	tick := &reconcile.Reconciler{
-		Metrics:      loopMetrics,
-		Client:       mgr.GetClient(),
-		SecretReader: mgr.GetAPIReader(),
-		Mapper:       mgr.GetRESTMapper(),
-		Reader:       reader,
-		Applier:      ssa.NewManager(direct),
-		Events:       mgr.GetEventRecorderFor("plumb"),
-		Log:          log.Named("tick"),
+	discoveryClient, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, mgr.GetHTTPClient())
+	if err != nil {
+		return fmt.Errorf("creating the discovery client: %w", err)
 	}
-	apps := queue.New("apps", tick.Tick, queue.Options[types.NamespacedName]{Workers: opts.Workers})
-	observer := informers.New(dyn, mgr.GetRESTMapper(), apps.Add)
+	clientset, err := kubernetes.NewForConfigAndClient(cfg, mgr.GetHTTPClient())
+	if err != nil {
+		return fmt.Errorf("creating the clientset: %w", err)
+	}
+	secrets := credentials.New(clientset)
+	tick := &reconcile.Reconciler{
+		Metrics:     loopMetrics,
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Credentials: secrets,
+		Mapper:      mgr.GetRESTMapper(),
+		Cluster:     clusterinfo.New(discoveryClient, 0),
+		Reader:      reader,
+		Applier:     ssa.NewManager(direct),
+		Events:      mgr.GetEventRecorderFor("plumb"),
+		Log:         log.Named("tick"),
+	}
+	apps := queue.New("apps", tick.Tick, queue.Options[types.NamespacedName]{Workers: opts.Workers, DrainTimeout: opts.ShutdownTimeout})
+	tick.Enqueue = func(key types.NamespacedName) { apps.AddEvent(key) }
+	observer := informers.New(dyn, mgr.GetRESTMapper(), informers.Options{
+		OnEvent:    func(key types.NamespacedName) { apps.AddEvent(key) },
+		IsOwnWrite: tick.IsOwnWrite,
+	})
 	tick.Observer = observer
 
 	appInformer, err := mgr.GetCache().GetInformer(ctx, &plumbv1.App{})
@@ -168,12 +190,15 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		if _, err := appInformer.AddEventHandler(indexEvents(index)); err != nil {
 			return err
 		}
+		// Any replica may receive a push; the request reaches the leader
+		// through the App's sync annotation.
+		requests := syncrequest.New(mgr.GetClient(), 4, log.Named("sync-requests"))
+		if err := mgr.Add(requests); err != nil {
+			return err
+		}
 		receiver, err := webhook.NewReceiver(webhook.Options{
 			Secrets: opts.WebhookSecrets, MaxBodyBytes: opts.WebhookMaxBodyBytes, Index: index,
-			Trigger: func(key types.NamespacedName) {
-				tick.RequestRefresh(key)
-				apps.Add(key)
-			},
+			Trigger: requests.Request,
 			Observe: func(p webhook.Provider, event string, code, matched int) {
 				loopMetrics.ObserveWebhook(string(p), event, code, matched)
 			},
@@ -193,6 +218,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		log.Info("Started ticking", zap.Int("workers", opts.Workers))
 		apps.Run(ctx)
 		observer.Stop()
+		secrets.Stop()
 		log.Info("Stopped ticking")
 		return nil
 	})); err != nil {
@@ -206,6 +232,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	log.Info("Stopped controller")
 	return err
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // cacheOptions limits the App cache to the selected Apps.
 func cacheOptions(selector labels.Selector) cache.Options {

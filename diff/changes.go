@@ -15,7 +15,9 @@ import (
 // live: every field Git sets whose live value differs in meaning (0.5Gi and
 // 512Mi are equal, so are "1" and 1 where a quantity or an int-or-string is
 // meant). Fields only live has (server defaults, other managers' fields,
-// status) are not changes. Secret values are masked.
+// status) are not changes. Secret values are masked. The tick does not need
+// it (its Records decide); it is the field-level view for people (the
+// coming `plumb diff`) and the oracle test's independent comparison.
 func FieldChanges(desired, live *unstructured.Unstructured) []Change {
 	var changes []Change
 	secret := desired.GetKind() == "Secret" && desired.GroupVersionKind().Group == ""

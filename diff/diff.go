@@ -30,14 +30,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 	"sigs.k8s.io/structured-merge-diff/v6/value"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 )
-
-// Manager is the field manager whose fields the diff tracks.
-const Manager = "plumb"
-
-// revisionAnnotation is left out of the content hash: it moves only when
-// content does (see package ssa).
-const revisionAnnotation = "plumb.dev/revision"
 
 // Kind classifies one object.
 type Kind string
@@ -96,12 +91,13 @@ type PatchOp struct {
 	Value any    `json:"value,omitempty"`
 }
 
-// Hash is a stable hash of an object's content, without the revision
-// annotation.
+// Hash is a stable hash of an object's content, without the revision and
+// content-hash annotations (they follow the content, see package v1alpha1).
 func Hash(obj *unstructured.Unstructured) (string, error) {
 	c := obj.DeepCopy()
 	annotations := c.GetAnnotations()
-	delete(annotations, revisionAnnotation)
+	delete(annotations, plumbv1.AnnotationRevision)
+	delete(annotations, plumbv1.AnnotationContentHash)
 	if len(annotations) == 0 {
 		annotations = nil
 	}
@@ -118,7 +114,7 @@ func Hash(obj *unstructured.Unstructured) (string, error) {
 // (its Apply entry on the main resource, not status).
 func PlumbFields(live *unstructured.Unstructured) (*fieldpath.Set, error) {
 	for _, entry := range live.GetManagedFields() {
-		if entry.Manager == Manager && entry.Operation == metav1.ManagedFieldsOperationApply && entry.Subresource == "" && entry.FieldsV1 != nil {
+		if entry.Manager == plumbv1.FieldManager && entry.Operation == metav1.ManagedFieldsOperationApply && entry.Subresource == "" && entry.FieldsV1 != nil {
 			set := &fieldpath.Set{}
 			if err := set.FromJSON(bytes.NewReader(entry.FieldsV1.Raw)); err != nil {
 				return nil, fmt.Errorf("reading plumb's managed fields of %s: %w", live.GetName(), err)
@@ -161,7 +157,7 @@ func Compare(desired, live *unstructured.Unstructured, rec *Record, ignore Ignor
 		return Result{}, err
 	}
 	if hash != rec.DesiredHash {
-		return Result{Kind: Update, Changes: FieldChanges(desired, live)}, nil
+		return Result{Kind: Update}, nil
 	}
 	current, err := PlumbFields(live)
 	if err != nil {
@@ -190,7 +186,7 @@ func additionsInPlumbItems(live *unstructured.Unstructured, plumbFields *fieldpa
 	seen := map[string]bool{}
 	covered := prefixesOf(plumbFields)
 	for _, entry := range live.GetManagedFields() {
-		if entry.Manager == Manager || entry.Subresource != "" || entry.FieldsV1 == nil {
+		if entry.Manager == plumbv1.FieldManager || entry.Subresource != "" || entry.FieldsV1 == nil {
 			continue
 		}
 		set := &fieldpath.Set{}
@@ -299,7 +295,7 @@ func attribute(desired, live *unstructured.Unstructured, lost *fieldpath.Set) []
 	}
 	var owners []owner
 	for _, entry := range live.GetManagedFields() {
-		if entry.Manager == Manager || entry.FieldsV1 == nil || entry.Subresource != "" {
+		if entry.Manager == plumbv1.FieldManager || entry.FieldsV1 == nil || entry.Subresource != "" {
 			continue
 		}
 		set := &fieldpath.Set{}

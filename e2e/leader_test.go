@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,19 @@ func TestWithLeaderElectionOnlyOneControllerTicks(t *testing.T) {
 	if ticking(follower) {
 		t.Fatal("the follower ticks while the leader holds the Lease")
 	}
+	t.Run("a push sent to the replica that does not lead converges", func(t *testing.T) {
+		pushed := commit(t, w, map[string]string{"deploy/config.yaml": configMapYAML("settings", "pushed")})
+		headers, body := githubPush(t, url, ns+"-follower")
+		code, answer, err := sendHookTo(follower.webhookAddr, "github", headers, body)
+		if err != nil || code != http.StatusAccepted || !strings.Contains(answer, "matched 1 apps") {
+			t.Fatalf("the follower answered %d %q, %v", code, answer, err)
+		}
+		readyAt(t, ns, "led", pushed) // the App's interval is 10 minutes
+		if ticking(follower) {
+			t.Error("the follower ticked")
+		}
+	})
+
 	lease := &coordinationv1.Lease{}
 	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "plumb-e2e-leader"}, lease); err != nil {
 		t.Fatalf("reading the Lease: %v", err)

@@ -59,7 +59,26 @@ func postHook(t *testing.T, provider string, headers map[string]string, body []b
 
 // sendHook is postHook for goroutines: it returns the error.
 func sendHook(provider string, headers map[string]string, body []byte) (int, string, error) {
-	req, err := http.NewRequest(http.MethodPost, "http://"+controller.webhookAddr+"/hooks/"+provider, bytes.NewReader(body))
+	return sendHookTo(controller.webhookAddr, provider, headers, body)
+}
+
+// githubPush is a signed GitHub push of main to the repository at url.
+func githubPush(t *testing.T, url, delivery string) (map[string]string, []byte) {
+	t.Helper()
+	body := recordedPayload(t, "github/push.json", func(p map[string]any) {
+		p["ref"] = "refs/heads/main"
+		p["repository"].(map[string]any)["clone_url"] = url
+	})
+	return map[string]string{
+		"X-GitHub-Event":      "push",
+		"X-GitHub-Delivery":   delivery,
+		"X-Hub-Signature-256": "sha256=" + hmacSHA256(body),
+	}, body
+}
+
+// sendHookTo posts a payload to the receiver at addr.
+func sendHookTo(addr, provider string, headers map[string]string, body []byte) (int, string, error) {
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/hooks/"+provider, bytes.NewReader(body))
 	if err != nil {
 		return 0, "", err
 	}
@@ -90,13 +109,7 @@ func TestASignedPushConvergesLongBeforeTheTimer(t *testing.T) {
 			headers := map[string]string{}
 			switch provider {
 			case "github":
-				body = recordedPayload(t, "github/push.json", func(p map[string]any) {
-					p["ref"] = "refs/heads/main"
-					p["repository"].(map[string]any)["clone_url"] = url
-				})
-				headers["X-GitHub-Event"] = "push"
-				headers["X-GitHub-Delivery"] = ns
-				headers["X-Hub-Signature-256"] = "sha256=" + hmacSHA256(body)
+				headers, body = githubPush(t, url, ns)
 			case "gitlab":
 				body = recordedPayload(t, "gitlab/push-event.json", func(p map[string]any) {
 					p["ref"] = "refs/heads/main"

@@ -3,8 +3,10 @@
 // started on demand and stopped when no App needs the type. Each watches only
 // objects carrying plumb's ownership label, so memory follows what plumb
 // manages, not the cluster's size. Add, update and delete events of owned
-// objects are turned into App keys for the workqueue. A tick reads live state
-// from here, never from the API server.
+// objects are turned into App keys for the workqueue, except updates that
+// change nothing a tick looks at (status, resourceVersion, the times in
+// managedFields) and plumb's own writes. A tick reads live state from here,
+// never from the API server.
 package informers
 
 import (
@@ -14,26 +16,20 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
-)
 
-// Ownership labels that the informers select on and index by. They are the
-// labels package ssa stamps (kept here too so this package needs no writer).
-const (
-	LabelAppName      = "plumb.dev/app-name"
-	LabelAppNamespace = "plumb.dev/app-namespace"
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 )
-
-// appIndex indexes cached objects by the App that owns them.
-const appIndex = "app"
 
 // ErrUnknownKind means the API server does not serve a kind (no CRD).
 var ErrUnknownKind = errors.New("kind not served by the API server")
@@ -42,11 +38,21 @@ var ErrUnknownKind = errors.New("kind not served by the API server")
 // list or watch error (e.g. forbidden by RBAC) is wrapped in the message.
 var ErrNotSynced = errors.New("cache not synced")
 
+// Options configure a Cache.
+type Options struct {
+	// OnEvent is called with the owning App's key of an object that was
+	// added, changed or deleted. It must not block.
+	OnEvent func(app types.NamespacedName)
+	// IsOwnWrite, when set, reports an object as plumb's own write that the
+	// tick has already taken into account: its add or update is no event.
+	IsOwnWrite func(obj *unstructured.Unstructured) bool
+}
+
 // Cache holds the informers. It is safe for concurrent use.
 type Cache struct {
-	client  dynamic.Interface
-	mapper  meta.RESTMapper
-	onEvent func(app types.NamespacedName)
+	client dynamic.Interface
+	mapper meta.RESTMapper
+	opts   Options
 
 	mu    sync.Mutex
 	types map[schema.GroupVersionResource]*typeInformer // guarded by mu
@@ -61,17 +67,21 @@ type typeInformer struct {
 	done     chan struct{} // closed when the informer stopped
 
 	mu      sync.Mutex
-	lastErr error // the last list/watch error, cleared on sync
+	lastErr error  // the last list/watch error, cleared on sync
+	seenRV  string // the highest resourceVersion of an event handled (the store has it)
 }
 
-// New creates a cache whose events call onEvent with the owning App's key.
-func New(client dynamic.Interface, mapper meta.RESTMapper, onEvent func(types.NamespacedName)) *Cache {
+// New creates a cache.
+func New(client dynamic.Interface, mapper meta.RESTMapper, opts Options) *Cache {
+	if opts.OnEvent == nil {
+		opts.OnEvent = func(types.NamespacedName) {}
+	}
 	return &Cache{
-		client:  client,
-		mapper:  mapper,
-		onEvent: onEvent,
-		types:   map[schema.GroupVersionResource]*typeInformer{},
-		users:   map[types.NamespacedName]map[schema.GroupVersionResource]bool{},
+		client: client,
+		mapper: mapper,
+		opts:   opts,
+		types:  map[schema.GroupVersionResource]*typeInformer{},
+		users:  map[types.NamespacedName]map[schema.GroupVersionResource]bool{},
 	}
 }
 
@@ -152,22 +162,11 @@ func (c *Cache) Stop() {
 	c.users = map[types.NamespacedName]map[schema.GroupVersionResource]bool{}
 }
 
-// Running lists the resource types that have an informer.
-func (c *Cache) Running() []schema.GroupVersionResource {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]schema.GroupVersionResource, 0, len(c.types))
-	for gvr := range c.types {
-		out = append(out, gvr)
-	}
-	return out
-}
-
 // start creates and runs the informer of one type. c.mu is held.
 func (c *Cache) start(gvr schema.GroupVersionResource, gvk schema.GroupVersionKind) *typeInformer {
 	informer := dynamicinformer.NewFilteredDynamicInformer(c.client, gvr, metav1.NamespaceAll, 0,
-		cache.Indexers{appIndex: indexByApp},
-		func(opts *metav1.ListOptions) { opts.LabelSelector = LabelAppName }, // only objects plumb owns
+		cache.Indexers{},
+		func(opts *metav1.ListOptions) { opts.LabelSelector = plumbv1.LabelAppName }, // only objects plumb owns
 	).Informer()
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &typeInformer{gvk: gvk, informer: informer, stop: cancel, done: make(chan struct{})}
@@ -176,26 +175,116 @@ func (c *Cache) start(gvr schema.GroupVersionResource, gvk schema.GroupVersionKi
 		t.lastErr = err
 		t.mu.Unlock()
 	})
+	// Handlers run after the store has the event's object, so seenRV never
+	// runs ahead of what Get returns.
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.notify(obj) },
-		UpdateFunc: func(oldObj, newObj any) {
-			if sameResourceVersion(oldObj, newObj) {
-				return // a resync, not a change
-			}
-			c.notify(newObj)
-			if oldKey, ok := keyOf(oldObj); ok {
-				if newKey, _ := keyOf(newObj); newKey != oldKey {
-					c.onEvent(oldKey) // the object left that App
-				}
+		AddFunc: func(obj any) {
+			t.saw(obj)
+			if !c.ownWrite(obj) {
+				c.notify(obj)
 			}
 		},
-		DeleteFunc: func(obj any) { c.notify(obj) },
+		UpdateFunc: func(oldObj, newObj any) {
+			t.saw(newObj)
+			if oldKey, ok := keyOf(oldObj); ok {
+				if newKey, _ := keyOf(newObj); newKey != oldKey {
+					c.opts.OnEvent(oldKey) // the object left that App
+					c.notify(newObj)
+					return
+				}
+			}
+			if !Relevant(oldObj, newObj) || c.ownWrite(newObj) {
+				return // a resync, a status update, or plumb's own apply
+			}
+			c.notify(newObj)
+		},
+		DeleteFunc: func(obj any) {
+			t.saw(obj)
+			c.notify(obj)
+		},
 	})
 	go func() {
 		defer close(t.done)
 		informer.RunWithContext(ctx)
 	}()
 	return t
+}
+
+// ownWrite asks Options.IsOwnWrite about an event's object.
+func (c *Cache) ownWrite(obj any) bool {
+	u, ok := obj.(*unstructured.Unstructured)
+	return ok && c.opts.IsOwnWrite != nil && c.opts.IsOwnWrite(u)
+}
+
+// saw raises seenRV to the event object's resourceVersion.
+func (t *typeInformer) saw(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	rv := u.GetResourceVersion()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.seenRV == "" {
+		t.seenRV = rv
+	} else if cmp, err := resourceversion.CompareResourceVersion(rv, t.seenRV); err == nil && cmp > 0 {
+		t.seenRV = rv
+	}
+}
+
+// Relevant reports whether an update changed anything a tick looks at:
+// spec and data, metadata (labels, annotations, owners, deletion), and who
+// owns which field. Changes to status, resourceVersion, generation and the
+// times in managedFields alone are not relevant, nor is a resync.
+func Relevant(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(*unstructured.Unstructured)
+	n, ok2 := newObj.(*unstructured.Unstructured)
+	if !ok1 || !ok2 {
+		return true
+	}
+	if o.GetResourceVersion() == n.GetResourceVersion() {
+		return false
+	}
+	for key, value := range n.Object {
+		if key != "status" && key != "metadata" && !equality.Semantic.DeepEqual(value, o.Object[key]) {
+			return true
+		}
+	}
+	for key := range o.Object {
+		if _, ok := n.Object[key]; !ok && key != "status" {
+			return true
+		}
+	}
+	om, _ := o.Object["metadata"].(map[string]any)
+	nm, _ := n.Object["metadata"].(map[string]any)
+	for _, m := range [2]map[string]any{om, nm} {
+		for key := range m {
+			switch key {
+			case "resourceVersion", "generation", "managedFields":
+				continue
+			}
+			if !equality.Semantic.DeepEqual(om[key], nm[key]) {
+				return true
+			}
+		}
+	}
+	return !equality.Semantic.DeepEqual(ownership(o), ownership(n))
+}
+
+// ownership is who owns which field, without times and status entries.
+func ownership(u *unstructured.Unstructured) []metav1.ManagedFieldsEntry {
+	var out []metav1.ManagedFieldsEntry
+	for _, e := range u.GetManagedFields() {
+		if e.Subresource == "status" {
+			continue
+		}
+		e.Time = nil
+		out = append(out, e)
+	}
+	return out
 }
 
 func (t *typeInformer) stopped() bool {
@@ -207,16 +296,10 @@ func (t *typeInformer) stopped() bool {
 	}
 }
 
-func sameResourceVersion(oldObj, newObj any) bool {
-	o, ok1 := oldObj.(*unstructured.Unstructured)
-	n, ok2 := newObj.(*unstructured.Unstructured)
-	return ok1 && ok2 && o.GetResourceVersion() == n.GetResourceVersion()
-}
-
 // notify turns an event's object (or a tombstone) into its App's key.
 func (c *Cache) notify(obj any) {
 	if key, ok := keyOf(obj); ok {
-		c.onEvent(key)
+		c.opts.OnEvent(key)
 	}
 }
 
@@ -234,22 +317,11 @@ func keyOf(obj any) (types.NamespacedName, bool) {
 
 func appKey(u *unstructured.Unstructured) (types.NamespacedName, bool) {
 	labels := u.GetLabels()
-	name, namespace := labels[LabelAppName], labels[LabelAppNamespace]
+	name, namespace := labels[plumbv1.LabelAppName], labels[plumbv1.LabelAppNamespace]
 	if name == "" || namespace == "" {
 		return types.NamespacedName{}, false
 	}
 	return types.NamespacedName{Namespace: namespace, Name: name}, true
-}
-
-func indexByApp(obj any) ([]string, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return nil, nil
-	}
-	if key, ok := appKey(u); ok {
-		return []string{key.String()}, nil
-	}
-	return nil, nil
 }
 
 // WaitForSync waits until the informers of these kinds have listed their
@@ -326,19 +398,29 @@ func (c *Cache) Get(gvk schema.GroupVersionKind, namespace, name string) (*unstr
 	return obj.(*unstructured.Unstructured), nil
 }
 
-// Owned lists the cached objects of a kind that app owns.
-func (c *Cache) Owned(gvk schema.GroupVersionKind, app types.NamespacedName) ([]*unstructured.Unstructured, error) {
+// WaitForResourceVersion waits until the informer of gvk has handled an
+// event at resourceVersion rv or later (e.g. the one for plumb's own write),
+// so that Get reflects that write, or what happened to the object after it.
+func (c *Cache) WaitForResourceVersion(ctx context.Context, gvk schema.GroupVersionKind, rv string) error {
 	t, err := c.typeOf(gvk)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	items, err := t.informer.GetIndexer().ByIndex(appIndex, app.String())
-	if err != nil {
-		return nil, err
+	for {
+		t.mu.Lock()
+		seen := t.seenRV
+		t.mu.Unlock()
+		if seen != "" {
+			if cmp, err := resourceversion.CompareResourceVersion(seen, rv); err != nil || cmp >= 0 {
+				return nil // an RV that does not compare cannot be waited for
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %s has not caught up with resourceVersion %s (at %q): %v", ErrNotSynced, gvk.Kind, rv, seen, ctx.Err())
+		case <-t.done:
+			return fmt.Errorf("%w: %s: informer stopped", ErrNotSynced, gvk.Kind)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
-	out := make([]*unstructured.Unstructured, 0, len(items))
-	for _, item := range items {
-		out = append(out, item.(*unstructured.Unstructured))
-	}
-	return out, nil
 }

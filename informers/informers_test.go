@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/localcluster"
 )
 
@@ -38,6 +39,42 @@ var configMapKind = schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
 type events struct {
 	mu   sync.Mutex
 	seen map[types.NamespacedName]int
+	own  map[string]bool // resourceVersions of "plumb's own" writes
+	// writing: "plumb" is writing; its result is not known yet (as the
+	// tick does, the test counts every event meanwhile as its own).
+	writing bool
+}
+
+func (e *events) ownWrite(obj *unstructured.Unstructured) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.writing || e.own[obj.GetResourceVersion()]
+}
+
+func (e *events) setWriting(writing bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.writing = writing
+}
+
+func (e *events) markOwn(rv string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.own == nil {
+		e.own = map[string]bool{}
+	}
+	e.own[rv] = true
+}
+
+// running lists the resource types that have an informer.
+func (c *Cache) running() []schema.GroupVersionResource {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]schema.GroupVersionResource, 0, len(c.types))
+	for gvr := range c.types {
+		out = append(out, gvr)
+	}
+	return out
 }
 
 func (e *events) record(key types.NamespacedName) {
@@ -67,7 +104,7 @@ func newCache(t *testing.T, cfg *rest.Config) (*Cache, *events) {
 		t.Fatal(err)
 	}
 	ev := &events{seen: map[types.NamespacedName]int{}}
-	c := New(dyn, mapper, ev.record)
+	c := New(dyn, mapper, Options{OnEvent: ev.record, IsOwnWrite: ev.ownWrite})
 	t.Cleanup(func() {
 		for _, app := range []types.NamespacedName{appA, appB} {
 			c.Release(app)
@@ -104,7 +141,7 @@ func namespace(t *testing.T, c client.Client) string {
 
 func owned(ns, name string, app types.NamespacedName) *corev1.ConfigMap {
 	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
-		Labels: map[string]string{LabelAppName: app.Name, LabelAppNamespace: app.Namespace}}}
+		Labels: map[string]string{plumbv1.LabelAppName: app.Name, plumbv1.LabelAppNamespace: app.Namespace}}}
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -168,8 +205,8 @@ func TestOwnedObjectEventsEnqueueTheirApp(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the second object", func() bool {
-		objs, _ := cache.Owned(configMapKind, appA)
-		return len(objs) == 1
+		got, _ := cache.Get(configMapKind, ns, "second")
+		return got != nil
 	})
 	before := ev.count(appA)
 	if err := c.Delete(ctx, second); err != nil {
@@ -190,22 +227,22 @@ func TestInformersStartOnDemandAndStopWhenNoAppNeedsThem(t *testing.T) {
 	if err := cache.Ensure(appB, []schema.GroupVersionKind{configMapKind}); err != nil {
 		t.Fatal(err)
 	}
-	if got := len(cache.Running()); got != 2 {
+	if got := len(cache.running()); got != 2 {
 		t.Fatalf("%d informers for 2 kinds", got)
 	}
 	// App a stops rendering Secrets: nobody needs them any more.
 	if err := cache.Ensure(appA, []schema.GroupVersionKind{configMapKind}); err != nil {
 		t.Fatal(err)
 	}
-	if got := cache.Running(); len(got) != 1 || got[0].Resource != "configmaps" {
+	if got := cache.running(); len(got) != 1 || got[0].Resource != "configmaps" {
 		t.Errorf("running after a's change: %v, want configmaps only", got)
 	}
 	cache.Release(appA)
-	if got := len(cache.Running()); got != 1 {
+	if got := len(cache.running()); got != 1 {
 		t.Errorf("b still needs configmaps, but %d informers run", got)
 	}
 	cache.Release(appB)
-	if got := len(cache.Running()); got != 0 {
+	if got := len(cache.running()); got != 0 {
 		t.Errorf("%d informers run with no App", got)
 	}
 }
@@ -244,7 +281,7 @@ func TestCustomResourceTypesComeAndGoWithoutARestart(t *testing.T) {
 	widget := map[string]any{
 		"apiVersion": group + "/v1", "kind": "Widget",
 		"metadata": map[string]any{"name": "w", "namespace": ns,
-			"labels": map[string]any{LabelAppName: appA.Name, LabelAppNamespace: appA.Namespace}},
+			"labels": map[string]any{plumbv1.LabelAppName: appA.Name, plumbv1.LabelAppNamespace: appA.Namespace}},
 	}
 	dyn := dynamic.NewForConfigOrDie(cluster.Config)
 	widgets := dyn.Resource(schema.GroupVersionResource{Group: group, Version: "v1", Resource: "widgets"}).Namespace(ns)
@@ -295,7 +332,108 @@ func TestStopEndsEveryInformer(t *testing.T) {
 		t.Fatal(err)
 	}
 	cache.Stop()
-	if got := len(cache.Running()); got != 0 {
+	if got := len(cache.running()); got != 0 {
 		t.Errorf("%d informers run after Stop", got)
+	}
+}
+
+func TestUpdatesThatChangeNothingATickLooksAtAreNoEvent(t *testing.T) {
+	c := newClient(t)
+	ns := namespace(t, c)
+	cache, ev := newCache(t, cluster.Config)
+	deploymentKind := schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}
+	ctx := context.Background()
+	if err := cache.Ensure(appA, []schema.GroupVersionKind{deploymentKind}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.WaitForSync(ctx, []schema.GroupVersionKind{deploymentKind}); err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(cluster.Config)
+	deployments := dyn.Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).Namespace(ns)
+	obj := unstructuredOf(map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{
+		"name": "web", "labels": map[string]any{plumbv1.LabelAppName: appA.Name, plumbv1.LabelAppNamespace: appA.Namespace}},
+		"spec": map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "web"}},
+			"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"app": "web"}},
+				"spec": map[string]any{"containers": []any{map[string]any{"name": "web", "image": "nginx"}}}}}})
+	created, err := deployments.Apply(ctx, "web", obj, metav1.ApplyOptions{FieldManager: "plumb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the add event", func() bool { return ev.count(appA) == 1 })
+
+	// A controller rolling the Deployment out writes its status, again and again.
+	status := created
+	for i := range 5 {
+		status = status.DeepCopy()
+		_ = unstructured.SetNestedField(status.Object, int64(i), "status", "observedGeneration")
+		_ = unstructured.SetNestedField(status.Object, int64(i), "status", "replicas")
+		if status, err = deployments.UpdateStatus(ctx, status, metav1.UpdateOptions{FieldManager: "kube-controller-manager"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// plumb applies again: its own write, which it has recorded.
+	obj.SetAnnotations(map[string]string{"plumb.dev/revision": "main@sha1:2"})
+	ev.setWriting(true)
+	ownApply, err := deployments.Apply(ctx, "web", obj, metav1.ApplyOptions{FieldManager: "plumb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.markOwn(ownApply.GetResourceVersion())
+	ev.setWriting(false)
+	if err := cache.WaitForResourceVersion(ctx, deploymentKind, ownApply.GetResourceVersion()); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.count(appA); got != 1 {
+		t.Errorf("%d events after five status updates and plumb's own apply, want just the add", got)
+	}
+
+	// Someone else scales it: that is an event.
+	scaled := ownApply.DeepCopy()
+	_ = unstructured.SetNestedField(scaled.Object, int64(3), "spec", "replicas")
+	if _, err := deployments.Update(ctx, scaled, metav1.UpdateOptions{FieldManager: "kubectl-scale"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the scale's event", func() bool { return ev.count(appA) == 2 })
+}
+
+func TestRelevant(t *testing.T) {
+	base := unstructuredOf(map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "a", "resourceVersion": "1", "generation": int64(1),
+			"managedFields": []any{
+				map[string]any{"manager": "plumb", "operation": "Apply", "time": "2026-01-01T00:00:00Z", "fieldsV1": map[string]any{"f:data": map[string]any{}}},
+				map[string]any{"manager": "kcm", "operation": "Update", "subresource": "status", "time": "2026-01-01T00:00:00Z", "fieldsV1": map[string]any{"f:status": map[string]any{}}},
+			}},
+		"data": map[string]any{"k": "v"}, "status": map[string]any{"phase": "a"}})
+	change := func(mutate func(u *unstructured.Unstructured)) *unstructured.Unstructured {
+		u := base.DeepCopy()
+		u.SetResourceVersion("2")
+		mutate(u)
+		return u
+	}
+	for _, tt := range []struct {
+		name   string
+		update *unstructured.Unstructured
+		want   bool
+	}{
+		{"a resync", base.DeepCopy(), false},
+		{"status only", change(func(u *unstructured.Unstructured) { u.Object["status"] = map[string]any{"phase": "b"} }), false},
+		{"generation only", change(func(u *unstructured.Unstructured) { u.SetGeneration(2) }), false},
+		{"a managedFields time", change(func(u *unstructured.Unstructured) {
+			mf := u.GetManagedFields()
+			mf[0].Time = &metav1.Time{Time: time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)}
+			u.SetManagedFields(mf)
+		}), false},
+		{"data", change(func(u *unstructured.Unstructured) { u.Object["data"] = map[string]any{"k": "w"} }), true},
+		{"a new field", change(func(u *unstructured.Unstructured) { u.Object["binaryData"] = map[string]any{} }), true},
+		{"a label", change(func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"x": "y"}) }), true},
+		{"a new manager", change(func(u *unstructured.Unstructured) {
+			u.SetManagedFields(append(u.GetManagedFields(), metav1.ManagedFieldsEntry{Manager: "kubectl-edit", Operation: "Update"}))
+		}), true},
+		{"deletion started", change(func(u *unstructured.Unstructured) { u.SetDeletionTimestamp(&metav1.Time{Time: time.Now()}) }), true},
+	} {
+		if got := Relevant(base, tt.update); got != tt.want {
+			t.Errorf("%s: Relevant = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

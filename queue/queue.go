@@ -2,8 +2,12 @@
 // (client-go util/workqueue) with a fallback timer. Every key it has seen is
 // always scheduled again: after a successful tick at the key's interval
 // (jittered), after a failure with a per-key exponential backoff capped at
-// that interval. Events only bring the next tick forward. A key added many
-// times while it waits runs once. It knows nothing about Apps.
+// that interval. Events only bring a tick forward, at most EventBurst at
+// once and one per EventInterval on average per key, and never move the
+// fallback timer. A key added many times while it waits runs once. Each
+// tick is told whether the timer came due or an event asked for it. On
+// stop, ticks under way keep their context for DrainTimeout. It knows
+// nothing about Apps.
 package queue
 
 import (
@@ -13,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 )
@@ -20,7 +25,25 @@ import (
 // Handler runs one tick for key. It returns the key's interval (the fallback
 // timer) and the tick's error. Returning Forget stops scheduling the key
 // (its object is gone).
-type Handler[K comparable] func(ctx context.Context, key K) (interval time.Duration, err error)
+type Handler[K comparable] func(ctx context.Context, key K, trigger Trigger) (interval time.Duration, err error)
+
+// Trigger says why a tick runs.
+type Trigger int
+
+const (
+	// TriggerTimer: the key's first tick, or its fallback timer (or the
+	// retry after a failure) came due.
+	TriggerTimer Trigger = iota
+	// TriggerEvent: Add or AddEvent brought the tick forward.
+	TriggerEvent
+)
+
+func (t Trigger) String() string {
+	if t == TriggerTimer {
+		return "timer"
+	}
+	return "event"
+}
 
 // Forget, returned as the interval, drops the key until it is added again.
 const Forget time.Duration = -1
@@ -68,6 +91,15 @@ type Options[K comparable] struct {
 	// tick is due (after is Forget when it was dropped) and how many times
 	// in a row it has failed. It must not block.
 	OnScheduled func(key K, after time.Duration, failures int)
+	// EventInterval and EventBurst limit the ticks that AddEvent brings
+	// forward, per key: EventBurst at once, then one per EventInterval
+	// (defaults 1s and 5), so an object that changes all the time cannot
+	// keep its App ticking.
+	EventInterval time.Duration
+	EventBurst    int
+	// DrainTimeout is how long ticks under way may go on after Run's
+	// context ends; then their context ends too (default 30s).
+	DrainTimeout time.Duration
 }
 
 func (o *Options[K]) defaults() {
@@ -89,6 +121,15 @@ func (o *Options[K]) defaults() {
 	if o.Rand == nil {
 		o.Rand = rand.Float64
 	}
+	if o.EventInterval <= 0 {
+		o.EventInterval = time.Second
+	}
+	if o.EventBurst <= 0 {
+		o.EventBurst = 5
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 30 * time.Second
+	}
 }
 
 // Queue schedules keys and runs ticks for them.
@@ -100,6 +141,10 @@ type Queue[K comparable] struct {
 	// client-go recommends minus the overall token bucket: per-key
 	// exponential backoff from BaseBackoff to MaxBackoff.
 	backoff workqueue.TypedRateLimiter[K]
+
+	mu     sync.Mutex
+	due    map[K]time.Time     // when the key's fallback timer (or retry) comes due
+	events map[K]*rate.Limiter // per-key limit of event ticks
 }
 
 // New creates a queue whose workers run handler.
@@ -110,6 +155,8 @@ func New[K comparable](name string, handler Handler[K], opts Options[K]) *Queue[
 		handler: handler,
 		opts:    opts,
 		backoff: backoff,
+		due:     map[K]time.Time{},
+		events:  map[K]*rate.Limiter{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(backoff, workqueue.TypedRateLimitingQueueConfig[K]{
 			Name:  name,
 			Clock: opts.Clock,
@@ -120,6 +167,27 @@ func New[K comparable](name string, handler Handler[K], opts Options[K]) *Queue[
 // Add asks for a tick of key as soon as a worker is free.
 func (q *Queue[K]) Add(key K) { q.queue.Add(key) }
 
+// AddEvent asks for a tick of key because something it watches changed: at
+// once while the key's event budget lasts, later otherwise. It returns how
+// long the tick waits.
+func (q *Queue[K]) AddEvent(key K) time.Duration {
+	q.mu.Lock()
+	limiter, ok := q.events[key]
+	if !ok {
+		limiter = rate.NewLimiter(rate.Every(q.opts.EventInterval), q.opts.EventBurst)
+		q.events[key] = limiter
+	}
+	now := q.opts.Clock.Now()
+	delay := limiter.ReserveN(now, 1).DelayFrom(now)
+	q.mu.Unlock()
+	if delay <= 0 {
+		q.queue.Add(key)
+		return 0
+	}
+	q.queue.AddAfter(key, delay)
+	return delay
+}
+
 // AddAfter asks for a tick of key after d.
 func (q *Queue[K]) AddAfter(key K, d time.Duration) { q.queue.AddAfter(key, d) }
 
@@ -127,16 +195,31 @@ func (q *Queue[K]) AddAfter(key K, d time.Duration) { q.queue.AddAfter(key, d) }
 func (q *Queue[K]) Len() int { return q.queue.Len() }
 
 // Run starts the workers and blocks until ctx ends; then it stops taking
-// keys, lets ticks under way finish, and returns.
+// keys, lets ticks under way finish, and returns. Ticks run under a context
+// of their own that keeps ctx's values but ends DrainTimeout after ctx does,
+// so that a stop lets them finish rather than cutting them off.
 func (q *Queue[K]) Run(ctx context.Context) {
+	tickCtx, cancelTicks := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelTicks()
 	var wg sync.WaitGroup
 	for range q.opts.Workers {
 		wg.Go(func() {
-			for q.processNext(ctx) {
+			for q.processNext(tickCtx) {
 			}
 		})
 	}
 	<-ctx.Done()
+	drained := make(chan struct{})
+	defer close(drained)
+	timer := q.opts.Clock.NewTimer(q.opts.DrainTimeout)
+	go func() {
+		defer timer.Stop()
+		select {
+		case <-timer.C():
+			cancelTicks()
+		case <-drained:
+		}
+	}()
 	q.queue.ShutDownWithDrain()
 	wg.Wait()
 }
@@ -149,7 +232,15 @@ func (q *Queue[K]) processNext(ctx context.Context) bool {
 	}
 	defer q.queue.Done(key)
 
-	interval, err := q.handler(ctx, key)
+	q.mu.Lock()
+	due, scheduled := q.due[key]
+	q.mu.Unlock()
+	trigger := TriggerEvent
+	if !scheduled || !q.opts.Clock.Now().Before(due) {
+		trigger = TriggerTimer
+	}
+	interval, err := q.handler(ctx, key, trigger)
+	now := q.opts.Clock.Now()
 	after := Forget
 	switch {
 	case interval == Forget:
@@ -157,12 +248,25 @@ func (q *Queue[K]) processNext(ctx context.Context) bool {
 	case err == nil || IsTerminal(err):
 		q.backoff.Forget(key)
 		after = q.jittered(interval)
+		if trigger == TriggerEvent && due.Sub(now) < after {
+			// An event tick does not move the fallback timer: otherwise a
+			// stream of events would postpone it for ever.
+			after = max(due.Sub(now), 0)
+		}
 	default:
 		after = q.backoff.When(key)
 		if interval > 0 && after > interval {
 			after = interval
 		}
 	}
+	q.mu.Lock()
+	if after == Forget {
+		delete(q.due, key)
+		delete(q.events, key)
+	} else {
+		q.due[key] = now.Add(after)
+	}
+	q.mu.Unlock()
 	if after != Forget {
 		q.queue.AddAfter(key, after)
 	}

@@ -37,7 +37,7 @@ func newRecorder() *recorder {
 	return &recorder{ticks: map[string]int{}, results: map[string]result{}, block: map[string]chan struct{}{}}
 }
 
-func (r *recorder) handle(ctx context.Context, key string) (time.Duration, error) {
+func (r *recorder) handle(_ context.Context, key string, _ Trigger) (time.Duration, error) {
 	r.mu.Lock()
 	r.ticks[key]++
 	res, ok := r.results[key]
@@ -240,4 +240,158 @@ func TestRunStopsAfterTicksUnderWayFinish(t *testing.T) {
 	if len(r.scheduled()) != 1 {
 		t.Errorf("the tick under way did not finish: %v", r.scheduled())
 	}
+}
+
+// ctxRecorder is a handler that honours its context: a tick waits until
+// the test releases it or its context ends, and records which came first.
+type ctxRecorder struct {
+	started   chan struct{}
+	release   chan struct{}
+	mu        sync.Mutex
+	cancelled []bool
+}
+
+func newCtxRecorder() *ctxRecorder {
+	return &ctxRecorder{started: make(chan struct{}, 10), release: make(chan struct{})}
+}
+
+func (c *ctxRecorder) handle(ctx context.Context, _ string, _ Trigger) (time.Duration, error) {
+	c.started <- struct{}{}
+	cancelled := false
+	select {
+	case <-ctx.Done():
+		cancelled = true
+	case <-c.release:
+	}
+	c.mu.Lock()
+	c.cancelled = append(c.cancelled, cancelled)
+	c.mu.Unlock()
+	return time.Minute, ctx.Err()
+}
+
+func (c *ctxRecorder) results() []bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]bool(nil), c.cancelled...)
+}
+
+func TestATickUnderWayKeepsItsContextAfterTheStopUntilTheDrainTimeout(t *testing.T) {
+	c := newCtxRecorder()
+	clock := clocktesting.NewFakeClock(time.Now())
+	q := New("drain", c.handle, Options[string]{Workers: 1, Clock: clock, DrainTimeout: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { q.Run(ctx); close(done) }()
+	q.Add("app")
+	<-c.started
+	cancel() // SIGTERM
+	close(c.release)
+	<-done
+	if diff := cmp.Diff([]bool{false}, c.results()); diff != "" {
+		t.Errorf("was the tick under way cancelled by the stop? (-want +got):\n%s", diff)
+	}
+}
+
+func TestATickUnderWayIsCancelledWhenTheDrainTimeoutEnds(t *testing.T) {
+	c := newCtxRecorder()
+	clock := clocktesting.NewFakeClock(time.Now())
+	q := New("drain", c.handle, Options[string]{Workers: 1, Clock: clock, DrainTimeout: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { q.Run(ctx); close(done) }()
+	q.Add("app")
+	<-c.started
+	cancel()
+	// The drain timer starts once Run sees the stop; step until it fires.
+	eventually(t, "Run to return after the drain timeout", func() bool {
+		clock.Step(time.Minute)
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if diff := cmp.Diff([]bool{true}, c.results()); diff != "" {
+		t.Errorf("was the tick cancelled at the drain timeout? (-want +got):\n%s", diff)
+	}
+}
+
+// triggerRecorder records each tick's trigger.
+type triggerRecorder struct {
+	mu       sync.Mutex
+	triggers []Trigger
+	schedule []time.Duration
+}
+
+func (r *triggerRecorder) handle(_ context.Context, _ string, trigger Trigger) (time.Duration, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.triggers = append(r.triggers, trigger)
+	return time.Hour, nil
+}
+
+func (r *triggerRecorder) onScheduled(_ string, after time.Duration, _ int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.schedule = append(r.schedule, after)
+}
+
+func (r *triggerRecorder) snapshot() ([]Trigger, []time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Trigger(nil), r.triggers...), append([]time.Duration(nil), r.schedule...)
+}
+
+func TestAnEventTickKeepsTheFallbackTimersSchedule(t *testing.T) {
+	r := &triggerRecorder{}
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	q := New("triggers", r.handle, Options[string]{Workers: 1, Clock: clock, Rand: func() float64 { return 0.5 }, OnScheduled: r.onScheduled})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { q.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	ticks := func(n int) {
+		t.Helper()
+		eventually(t, "the tick", func() bool { _, s := r.snapshot(); return len(s) == n })
+	}
+	q.Add("app") // the first tick counts as the timer's
+	ticks(1)
+	clock.Step(40 * time.Minute)
+	q.AddEvent("app") // drift, 40 minutes before the timer
+	ticks(2)
+	clock.Step(20 * time.Minute) // the hour is up
+	ticks(3)
+	triggers, schedule := r.snapshot()
+	if diff := cmp.Diff([]Trigger{TriggerTimer, TriggerEvent, TriggerTimer}, triggers); diff != "" {
+		t.Errorf("triggers (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]time.Duration{time.Hour, 20 * time.Minute, time.Hour}, schedule); diff != "" {
+		t.Errorf("next ticks after each tick (-want +got):\n%s", diff)
+	}
+}
+
+func TestEventTicksAreRateLimitedPerKey(t *testing.T) {
+	r := &triggerRecorder{}
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	q := New("events", r.handle, Options[string]{Workers: 1, Clock: clock, EventInterval: time.Second, EventBurst: 2, OnScheduled: r.onScheduled})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { q.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	var delays []time.Duration
+	for i := range 4 {
+		delays = append(delays, q.AddEvent("app"))
+		if delays[i] == 0 {
+			eventually(t, "the event's tick", func() bool { _, s := r.snapshot(); return len(s) == i+1 })
+		}
+	}
+	if diff := cmp.Diff([]time.Duration{0, 0, time.Second, 2 * time.Second}, delays); diff != "" {
+		t.Errorf("delays of four events in a row (-want +got):\n%s", diff)
+	}
+	if got := q.AddEvent("other"); got != 0 {
+		t.Errorf("another key's first event waits %s, want 0: the limit is per key", got)
+	}
+	clock.Step(2 * time.Second)
+	eventually(t, "the delayed events' tick", func() bool { triggers, _ := r.snapshot(); return len(triggers) == 4 })
 }

@@ -24,9 +24,12 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 	}
 	interval := app.Spec.IntervalOrDefault()
 	if app.Spec.PruneEnabled() && !app.Spec.Suspend {
-		stale := staleObjects(app.Status.Inventory, nil)
+		stale := r.staleObjects(app.Status.Inventory, nil, nil)
 		if len(stale) > 0 {
 			cs, err := r.Applier.Prune(ctx, stale, ssa.Owner{Name: app.Name, Namespace: app.Namespace})
+			if cs != nil {
+				r.reportUnserved(app, cs)
+			}
 			if err != nil {
 				r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonPruneFailed, "pruning the deleted App's objects: %v", err)
 				return interval, fmt.Errorf("pruning the objects of deleted App %s/%s: %w", app.Namespace, app.Name, err)
@@ -42,6 +45,7 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 		return interval, fmt.Errorf("removing the finalizer of App %s/%s: %w", app.Namespace, app.Name, err)
 	}
 	r.Observer.Release(client.ObjectKeyFromObject(app))
+	r.Credentials.Release(client.ObjectKeyFromObject(app))
 	r.memory.forgetApp(client.ObjectKeyFromObject(app))
 	return queue.Forget, nil
 }

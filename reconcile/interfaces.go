@@ -5,6 +5,7 @@ import (
 	"time"
 
 	fluxssa "github.com/fluxcd/pkg/ssa"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -26,6 +27,7 @@ type Reader interface {
 type Observer interface {
 	Ensure(app types.NamespacedName, gvks []schema.GroupVersionKind) error
 	WaitForSync(ctx context.Context, gvks []schema.GroupVersionKind) error
+	WaitForResourceVersion(ctx context.Context, gvk schema.GroupVersionKind, rv string) error
 	Get(gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, error)
 	Release(app types.NamespacedName)
 }
@@ -33,10 +35,25 @@ type Observer interface {
 // Applier asks the API server about ambiguous objects (one server-side
 // dry-run), applies (one request per object) and prunes (package ssa).
 type Applier interface {
-	DryRunDiffers(ctx context.Context, obj, live *unstructured.Unstructured) (bool, error)
+	DryRun(ctx context.Context, obj, live *unstructured.Unstructured) (bool, *unstructured.Unstructured, error)
 	ApplyDirect(ctx context.Context, objects []*unstructured.Unstructured, opts ssa.DirectOptions) ([]ssa.Applied, *fluxssa.ChangeSet, error)
-	RemoveAdditions(ctx context.Context, obj *unstructured.Unstructured, patch []byte) error
+	RemoveAdditions(ctx context.Context, obj *unstructured.Unstructured, patch []byte) (*unstructured.Unstructured, error)
 	Prune(ctx context.Context, stale []*unstructured.Unstructured, owner ssa.Owner) (*fluxssa.ChangeSet, error)
+}
+
+// Credentials serves the Secrets Apps name for Git credentials (package
+// credentials): Get records that app uses the Secret, Release that it uses
+// none.
+type Credentials interface {
+	Get(ctx context.Context, app types.NamespacedName, name string) (*corev1.Secret, error)
+	Release(app types.NamespacedName)
+}
+
+// ClusterInfo tells what the cluster serves, for Helm's .Capabilities
+// (package clusterinfo).
+type ClusterInfo interface {
+	Capabilities(ctx context.Context) (kubeVersion string, apiVersions []string, err error)
+	Invalidate()
 }
 
 // EventRecorder records Kubernetes Events on the App (client-go's

@@ -7,18 +7,51 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/plumb-dev/plumb/diff"
+	"github.com/plumb-dev/plumb/source"
 )
 
-// memory is what the controller remembers between ticks, per App and
-// object: the diff Record of what it last applied, and how many times in a
-// row it healed the same drift. It is lost on restart; the tick then asks
-// the API server once per object (diff.Ambiguous). Ticks of one App never
-// run at once, but ticks of different Apps do, hence the lock.
+// memory is what the controller remembers between ticks, per App: for each
+// object the diff Record of what plumb last applied and the resourceVersion
+// its last write produced, drift episodes, the last successful read, and
+// the App's resourceVersion after plumb's last write to it. It is lost on
+// restart; the tick then asks the API server once per object
+// (diff.Ambiguous) and reads Git afresh. Ticks of one App never run at
+// once, but ticks of different Apps and the informers' event handlers do,
+// hence the lock.
 type memory struct {
-	mu       sync.Mutex
-	records  map[types.NamespacedName]map[objectID]diff.Record
-	episodes map[types.NamespacedName]map[objectID]*episode
-	refresh  map[types.NamespacedName]bool // a webhook asked for a fresh read
+	mu   sync.Mutex
+	apps map[types.NamespacedName]*appMemory // guarded by mu
+}
+
+// appMemory is what memory keeps about one App.
+type appMemory struct {
+	records  map[objectID]diff.Record
+	written  map[objectID]string // resourceVersion of plumb's last write of the object
+	episodes map[objectID]*episode
+	// writing is non-nil while the tick writes objects: events for the App
+	// meanwhile are held here, since the result of the write (its
+	// resourceVersion) is not known yet.
+	writing []heldEvent
+	// lastRead is the last successful Read phase.
+	lastRead *lastRead
+	// appRV is the App's resourceVersion after plumb's last write to it.
+	appRV string
+	// unwritten counts the ticks in a row whose status changed in nothing
+	// but times, and was not written.
+	unwritten int
+}
+
+// heldEvent is an informer event that arrived while the tick was writing.
+type heldEvent struct {
+	id objectID
+	rv string
+}
+
+// lastRead is a successful read, reused by ticks that only events brought
+// forward.
+type lastRead struct {
+	generation int64
+	result     *source.Result
 }
 
 // episode is the drift history of one object.
@@ -30,75 +63,129 @@ type episode struct {
 // conflictWindow is how far back drifts count towards a conflict.
 const conflictWindow = 10 * time.Minute
 
-func (m *memory) init() {
-	if m.records == nil {
-		m.records = map[types.NamespacedName]map[objectID]diff.Record{}
-		m.episodes = map[types.NamespacedName]map[objectID]*episode{}
-		m.refresh = map[types.NamespacedName]bool{}
+// app returns the memory of an App, creating it. m.mu is held.
+func (m *memory) app(key types.NamespacedName) *appMemory {
+	if m.apps == nil {
+		m.apps = map[types.NamespacedName]*appMemory{}
 	}
+	a := m.apps[key]
+	if a == nil {
+		a = &appMemory{records: map[objectID]diff.Record{}, written: map[objectID]string{}, episodes: map[objectID]*episode{}}
+		m.apps[key] = a
+	}
+	return a
 }
 
-func (m *memory) record(app types.NamespacedName, id objectID) *diff.Record {
+func (m *memory) record(key types.NamespacedName, id objectID) *diff.Record {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.init()
-	rec, ok := m.records[app][id]
+	rec, ok := m.app(key).records[id]
 	if !ok {
 		return nil
 	}
 	return &rec
 }
 
-func (m *memory) remember(app types.NamespacedName, id objectID, rec diff.Record) {
+func (m *memory) remember(key types.NamespacedName, id objectID, rec diff.Record) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.init()
-	if m.records[app] == nil {
-		m.records[app] = map[objectID]diff.Record{}
-	}
-	m.records[app][id] = rec
+	m.app(key).records[id] = rec
 }
 
-// keepOnly forgets the objects of app that are not in ids.
-func (m *memory) keepOnly(app types.NamespacedName, ids map[objectID]bool) {
+// wrote records the resourceVersion that plumb's write of an object produced.
+func (m *memory) wrote(key types.NamespacedName, id objectID, rv string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.init()
-	for id := range m.records[app] {
-		if !ids[id] {
-			delete(m.records[app], id)
+	m.app(key).written[id] = rv
+}
+
+// writtenRV is the resourceVersion of plumb's last write of an object ("" none).
+func (m *memory) writtenRV(key types.NamespacedName, id objectID) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.app(key).written[id]
+}
+
+// beginWrites starts holding the App's events (see appMemory.writing).
+func (m *memory) beginWrites(key types.NamespacedName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.app(key).writing = []heldEvent{}
+}
+
+// endWrites stops holding events and reports whether one of the held events
+// was not plumb's own write after all (someone else wrote meanwhile).
+func (m *memory) endWrites(key types.NamespacedName) (missed bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.app(key)
+	for _, e := range a.writing {
+		if a.written[e.id] != e.rv {
+			missed = true
 		}
 	}
-	for id := range m.episodes[app] {
+	a.writing = nil
+	return missed
+}
+
+// ownWrite reports whether an informer event for an object of App key at
+// rv is plumb's own write: the one it recorded, or one under way.
+func (m *memory) ownWrite(key types.NamespacedName, id objectID, rv string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.apps[key]
+	switch {
+	case a == nil:
+		return false
+	case a.written[id] == rv:
+		return true
+	case a.writing != nil:
+		a.writing = append(a.writing, heldEvent{id: id, rv: rv})
+		return true
+	}
+	return false
+}
+
+// keepOnly forgets the objects of the App that are not in ids.
+func (m *memory) keepOnly(key types.NamespacedName, ids map[objectID]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.app(key)
+	for id := range a.records {
 		if !ids[id] {
-			delete(m.episodes[app], id)
+			delete(a.records, id)
+		}
+	}
+	for id := range a.written {
+		if !ids[id] {
+			delete(a.written, id)
+		}
+	}
+	for id := range a.episodes {
+		if !ids[id] {
+			delete(a.episodes, id)
 		}
 	}
 }
 
 // forgetApp drops everything about a deleted App.
-func (m *memory) forgetApp(app types.NamespacedName) {
+func (m *memory) forgetApp(key types.NamespacedName) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.init()
-	delete(m.records, app)
-	delete(m.episodes, app)
+	delete(m.apps, key)
 }
 
 // drifted records a drift of an object seen at now. It reports whether a
 // new episode starts (the object was converged before) and how many drifts
 // the object had within conflictWindow, this one included.
-func (m *memory) drifted(app types.NamespacedName, id objectID, now time.Time) (newEpisode bool, recent int) {
+func (m *memory) drifted(key types.NamespacedName, id objectID, now time.Time) (newEpisode bool, recent int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.init()
-	if m.episodes[app] == nil {
-		m.episodes[app] = map[objectID]*episode{}
-	}
-	e := m.episodes[app][id]
+	a := m.app(key)
+	e := a.episodes[id]
 	if e == nil {
 		e = &episode{}
-		m.episodes[app][id] = e
+		a.episodes[id] = e
 	}
 	newEpisode = !e.active
 	e.active = true
@@ -114,29 +201,74 @@ func (m *memory) drifted(app types.NamespacedName, id objectID, now time.Time) (
 
 // converged ends an object's drift episode (its history still counts
 // towards a conflict for conflictWindow).
-func (m *memory) converged(app types.NamespacedName, id objectID) {
+func (m *memory) converged(key types.NamespacedName, id objectID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.init()
-	if e := m.episodes[app][id]; e != nil {
+	if e := m.app(key).episodes[id]; e != nil {
 		e.active = false
 	}
 }
 
-// askRefresh marks an App's next read as fresh.
-func (m *memory) askRefresh(app types.NamespacedName) {
+// rememberRead keeps a successful read of the App at its generation.
+func (m *memory) rememberRead(key types.NamespacedName, generation int64, result *source.Result) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.init()
-	m.refresh[app] = true
+	m.app(key).lastRead = &lastRead{generation: generation, result: result}
 }
 
-// takeRefresh reports and clears the mark.
-func (m *memory) takeRefresh(app types.NamespacedName) bool {
+// forgetRead drops the last read (the read failed: the next tick reads again).
+func (m *memory) forgetRead(key types.NamespacedName) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.init()
-	asked := m.refresh[app]
-	delete(m.refresh, app)
-	return asked
+	m.app(key).lastRead = nil
+}
+
+// readAt returns the last successful read of the App at generation, if any.
+func (m *memory) readAt(key types.NamespacedName, generation int64) *source.Result {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if last := m.app(key).lastRead; last != nil && last.generation == generation {
+		return last.result
+	}
+	return nil
+}
+
+// setAppRV records the App's resourceVersion after plumb wrote it.
+func (m *memory) setAppRV(key types.NamespacedName, rv string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.app(key).appRV = rv
+}
+
+// appRV is the App's resourceVersion after plumb's last write ("" none).
+func (m *memory) appRV(key types.NamespacedName) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.app(key).appRV
+}
+
+// heartbeatEvery is how many ticks in a row may leave a status that changed
+// in nothing but times unwritten: the times (last tick, last success) are a
+// heartbeat, refreshed at most every tenth unchanged tick so that an idle
+// App costs no write per tick, yet its status shows a loop that is alive.
+const heartbeatEvery = 10
+
+// skipWrite reports whether a status that changed only in its times may go
+// unwritten this tick, and counts it.
+func (m *memory) skipWrite(key types.NamespacedName) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.app(key)
+	if a.unwritten+1 >= heartbeatEvery {
+		return false
+	}
+	a.unwritten++
+	return true
+}
+
+// statusWritten resets the heartbeat count.
+func (m *memory) statusWritten(key types.NamespacedName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.app(key).unwritten = 0
 }

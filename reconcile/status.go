@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -10,15 +11,20 @@ import (
 	fluxssa "github.com/fluxcd/pkg/ssa"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/diff"
 )
 
-// Only the tick writes an App's status, once per tick (see Tick's defer).
+// Only the tick writes an App's status, at most once per tick (see Tick's
+// defer and writeStatus).
 
 // maxListed bounds how many objects a message or the drift summary names.
 const maxListed = 20
@@ -53,6 +59,54 @@ func setCondition(app *plumbv1.App, condType string, status bool, reason, messag
 		Type: condType, Status: s, Reason: reason, Message: truncate(message, 1024),
 		ObservedGeneration: app.Generation, LastTransitionTime: metav1.NewTime(now),
 	})
+}
+
+// writeStatus writes the App's status when the tick changed it, with
+// optimistic locking: on a conflict it reads the App afresh from the API
+// server and writes the tick's status over that. A status that changed in
+// nothing but its times is written only as a heartbeat (see
+// heartbeatEvery) — when the tick started from the very App that plumb
+// last wrote; a copy plumb cannot vouch for (after a restart, or after
+// someone else wrote the App) is written over, so no stale field survives.
+func (r *Reconciler) writeStatus(ctx context.Context, original, app *plumbv1.App, log *zap.Logger) {
+	key := client.ObjectKeyFromObject(app)
+	if original.ResourceVersion == r.memory.appRV(key) &&
+		equality.Semantic.DeepEqual(withoutTimes(original.Status), withoutTimes(app.Status)) && r.memory.skipWrite(key) {
+		return
+	}
+	err := r.Client.Status().Patch(ctx, app, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) && r.APIReader != nil {
+		status := app.Status
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			fresh := &plumbv1.App{}
+			if err := r.APIReader.Get(ctx, key, fresh); err != nil {
+				return err
+			}
+			*app = *fresh.DeepCopy()
+			app.Status = status
+			return r.Client.Status().Patch(ctx, app, client.MergeFromWithOptions(fresh, client.MergeFromWithOptimisticLock{}))
+		})
+	}
+	switch {
+	case err == nil:
+		r.memory.setAppRV(key, app.ResourceVersion)
+		r.memory.statusWritten(key)
+	case !apierrors.IsNotFound(err):
+		log.Error("Failed to write status", zap.Error(err))
+	}
+}
+
+// withoutTimes is a status with the times that move on every tick cleared.
+func withoutTimes(status plumbv1.AppStatus) plumbv1.AppStatus {
+	s := *status.DeepCopy()
+	s.LastTickTime, s.LastSuccessfulTickTime = nil, nil
+	for _, ps := range []*plumbv1.PhaseStatus{&s.Phases.Read, &s.Phases.Observe, &s.Phases.Diff, &s.Phases.Apply} {
+		ps.LastSuccessTime = nil
+	}
+	if s.Drift != nil {
+		s.Drift.LastDetectedTime = nil
+	}
+	return s
 }
 
 // recordOutcome sets conditions, phase status and times, logs the result
@@ -283,36 +337,4 @@ func inInventory(app *plumbv1.App, obj *unstructured.Unstructured) bool {
 		}
 	}
 	return false
-}
-
-// staleObjects are the inventory entries that are not desired any more, as
-// objects that carry just their identity.
-func staleObjects(inv *plumbv1.Inventory, desired []*unstructured.Unstructured) []*unstructured.Unstructured {
-	if inv == nil {
-		return nil
-	}
-	want := map[objectID]bool{}
-	for _, d := range desired {
-		want[idOf(d)] = true
-	}
-	var stale []*unstructured.Unstructured
-	for _, r := range inv.Entries {
-		if want[idOfRef(r)] {
-			continue
-		}
-		u := &unstructured.Unstructured{}
-		u.SetAPIVersion(schemaGroupVersion(r.Group, r.Version))
-		u.SetKind(r.Kind)
-		u.SetNamespace(r.Namespace)
-		u.SetName(r.Name)
-		stale = append(stale, u)
-	}
-	return stale
-}
-
-func schemaGroupVersion(group, version string) string {
-	if group == "" {
-		return version
-	}
-	return group + "/" + version
 }

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 )
 
 // Applied is one object applied by ApplyDirect: what was sent, what the API
@@ -82,14 +84,14 @@ func (m *Manager) ApplyDirect(ctx context.Context, objects []*unstructured.Unstr
 func (m *Manager) applyOne(ctx context.Context, desired *unstructured.Unstructured, opts DirectOptions) (Applied, error) {
 	existed := opts.Exists != nil && opts.Exists(desired)
 	live := desired.DeepCopy()
-	err := m.client.Patch(ctx, live, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership)
-	if err != nil && ssaerrors.IsImmutableError(err) && (opts.Force || desired.GetAnnotations()[AnnotationForce] == "enabled") {
+	err := m.client.Patch(ctx, live, client.Apply, client.FieldOwner(plumbv1.FieldManager), client.ForceOwnership)
+	if err != nil && ssaerrors.IsImmutableError(err) && (opts.Force || desired.GetAnnotations()[plumbv1.AnnotationForce] == "enabled") {
 		// Recreate: delete, then apply again.
 		if delErr := m.client.Delete(ctx, desired.DeepCopy(), client.PropagationPolicy(metav1.DeletePropagationBackground)); delErr != nil && !apierrors.IsNotFound(delErr) {
 			return Applied{}, fmt.Errorf("%s: recreating after an immutable-field change: %w", describe(desired), delErr)
 		}
 		live = desired.DeepCopy()
-		err = m.client.Patch(ctx, live, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership)
+		err = m.client.Patch(ctx, live, client.Apply, client.FieldOwner(plumbv1.FieldManager), client.ForceOwnership)
 		existed = false
 	}
 	if err != nil {
@@ -98,23 +100,24 @@ func (m *Manager) applyOne(ctx context.Context, desired *unstructured.Unstructur
 	return Applied{Desired: desired, Live: live, Created: !existed}, nil
 }
 
-// DryRunDiffers asks the API server (one server-side dry-run apply, no
-// Get) whether applying obj would change live, the cached live object. It
+// DryRun asks the API server (one server-side dry-run apply, no Get)
+// whether applying obj would change live, the cached live object, and
+// returns the object the apply would produce (with its managedFields). It
 // compares labels, annotations and everything outside metadata and status.
-func (m *Manager) DryRunDiffers(ctx context.Context, obj, live *unstructured.Unstructured) (bool, error) {
+func (m *Manager) DryRun(ctx context.Context, obj, live *unstructured.Unstructured) (bool, *unstructured.Unstructured, error) {
 	dryRun := obj.DeepCopy()
-	err := m.client.Patch(ctx, dryRun, client.Apply, client.DryRunAll, client.FieldOwner(FieldManager), client.ForceOwnership)
+	err := m.client.Patch(ctx, dryRun, client.Apply, client.DryRunAll, client.FieldOwner(plumbv1.FieldManager), client.ForceOwnership)
 	if err != nil {
-		return false, ssaerrors.NewDryRunErr(err, obj)
+		return false, nil, ssaerrors.NewDryRunErr(err, obj)
 	}
 	if live == nil {
-		return true, nil
+		return true, dryRun, nil
 	}
 	if !apiequality.Semantic.DeepEqual(dryRun.GetLabels(), live.GetLabels()) ||
 		!apiequality.Semantic.DeepEqual(dryRun.GetAnnotations(), live.GetAnnotations()) {
-		return true, nil
+		return true, dryRun, nil
 	}
-	return !apiequality.Semantic.DeepEqual(withoutMetadataAndStatus(dryRun), withoutMetadataAndStatus(live)), nil
+	return !apiequality.Semantic.DeepEqual(withoutMetadataAndStatus(dryRun), withoutMetadataAndStatus(live)), dryRun, nil
 }
 
 func withoutMetadataAndStatus(u *unstructured.Unstructured) map[string]any {
@@ -128,12 +131,13 @@ func withoutMetadataAndStatus(u *unstructured.Unstructured) map[string]any {
 }
 
 // RemoveAdditions sends one JSON patch (RFC 6902) to obj, e.g. to remove
-// fields someone else added inside what plumb applied. The patch's test
-// operations make it fail rather than remove the wrong list item.
-func (m *Manager) RemoveAdditions(ctx context.Context, obj *unstructured.Unstructured, patch []byte) error {
+// fields someone else added inside what plumb applied, and returns the
+// object as the API server answered. The patch's test operations make it
+// fail rather than remove the wrong list item.
+func (m *Manager) RemoveAdditions(ctx context.Context, obj *unstructured.Unstructured, patch []byte) (*unstructured.Unstructured, error) {
 	target := obj.DeepCopy()
-	if err := m.client.Patch(ctx, target, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(FieldManager)); err != nil {
-		return fmt.Errorf("%s: removing fields added outside Git: %w", describe(obj), err)
+	if err := m.client.Patch(ctx, target, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(plumbv1.FieldManager)); err != nil {
+		return nil, fmt.Errorf("%s: removing fields added outside Git: %w", describe(obj), err)
 	}
-	return nil
+	return target, nil
 }

@@ -8,31 +8,15 @@ package ssa
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
 	fluxssa "github.com/fluxcd/pkg/ssa"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-)
 
-// Ownership metadata on every object plumb applies (see design.md).
-const (
-	// FieldManager is the identity the API server records in managedFields.
-	FieldManager = "plumb"
-	// LabelAppName and LabelAppNamespace name the App that owns an object;
-	// informers filter on them and prune checks them before every delete.
-	LabelAppName      = "plumb.dev/app-name"
-	LabelAppNamespace = "plumb.dev/app-namespace"
-	// AnnotationRevision is the source revision that last changed the
-	// object's content (not rewritten when a commit leaves it unchanged).
-	AnnotationRevision = "plumb.dev/revision"
-	// AnnotationPrune set to "disabled" keeps an object when it leaves Git;
-	// set to "enabled" it lets a Namespace or CRD be pruned.
-	AnnotationPrune = "plumb.dev/prune"
-	// AnnotationForce set to "enabled" lets plumb delete and recreate the
-	// object when Git changes one of its immutable fields.
-	AnnotationForce = "plumb.dev/force"
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/diff"
 )
 
 // Owner is the App that owns objects.
@@ -43,13 +27,13 @@ type Owner struct {
 
 // Labels are the ownership labels of an owner.
 func (o Owner) Labels() map[string]string {
-	return map[string]string{LabelAppName: o.Name, LabelAppNamespace: o.Namespace}
+	return map[string]string{plumbv1.LabelAppName: o.Name, plumbv1.LabelAppNamespace: o.Namespace}
 }
 
 // Owns reports whether an object carries the owner's labels.
 func (o Owner) Owns(obj *unstructured.Unstructured) bool {
 	labels := obj.GetLabels()
-	return labels[LabelAppName] == o.Name && labels[LabelAppNamespace] == o.Namespace
+	return labels[plumbv1.LabelAppName] == o.Name && labels[plumbv1.LabelAppNamespace] == o.Namespace
 }
 
 // Manager applies and prunes objects.
@@ -61,15 +45,16 @@ type Manager struct {
 // NewManager applies with c (whose RESTMapper also serves kstatus waits).
 func NewManager(c client.Client) *Manager {
 	poller := polling.NewStatusPoller(c, c.RESTMapper(), polling.Options{})
-	rm := fluxssa.NewResourceManager(c, poller, fluxssa.Owner{Field: FieldManager, Group: "plumb.dev"})
+	rm := fluxssa.NewResourceManager(c, poller, fluxssa.Owner{Field: plumbv1.FieldManager, Group: "plumb.dev"})
 	rm.SetConcurrency(4)
 	return &Manager{client: c, resources: rm}
 }
 
-// Stamp sets the owner's labels on obj, and the revision annotation to
-// revision (the caller passes the object's current revision when its content
-// did not change, so the annotation only moves with real changes).
-func Stamp(obj *unstructured.Unstructured, owner Owner, revision string) {
+// Stamp sets the owner's labels on obj, the revision annotation to revision
+// (the caller passes the object's current revision when its content did not
+// change, so the annotation only moves with real changes), and the content
+// hash annotation to the digest of the content (see diff.Hash).
+func Stamp(obj *unstructured.Unstructured, owner Owner, revision string) error {
 	labels := obj.GetLabels()
 	if labels == nil {
 		labels = map[string]string{}
@@ -78,52 +63,31 @@ func Stamp(obj *unstructured.Unstructured, owner Owner, revision string) {
 		labels[k] = v
 	}
 	obj.SetLabels(labels)
-	if revision != "" {
-		annotations := obj.GetAnnotations()
-		if annotations == nil {
-			annotations = map[string]string{}
-		}
-		annotations[AnnotationRevision] = revision
-		obj.SetAnnotations(annotations)
-	}
-}
-
-// ApplyOptions tune Apply.
-type ApplyOptions struct {
-	// Force recreates any object whose immutable fields changed; without it
-	// only objects annotated plumb.dev/force: enabled are recreated.
-	Force bool
-	// WaitTimeout bounds the wait for CRDs and Namespaces to be ready.
-	WaitTimeout time.Duration
-}
-
-// Apply server-side applies objects in stages and returns what changed.
-// Objects the API server already agrees with are left alone (no write).
-func (m *Manager) Apply(ctx context.Context, objects []*unstructured.Unstructured, opts ApplyOptions) (*fluxssa.ChangeSet, error) {
-	applyOpts := fluxssa.DefaultApplyOptions()
-	applyOpts.Force = opts.Force
-	applyOpts.ForceSelector = map[string]string{AnnotationForce: "enabled"}
-	applyOpts.WaitInterval = 500 * time.Millisecond
-	if opts.WaitTimeout > 0 {
-		applyOpts.WaitTimeout = opts.WaitTimeout
-	}
-	return m.resources.ApplyAllStaged(ctx, objects, applyOpts)
-}
-
-// Diff asks the API server (server-side dry-run) whether obj differs from
-// the live object, and returns the action an apply would take.
-func (m *Manager) Diff(ctx context.Context, obj *unstructured.Unstructured) (fluxssa.Action, error) {
-	entry, _, _, err := m.resources.Diff(ctx, obj, fluxssa.DefaultDiffOptions())
+	hash, err := diff.Hash(obj)
 	if err != nil {
-		return fluxssa.UnknownAction, err
+		return err
 	}
-	return entry.Action, nil
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	if revision != "" {
+		annotations[plumbv1.AnnotationRevision] = revision
+	}
+	annotations[plumbv1.AnnotationContentHash] = hash
+	obj.SetAnnotations(annotations)
+	return nil
 }
+
+// UnservedAction marks, in Prune's change set, an object whose kind the API
+// server no longer serves (its CRD was removed): nothing is left to delete.
+const UnservedAction fluxssa.Action = "unserved"
 
 // Prune deletes stale objects (the last inventory minus the desired set)
 // that still carry the owner's labels. It never deletes an object annotated
 // plumb.dev/prune: disabled, nor a Namespace or a CRD unless it is annotated
-// plumb.dev/prune: enabled. Skipped objects are reported as skipped.
+// plumb.dev/prune: enabled. Skipped objects are reported as skipped, objects
+// of kinds the server no longer serves as UnservedAction.
 func (m *Manager) Prune(ctx context.Context, stale []*unstructured.Unstructured, owner Owner) (*fluxssa.ChangeSet, error) {
 	changes := fluxssa.NewChangeSet()
 	var deletable []*unstructured.Unstructured
@@ -131,6 +95,10 @@ func (m *Manager) Prune(ctx context.Context, stale []*unstructured.Unstructured,
 		live := &unstructured.Unstructured{}
 		live.SetGroupVersionKind(obj.GroupVersionKind())
 		err := m.client.Get(ctx, client.ObjectKeyFromObject(obj), live)
+		if meta.IsNoMatchError(err) {
+			changes.Add(fluxssa.ChangeSetEntry{Subject: describe(obj), Action: UnservedAction})
+			continue
+		}
 		if client.IgnoreNotFound(err) != nil {
 			return changes, fmt.Errorf("reading %s before pruning it: %w", describe(obj), err)
 		}
@@ -149,7 +117,7 @@ func (m *Manager) Prune(ctx context.Context, stale []*unstructured.Unstructured,
 	opts := fluxssa.DefaultDeleteOptions()
 	// Checked again by the library right before each delete.
 	opts.Inclusions = owner.Labels()
-	opts.Exclusions = map[string]string{AnnotationPrune: "disabled"}
+	opts.Exclusions = map[string]string{plumbv1.AnnotationPrune: "disabled"}
 	deleted, err := m.resources.DeleteAll(ctx, deletable, opts)
 	if deleted != nil {
 		changes.Append(deleted.Entries)
@@ -159,7 +127,7 @@ func (m *Manager) Prune(ctx context.Context, stale []*unstructured.Unstructured,
 
 // prunable applies the annotation rules of Prune.
 func prunable(obj *unstructured.Unstructured) bool {
-	switch obj.GetAnnotations()[AnnotationPrune] {
+	switch obj.GetAnnotations()[plumbv1.AnnotationPrune] {
 	case "disabled":
 		return false
 	case "enabled":

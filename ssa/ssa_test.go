@@ -2,9 +2,11 @@ package ssa
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,8 +16,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/localcluster"
 	"github.com/plumb-dev/plumb/source/manifest"
 )
@@ -110,27 +114,97 @@ metadata: {name: settings, namespace: NS}
 data: {color: blue}
 `
 
-func TestApplyStagesDefinitionsAndStampsOwnership(t *testing.T) {
-	c := newClient(t)
+// countingClient is a client whose requests are counted, by "METHOD path".
+func countingClient(t *testing.T) (client.Client, func() []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var requests []string
+	cfg := rest.CopyConfig(cluster.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			mu.Lock()
+			requests = append(requests, req.Method+" "+req.URL.Path)
+			mu.Unlock()
+			return rt.RoundTrip(req)
+		})
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := requests
+		requests = nil
+		return out
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// stamped parses objects and stamps them for owner at revision.
+func stamped(t *testing.T, ns, yaml string, owner Owner, revision string) []*unstructured.Unstructured {
+	t.Helper()
+	objs := objects(t, ns, yaml)
+	for _, o := range objs {
+		if err := Stamp(o, owner, revision); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return objs
+}
+
+func directly(t *testing.T, m *Manager, objs []*unstructured.Unstructured, opts DirectOptions) ([]Applied, *fluxssa.ChangeSet, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opts.Wait = fluxssa.WaitOptions{Interval: 100 * time.Millisecond, Timeout: 20 * time.Second}
+	return m.ApplyDirect(ctx, objs, opts)
+}
+
+func TestApplyDirectStagesStampsAndMakesOneRequestPerObject(t *testing.T) {
+	c, requests := countingClient(t)
 	m := NewManager(c)
 	ns := uniqueName(t)
 	owner := Owner{Name: "shop", Namespace: "apps"}
-	objs := objects(t, ns, stagedSet)
-	for _, o := range objs {
-		Stamp(o, owner, "main@sha1:"+strings.Repeat("1", 40))
-	}
-	cs, err := m.Apply(context.Background(), objs, ApplyOptions{})
+	revision := "main@sha1:" + strings.Repeat("1", 40)
+	objs := stamped(t, ns, stagedSet, owner, revision)
+	requests() // the mapper's discovery, before the first apply
+	applied, cs, err := directly(t, m, objs, DirectOptions{})
 	if err != nil {
-		t.Fatalf("Apply: %v", err)
+		t.Fatalf("ApplyDirect: %v", err)
 	}
-	want := map[string]string{
+	sent := requests()
+	if len(applied) != len(objs) {
+		t.Fatalf("%d applied, want %d", len(applied), len(objs))
+	}
+	for _, a := range applied {
+		if !a.Created || len(a.Live.GetManagedFields()) == 0 || a.Live.GetResourceVersion() == "" {
+			t.Errorf("%s: created=%v managedFields=%d resourceVersion=%q", a.Live.GetName(), a.Created, len(a.Live.GetManagedFields()), a.Live.GetResourceVersion())
+		}
+	}
+	if diff := cmp.Diff(map[string]string{
 		"CustomResourceDefinition/widgets." + ns + ".example.com": "created",
 		"Namespace/" + ns:               "created",
 		"Widget/" + ns + "/w":           "created",
 		"ConfigMap/" + ns + "/settings": "created",
-	}
-	if diff := cmp.Diff(want, actions(cs)); diff != "" {
+	}, actions(cs)); diff != "" {
 		t.Errorf("change set (-want +got):\n%s", diff)
+	}
+	var patches []string
+	for _, r := range sent {
+		switch {
+		case strings.HasPrefix(r, "PATCH "):
+			patches = append(patches, r)
+		case strings.Contains(r, "/widgets/") || strings.Contains(r, "/configmaps/"):
+			t.Errorf("a request beside the apply for an object of the last stage: %s", r)
+		}
+	}
+	if len(patches) != len(objs) {
+		t.Errorf("%d applies for %d objects, want one each: %v", len(patches), len(objs), patches)
 	}
 	for _, live := range []*unstructured.Unstructured{
 		get(t, c, "v1", "ConfigMap", ns, "settings"),
@@ -140,8 +214,11 @@ func TestApplyStagesDefinitionsAndStampsOwnership(t *testing.T) {
 		if !owner.Owns(live) {
 			t.Errorf("%s lacks the ownership labels: %v", live.GetName(), live.GetLabels())
 		}
-		if got := live.GetAnnotations()[AnnotationRevision]; got != "main@sha1:"+strings.Repeat("1", 40) {
+		if got := live.GetAnnotations()[plumbv1.AnnotationRevision]; got != revision {
 			t.Errorf("%s revision annotation = %q", live.GetName(), got)
+		}
+		if got := live.GetAnnotations()[plumbv1.AnnotationContentHash]; len(got) != 64 {
+			t.Errorf("%s content hash annotation = %q", live.GetName(), got)
 		}
 		managers := []string{}
 		for _, f := range live.GetManagedFields() {
@@ -154,18 +231,8 @@ func TestApplyStagesDefinitionsAndStampsOwnership(t *testing.T) {
 
 	t.Run("re-applying unchanged objects writes nothing", func(t *testing.T) {
 		before := get(t, c, "v1", "ConfigMap", ns, "settings").GetResourceVersion()
-		objs := objects(t, ns, stagedSet)
-		for _, o := range objs {
-			Stamp(o, owner, "main@sha1:"+strings.Repeat("1", 40))
-		}
-		cs, err := m.Apply(context.Background(), objs, ApplyOptions{})
-		if err != nil {
+		if _, _, err := directly(t, m, stamped(t, ns, stagedSet, owner, revision), DirectOptions{Exists: func(*unstructured.Unstructured) bool { return true }}); err != nil {
 			t.Fatal(err)
-		}
-		for subject, action := range actions(cs) {
-			if action != "unchanged" {
-				t.Errorf("%s: %s, want unchanged", subject, action)
-			}
 		}
 		if after := get(t, c, "v1", "ConfigMap", ns, "settings").GetResourceVersion(); after != before {
 			t.Errorf("resourceVersion moved from %s to %s without a change", before, after)
@@ -173,32 +240,30 @@ func TestApplyStagesDefinitionsAndStampsOwnership(t *testing.T) {
 	})
 }
 
-func TestDiffSaysWhatAnApplyWouldDo(t *testing.T) {
+func TestDryRunSaysWhetherAnApplyWouldChangeTheObject(t *testing.T) {
 	c := newClient(t)
 	m := NewManager(c)
 	ns := uniqueName(t)
 	owner := Owner{Name: "diff", Namespace: "apps"}
-	objs := objects(t, ns, "apiVersion: v1\nkind: Namespace\nmetadata: {name: NS}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: NS}\ndata: {k: v}\n")
-	for _, o := range objs {
-		Stamp(o, owner, "r1")
-	}
-	if _, err := m.Apply(context.Background(), objs, ApplyOptions{}); err != nil {
+	objs := stamped(t, ns, "apiVersion: v1\nkind: Namespace\nmetadata: {name: NS}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: NS}\ndata: {k: v}\n", owner, "r1")
+	if _, _, err := directly(t, m, objs, DirectOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	live := get(t, c, "v1", "ConfigMap", ns, "a")
 	cm := objs[1].DeepCopy()
-	if action, err := m.Diff(context.Background(), cm); err != nil || action != fluxssa.UnchangedAction {
-		t.Errorf("Diff of the applied object = %s, %v; want unchanged", action, err)
+	if differs, dryRun, err := m.DryRun(context.Background(), cm, live); err != nil || differs || dryRun == nil {
+		t.Errorf("DryRun of the applied object = %v, %v; want no difference and the dry-run object", differs, err)
 	}
 	cm.Object["data"] = map[string]any{"k": "changed"}
-	if action, err := m.Diff(context.Background(), cm); err != nil || action != fluxssa.ConfiguredAction {
-		t.Errorf("Diff of a changed object = %s, %v; want configured", action, err)
+	if differs, _, err := m.DryRun(context.Background(), cm, live); err != nil || !differs {
+		t.Errorf("DryRun of a changed object = %v, %v; want a difference", differs, err)
 	}
 	if got := get(t, c, "v1", "ConfigMap", ns, "a").Object["data"]; !cmp.Equal(got, map[string]any{"k": "v"}) {
-		t.Errorf("Diff wrote to the cluster: data = %v", got)
+		t.Errorf("DryRun wrote to the cluster: data = %v", got)
 	}
 	cm.SetName("new")
-	if action, err := m.Diff(context.Background(), cm); err != nil || action != fluxssa.CreatedAction {
-		t.Errorf("Diff of a new object = %s, %v; want created", action, err)
+	if differs, _, err := m.DryRun(context.Background(), cm, nil); err != nil || !differs {
+		t.Errorf("DryRun of a new object = %v, %v; want a difference", differs, err)
 	}
 }
 
@@ -229,10 +294,12 @@ kind: ConfigMap
 metadata: {name: already-gone, namespace: NS}
 `)
 	for _, o := range objs {
-		Stamp(o, owner, "r1")
+		if err := Stamp(o, owner, "r1"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx := context.Background()
-	if _, err := m.Apply(ctx, objs, ApplyOptions{}); err != nil {
+	if _, _, err := directly(t, m, objs, DirectOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Someone removes plumb's labels from one object and deletes another.
@@ -245,7 +312,12 @@ metadata: {name: already-gone, namespace: NS}
 		t.Fatal(err)
 	}
 
-	cs, err := m.Prune(ctx, objs, owner)
+	unserved := &unstructured.Unstructured{}
+	unserved.SetAPIVersion("gone.example.com/v1")
+	unserved.SetKind("Gizmo")
+	unserved.SetNamespace(ns)
+	unserved.SetName("g")
+	cs, err := m.Prune(ctx, append(objs, unserved), owner)
 	if err != nil {
 		t.Fatalf("Prune: %v", err)
 	}
@@ -254,6 +326,7 @@ metadata: {name: already-gone, namespace: NS}
 		"ConfigMap/" + ns + "/keep-me":            "skipped",
 		"ConfigMap/" + ns + "/adopted-by-someone": "skipped",
 		"Namespace/" + ns:                         "skipped",
+		"Gizmo.gone.example.com/" + ns + "/g":     string(UnservedAction),
 	}
 	if diff := cmp.Diff(want, actions(cs)); diff != "" {
 		t.Errorf("prune change set (-want +got):\n%s", diff)
@@ -287,67 +360,36 @@ metadata: {name: frozen, namespace: NS}
 immutable: true
 data: {k: VALUE}
 `
-	apply := func(value string, annotate bool, opts ApplyOptions) error {
+	apply := func(value string, annotate bool, opts DirectOptions) error {
 		objs := objects(t, ns, strings.ReplaceAll(set, "VALUE", value))
 		for _, o := range objs {
-			Stamp(o, owner, "r-"+value)
 			if annotate && o.GetKind() == "ConfigMap" {
-				o.SetAnnotations(map[string]string{AnnotationForce: "enabled", AnnotationRevision: "r-" + value})
+				o.SetAnnotations(map[string]string{plumbv1.AnnotationForce: "enabled"})
+			}
+			if err := Stamp(o, owner, "r-"+value); err != nil {
+				t.Fatal(err)
 			}
 		}
-		_, err := m.Apply(context.Background(), objs, opts)
+		_, _, err := directly(t, m, objs, opts)
 		return err
 	}
-	if err := apply("one", false, ApplyOptions{}); err != nil {
+	if err := apply("one", false, DirectOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err := apply("two", false, ApplyOptions{})
+	err := apply("two", false, DirectOptions{})
 	if err == nil || !strings.Contains(err.Error(), "field is immutable") || !strings.Contains(err.Error(), "frozen") {
 		t.Fatalf("changing an immutable field: %v, want the API server's message naming the object", err)
 	}
 	if got := get(t, c, "v1", "ConfigMap", ns, "frozen").Object["data"]; !cmp.Equal(got, map[string]any{"k": "one"}) {
 		t.Errorf("after the refused change: data = %v", got)
 	}
-	if err := apply("two", true, ApplyOptions{}); err != nil {
+	if err := apply("two", true, DirectOptions{}); err != nil {
 		t.Fatalf("with plumb.dev/force: enabled: %v", err)
 	}
 	if got := get(t, c, "v1", "ConfigMap", ns, "frozen").Object["data"]; !cmp.Equal(got, map[string]any{"k": "two"}) {
 		t.Errorf("after the forced change: data = %v", got)
 	}
-	if err := apply("three", false, ApplyOptions{Force: true}); err != nil {
-		t.Fatalf("with ApplyOptions.Force: %v", err)
-	}
-}
-
-func TestApplyDirectStagesAndWaitsWithOneRequestPerObject(t *testing.T) {
-	c := newClient(t)
-	m := NewManager(c)
-	ns := uniqueName(t)
-	owner := Owner{Name: "direct", Namespace: "apps"}
-	objs := objects(t, ns, stagedSet)
-	for _, o := range objs {
-		Stamp(o, owner, "r1")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	applied, cs, err := m.ApplyDirect(ctx, objs, DirectOptions{Wait: fluxssa.WaitOptions{Interval: 100 * time.Millisecond, Timeout: 15 * time.Second}})
-	if err != nil {
-		t.Fatalf("ApplyDirect: %v", err)
-	}
-	if len(applied) != len(objs) {
-		t.Fatalf("%d applied, want %d", len(applied), len(objs))
-	}
-	for _, a := range applied {
-		if !a.Created || len(a.Live.GetManagedFields()) == 0 {
-			t.Errorf("%s: created=%v managedFields=%d", a.Live.GetName(), a.Created, len(a.Live.GetManagedFields()))
-		}
-	}
-	if diff := cmp.Diff(map[string]string{
-		"CustomResourceDefinition/widgets." + ns + ".example.com": "created",
-		"Namespace/" + ns:               "created",
-		"Widget/" + ns + "/w":           "created",
-		"ConfigMap/" + ns + "/settings": "created",
-	}, actions(cs)); diff != "" {
-		t.Errorf("change set (-want +got):\n%s", diff)
+	if err := apply("three", false, DirectOptions{Force: true}); err != nil {
+		t.Fatalf("with DirectOptions.Force: %v", err)
 	}
 }

@@ -31,6 +31,8 @@ type controllerFlags struct {
 	logEncoding    string
 	appSelector    string
 	webhookSecrets []string // provider=path
+	kubeAPIQPS     float32
+	kubeAPIBurst   int
 	controller.Options
 }
 
@@ -48,6 +50,9 @@ func newControllerCommand() *cobra.Command {
 	}
 	flags := cmd.Flags()
 	flags.StringVar(&f.kubeconfig, "kubeconfig", "", "path to a kubeconfig; defaults to $KUBECONFIG, then the in-cluster service account")
+	flags.Float32Var(&f.kubeAPIQPS, "kube-api-qps", 50, "requests per second to the API server, on average (client-go's own default, 5, would cap the Apps a controller can tick)")
+	flags.IntVar(&f.kubeAPIBurst, "kube-api-burst", 300, "requests to the API server allowed at once above --kube-api-qps")
+	flags.Int64Var(&f.RenderCacheBytes, "render-cache-bytes", source.DefaultRenderCacheBytes, "memory the cache of rendered Git revisions may take, in bytes (estimated)")
 	flags.StringVar(&f.MetricsAddr, "metrics-addr", ":8080", "address that serves Prometheus metrics on /metrics")
 	flags.StringVar(&f.WebhookAddr, "webhook-addr", ":9292", "address of the Git push webhook receiver (POST /hooks/<provider>)")
 	flags.StringArrayVar(&f.webhookSecrets, "webhook-secret-file", nil, "provider=path of a file holding that provider's webhook secret (repeatable; providers: github, gitlab, gitea, gogs, bitbucket-server); a provider is served only with a secret")
@@ -80,6 +85,12 @@ func (f controllerFlags) validate() error {
 	if l.MaxFiles < 0 || l.MaxTotalBytes < 0 || l.MaxFileBytes < 0 || l.MaxObjects < 0 {
 		return fmt.Errorf("--max-repository-files, --max-repository-bytes, --max-file-bytes and --max-objects must not be negative")
 	}
+	if f.kubeAPIQPS <= 0 || f.kubeAPIBurst < 1 {
+		return fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d: want a positive rate and a burst of at least 1", f.kubeAPIQPS, f.kubeAPIBurst)
+	}
+	if f.RenderCacheBytes < 0 {
+		return fmt.Errorf("--render-cache-bytes must not be negative")
+	}
 	if f.Workers < 1 {
 		return fmt.Errorf("--workers %d: want at least 1", f.Workers)
 	}
@@ -103,11 +114,13 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if err != nil {
 		return err
 	}
+	cfg.QPS, cfg.Burst = f.kubeAPIQPS, f.kubeAPIBurst
 	serverVersion, err := serverVersion(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	log.Info("Connected to the API server", zap.String("host", cfg.Host), zap.String("version", serverVersion))
+	log.Info("Connected to the API server", zap.String("host", cfg.Host), zap.String("version", serverVersion),
+		zap.Float32("qps", cfg.QPS), zap.Int("burst", cfg.Burst))
 	f.AppSelector, _ = labels.Parse(f.appSelector) // validated above
 	if f.WebhookSecrets, err = readWebhookSecrets(f.webhookSecrets); err != nil {
 		return err

@@ -162,16 +162,18 @@ func TestControllerServesHealthAndMetricsAndStopsOnSIGTERM(t *testing.T) {
 	var messages []string
 	for _, line := range lines {
 		var entry struct {
-			Level   string `json:"level"`
-			Msg     string `json:"msg"`
-			Version string `json:"version"`
+			Level   string  `json:"level"`
+			Msg     string  `json:"msg"`
+			Version string  `json:"version"`
+			QPS     float32 `json:"qps"`
+			Burst   int     `json:"burst"`
 		}
 		if err := json.Unmarshal([]byte(line), &entry); err != nil {
 			t.Errorf("log line is not JSON: %q", line)
 			continue
 		}
-		if entry.Msg == "Connected to the API server" && entry.Version == "" {
-			t.Errorf("log %q has no server version", line)
+		if entry.Msg == "Connected to the API server" && (entry.Version == "" || entry.QPS != 50 || entry.Burst != 300) {
+			t.Errorf("log %q has no server version, or not the default client limits (50 QPS, burst 300)", line)
 		}
 		messages = append(messages, entry.Msg)
 	}
@@ -205,6 +207,7 @@ func TestControllerRejectsBadFlagsBeforeStarting(t *testing.T) {
 		{[]string{"--app-label-selector", "a in (b"}, `--app-label-selector "a in (b"`},
 		{[]string{"--webhook-secret-file", "github=" + emptyFile}, "the github webhook secret in " + emptyFile + " is empty: refusing to serve github unverified"},
 		{[]string{"--webhook-secret-file", "svn=/x"}, `unknown provider "svn"`},
+		{[]string{"--kube-api-qps", "0"}, "--kube-api-qps 0 and --kube-api-burst 300: want a positive rate"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

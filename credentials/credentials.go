@@ -1,0 +1,175 @@
+// Package credentials serves the Secrets that Apps name for their Git
+// credentials from a watch of each such Secret alone: one watch per
+// referenced Secret (a field selector on its name, in the App's own
+// namespace), started when an App first needs it and stopped when no App
+// names it any more. A tick then reads its credentials without a request,
+// and plumb never caches a Secret that no App references.
+package credentials
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Cache watches the Secrets that Apps use. It is safe for concurrent use.
+type Cache struct {
+	client kubernetes.Interface
+
+	mu      sync.Mutex
+	watches map[types.NamespacedName]*watch // by Secret
+	uses    map[types.NamespacedName]types.NamespacedName
+}
+
+// watch is the informer of one Secret.
+type watch struct {
+	informer cache.SharedIndexInformer
+	stop     context.CancelFunc
+	done     chan struct{}
+
+	mu      sync.Mutex
+	lastErr error // the last list/watch error
+}
+
+// New creates a cache that reads Secrets with client.
+func New(client kubernetes.Interface) *Cache {
+	return &Cache{client: client, watches: map[types.NamespacedName]*watch{}, uses: map[types.NamespacedName]types.NamespacedName{}}
+}
+
+// Get returns the Secret name in app's namespace, as the watch of that
+// Secret last saw it, starting the watch on first use and waiting (within
+// ctx) for its first list. It records that app uses this Secret, and no
+// other. The Secret is shared with the cache: do not change it. A missing
+// Secret is a NotFound error. Where RBAC lets plumb get Secrets but not
+// list and watch them, it reads the Secret with one request instead.
+func (c *Cache) Get(ctx context.Context, app types.NamespacedName, name string) (*corev1.Secret, error) {
+	key := types.NamespacedName{Namespace: app.Namespace, Name: name}
+	w := c.use(app, key)
+	for !w.informer.HasSynced() {
+		select {
+		case <-ctx.Done():
+			return nil, w.syncError(ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if last := w.lastError(); last != nil && (apierrors.IsForbidden(last) || apierrors.IsUnauthorized(last)) {
+			secret, err := c.client.CoreV1().Secrets(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("%w (and watching it: %v)", err, last)
+			}
+			return secret, nil
+		}
+	}
+	obj, exists, err := w.informer.GetStore().GetByKey(key.String())
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		return nil, apierrors.NewNotFound(corev1.Resource("secrets"), name)
+	}
+	return obj.(*corev1.Secret), nil
+}
+
+// Release forgets app (it was deleted, or names no Secret any more).
+func (c *Cache) Release(app types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if previous, ok := c.uses[app]; ok {
+		delete(c.uses, app)
+		c.releaseLocked(previous)
+	}
+}
+
+// Stop stops every watch.
+func (c *Cache) Stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, w := range c.watches {
+		w.stop()
+		<-w.done
+		delete(c.watches, key)
+	}
+	c.uses = map[types.NamespacedName]types.NamespacedName{}
+}
+
+// Watched is how many Secrets are watched.
+func (c *Cache) Watched() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.watches)
+}
+
+// use records that app uses the Secret key and returns its watch.
+func (c *Cache) use(app, key types.NamespacedName) *watch {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if previous, ok := c.uses[app]; ok && previous != key {
+		delete(c.uses, app)
+		c.releaseLocked(previous)
+	}
+	c.uses[app] = key
+	w, ok := c.watches[key]
+	if !ok {
+		w = c.start(key)
+		c.watches[key] = w
+	}
+	return w
+}
+
+// releaseLocked stops the watch of key when no App uses it. c.mu is held.
+func (c *Cache) releaseLocked(key types.NamespacedName) {
+	for _, used := range c.uses {
+		if used == key {
+			return
+		}
+	}
+	if w, ok := c.watches[key]; ok {
+		w.stop()
+		delete(c.watches, key)
+	}
+}
+
+// start runs the informer of one Secret. c.mu is held.
+func (c *Cache) start(key types.NamespacedName) *watch {
+	selector := fields.OneTermEqualSelector("metadata.name", key.Name).String()
+	lw := cache.NewFilteredListWatchFromClient(c.client.CoreV1().RESTClient(), "secrets", key.Namespace,
+		func(opts *metav1.ListOptions) { opts.FieldSelector = selector })
+	informer := cache.NewSharedIndexInformer(lw, &corev1.Secret{}, 0, cache.Indexers{})
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &watch{informer: informer, stop: cancel, done: make(chan struct{})}
+	_ = informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		w.mu.Lock()
+		w.lastErr = err
+		w.mu.Unlock()
+	})
+	go func() {
+		defer close(w.done)
+		informer.RunWithContext(ctx)
+	}()
+	return w
+}
+
+func (w *watch) lastError() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastErr
+}
+
+func (w *watch) syncError(cause error) error {
+	if last := w.lastError(); last != nil {
+		return fmt.Errorf("watching the credentials secret: %w", last)
+	}
+	if cause == nil {
+		cause = errors.New("not listed yet")
+	}
+	return fmt.Errorf("watching the credentials secret: %w", cause)
+}

@@ -1,0 +1,182 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	fluxssa "github.com/fluxcd/pkg/ssa"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/diff"
+	"github.com/plumb-dev/plumb/ssa"
+)
+
+// apply runs the Apply phase: one server-side apply per object in the
+// plan, one guarded JSON patch per object whose list items others added
+// to, then the prune of what left Git. It records what each write produced
+// (the diff Record and the resourceVersion), so that the next tick diffs
+// from the cache and the informers know plumb's own writes. Events that
+// arrive meanwhile are held and, when one was not plumb's write after all,
+// the App is enqueued again.
+func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, p *plan, desired []*unstructured.Unstructured,
+	live map[objectID]*unstructured.Unstructured, pending pendingKinds, log *zap.Logger) (*fluxssa.ChangeSet, error) {
+	key := client.ObjectKeyFromObject(app)
+	r.memory.beginWrites(key)
+	defer func() {
+		if r.memory.endWrites(key) && r.Enqueue != nil {
+			r.Enqueue(key)
+		}
+	}()
+	changes := fluxssa.NewChangeSet()
+	if len(p.apply) > 0 {
+		applied, cs, err := r.Applier.ApplyDirect(ctx, p.apply, ssa.DirectOptions{
+			Force:  app.Spec.Force,
+			Exists: func(o *unstructured.Unstructured) bool { return live[idOf(o)] != nil },
+			Wait:   fluxssa.WaitOptions{Interval: 500 * time.Millisecond, Timeout: time.Minute},
+		})
+		for _, a := range applied {
+			id := idOf(a.Desired)
+			r.memory.wrote(key, id, a.Live.GetResourceVersion())
+			if rec, recErr := diff.RecordOf(a.Desired, a.Live); recErr == nil {
+				r.memory.remember(key, id, rec)
+			}
+			if isCRD(a.Desired) && r.Cluster != nil {
+				r.Cluster.Invalidate()
+			}
+		}
+		if cs != nil {
+			changes.Append(cs.Entries)
+		}
+		if err != nil {
+			setInventory(app, mergeRefs(app.Status.Inventory, refsOf(desired)))
+			return changes, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
+		}
+		log.Info("Applied objects", zap.Int("changed", len(p.apply)))
+	}
+	// Server-side apply keeps fields other managers added; heal those with
+	// one guarded JSON patch per object.
+	for id, d := range p.drifted {
+		if p.left[id] || len(d.additions) == 0 || d.live == nil {
+			continue
+		}
+		patch, err := json.Marshal(d.additions)
+		var patched *unstructured.Unstructured
+		if err == nil {
+			patched, err = r.Applier.RemoveAdditions(ctx, d.live, patch)
+		}
+		if err != nil {
+			return changes, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
+		}
+		r.memory.wrote(key, id, patched.GetResourceVersion())
+		changes.Add(fluxssa.ChangeSetEntry{Subject: id.String(), Action: fluxssa.ConfiguredAction})
+	}
+	if err := r.prune(ctx, app, desired, pending, changes, log); err != nil {
+		return changes, err
+	}
+	setInventory(app, refsOf(desired))
+	ids := map[objectID]bool{}
+	for _, d := range desired {
+		ids[idOf(d)] = true
+	}
+	r.memory.keepOnly(key, ids)
+	return changes, nil
+}
+
+// prune deletes what left Git (when the App prunes), adding to changes.
+func (r *Reconciler) prune(ctx context.Context, app *plumbv1.App, desired []*unstructured.Unstructured,
+	pending pendingKinds, changes *fluxssa.ChangeSet, log *zap.Logger) error {
+	if !app.Spec.PruneEnabled() {
+		return nil
+	}
+	stale := r.staleObjects(app.Status.Inventory, desired, pending)
+	if len(stale) == 0 {
+		return nil
+	}
+	cs, err := r.Applier.Prune(ctx, stale, ssa.Owner{Name: app.Name, Namespace: app.Namespace})
+	if cs != nil {
+		changes.Append(cs.Entries)
+		r.reportUnserved(app, cs)
+	}
+	if err != nil {
+		return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonPruneFailed, Err: err}
+	}
+	log.Info("Pruned objects", zap.Int("stale", len(stale)))
+	return nil
+}
+
+// reportUnserved records an Event naming the objects prune found nothing
+// to delete for, because the server no longer serves their kinds.
+func (r *Reconciler) reportUnserved(app *plumbv1.App, cs *fluxssa.ChangeSet) {
+	var gone []string
+	for _, e := range cs.Entries {
+		if e.Action == ssa.UnservedAction {
+			gone = append(gone, e.Subject)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	if len(gone) > maxListed {
+		gone = append(gone[:maxListed], fmt.Sprintf("and %d more", len(gone)-maxListed))
+	}
+	r.Events.Eventf(app, corev1.EventTypeNormal, "KindNotServed",
+		"nothing to prune for %s: the API server no longer serves their kinds (their CRDs were removed)", strings.Join(gone, ", "))
+}
+
+// staleObjects are the inventory entries that are not desired any more, as
+// objects that carry just their identity. An entry is compared by the
+// scope its kind has (the server's, or the scope a CRD in the render
+// declares): an object that is desired under any spelling of its ID (a
+// cluster-scoped one recorded with a namespace, say) is never stale.
+func (r *Reconciler) staleObjects(inv *plumbv1.Inventory, desired []*unstructured.Unstructured, pending pendingKinds) []*unstructured.Unstructured {
+	if inv == nil {
+		return nil
+	}
+	want := map[objectID]bool{}
+	for _, d := range desired {
+		id := idOf(d)
+		want[id] = true
+		id.Namespace = ""
+		want[id] = true // a cluster-scoped spelling of the same name
+	}
+	var stale []*unstructured.Unstructured
+	for _, ref := range inv.Entries {
+		id := idOfRef(ref)
+		gvk := schema.GroupVersionKind{Group: ref.Group, Version: ref.Version, Kind: ref.Kind}
+		if r.clusterScoped(gvk, pending) {
+			id.Namespace = ""
+		}
+		if want[id] {
+			continue
+		}
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(gvk)
+		u.SetNamespace(id.Namespace)
+		u.SetName(ref.Name)
+		stale = append(stale, u)
+	}
+	return stale
+}
+
+// clusterScoped reports a kind the server (or a CRD in the render) says is
+// cluster-scoped.
+func (r *Reconciler) clusterScoped(gvk schema.GroupVersionKind, pending pendingKinds) bool {
+	if scope, ok := pending[gvk]; ok {
+		return scope == meta.RESTScopeNameRoot
+	}
+	scope, err := r.scopeOf(gvk)
+	return err == nil && scope == meta.RESTScopeNameRoot
+}
+
+func isCRD(u *unstructured.Unstructured) bool {
+	return u.GetKind() == "CustomResourceDefinition" && u.GroupVersionKind().Group == "apiextensions.k8s.io"
+}

@@ -1,0 +1,79 @@
+package reconcile
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/yaml"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+)
+
+func yamlInto(s string, into any) error { return yaml.Unmarshal([]byte(s), into) }
+
+// waitServed waits until the harness's RESTMapper knows gvk.
+func waitServed(t *testing.T, h *harness, gvk schema.GroupVersionKind) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, err := h.r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if meta.IsNoMatchError(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		t.Fatalf("%s is not served: %v", gvk, err)
+	}
+}
+
+// waitGone waits until obj no longer exists.
+func waitGone(t *testing.T, c client.Client, obj client.Object) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		return client.IgnoreNotFound(err) == nil && err != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%s is still there: %v", obj.GetName(), err)
+	}
+}
+
+// app creates an App named name in ns tracking main/deploy of repo, with
+// the credentials Secret "git" (newApp made it in ns).
+func app(t *testing.T, c client.Client, ns, name, repo string) types.NamespacedName {
+	t.Helper()
+	a := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: plumbv1.AppSpec{
+		Source: plumbv1.Source{URL: gitServer.HTTPURL(repo), Ref: plumbv1.GitRef{Branch: "main"}, Path: "deploy",
+			SecretRef: &plumbv1.LocalObjectReference{Name: "git"}},
+	}}
+	if err := c.Create(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	return client.ObjectKeyFromObject(a)
+}
+
+// waitCached waits until the harness's informer has obj at its
+// resourceVersion.
+func waitCached(t *testing.T, h *harness, obj client.Object) {
+	t.Helper()
+	gvk, err := apiutil.GVKForObject(obj, clientgoscheme.Scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		got, _ := h.r.Observer.Get(gvk, obj.GetNamespace(), obj.GetName())
+		return got != nil && got.GetResourceVersion() == obj.GetResourceVersion(), nil
+	})
+	if err != nil {
+		t.Fatalf("the cache does not have %s at %s", obj.GetName(), obj.GetResourceVersion())
+	}
+}

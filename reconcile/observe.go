@@ -1,0 +1,197 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/diff"
+	"github.com/plumb-dev/plumb/source"
+)
+
+// pendingKinds are the kinds the API server does not serve yet because
+// their CRDs come with this very render, with the scope each CRD declares.
+// Objects of these kinds are neither observed nor dry-run.
+type pendingKinds map[schema.GroupVersionKind]meta.RESTScopeName
+
+// prepare copies the rendered objects (they are shared with the render
+// cache) and gives them the namespace the server will: none for a
+// cluster-scoped kind, the target namespace for a namespaced object that
+// names none.
+func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstructured.Unstructured, pendingKinds, error) {
+	defaultNamespace := app.Namespace
+	if app.Spec.TargetNamespace != "" {
+		defaultNamespace = app.Spec.TargetNamespace
+	}
+	defined := definedKinds(result)
+	pending := pendingKinds{}
+	desired := make([]*unstructured.Unstructured, 0, len(result.Objects))
+	for _, o := range result.Objects {
+		obj := o.DeepCopy()
+		diff.Normalize(obj)
+		gvk := obj.GroupVersionKind()
+		scope, err := r.scopeOf(gvk)
+		if meta.IsNoMatchError(err) {
+			if s, ok := defined[gvk.GroupKind()]; ok {
+				// Its CRD is in this very render and is applied first.
+				scope, err = s, nil
+				pending[gvk] = s
+				if r.Cluster != nil {
+					r.Cluster.Invalidate() // the next read's .Capabilities will include it
+				}
+			}
+		}
+		if err != nil {
+			return nil, nil, &PhaseError{Phase: PhaseObserve, Reason: plumbv1.ReasonObserveFailed, Detail: "UnknownKind",
+				Err: fmt.Errorf("%s (from %s): %w", gvk, o.Source, err)}
+		}
+		switch {
+		case scope != meta.RESTScopeNameNamespace:
+			obj.SetNamespace("")
+		case obj.GetNamespace() == "":
+			obj.SetNamespace(defaultNamespace)
+		}
+		ignoreFor(app, obj).Strip(obj)
+		desired = append(desired, obj)
+	}
+	return desired, pending, nil
+}
+
+// scopeOf asks the RESTMapper whether a kind is namespaced.
+func (r *Reconciler) scopeOf(gvk schema.GroupVersionKind) (meta.RESTScopeName, error) {
+	mapping, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return "", err
+	}
+	return mapping.Scope.Name(), nil
+}
+
+// ignoreFor collects the App's ignore rules that select obj.
+func ignoreFor(app *plumbv1.App, obj *unstructured.Unstructured) diff.Ignore {
+	var out diff.Ignore
+	gvk := obj.GroupVersionKind()
+	for _, rule := range app.Spec.Ignore {
+		if rule.Kind == gvk.Kind && rule.Group == gvk.Group &&
+			(rule.Namespace == "" || rule.Namespace == obj.GetNamespace()) &&
+			(rule.Name == "" || rule.Name == obj.GetName()) {
+			out = append(out, rule.Paths...)
+		}
+	}
+	return out
+}
+
+// definedKinds are the kinds whose CRDs the render itself contains, with
+// the scope each declares.
+func definedKinds(result *source.Result) map[schema.GroupKind]meta.RESTScopeName {
+	out := map[schema.GroupKind]meta.RESTScopeName{}
+	for _, o := range result.Objects {
+		if o.GetKind() != "CustomResourceDefinition" || o.GroupVersionKind().Group != "apiextensions.k8s.io" {
+			continue
+		}
+		group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
+		kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
+		scope, _, _ := unstructured.NestedString(o.Object, "spec", "scope")
+		out[schema.GroupKind{Group: group, Kind: kind}] = meta.RESTScopeNameNamespace
+		if scope == "Cluster" {
+			out[schema.GroupKind{Group: group, Kind: kind}] = meta.RESTScopeNameRoot
+		}
+	}
+	return out
+}
+
+// catchUpTimeout bounds the wait for an informer to show plumb's own last
+// write of an object (see observe).
+const catchUpTimeout = 5 * time.Second
+
+// observe starts (or reuses) the informers of every kind the App renders or
+// has in its inventory, waits for them, and returns the live objects by ID.
+// Where the cache has not yet seen an object as plumb last wrote it, it
+// waits for the informer to catch up, so that a lagging cache is not taken
+// for a deletion or a change by someone else.
+func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app *plumbv1.App, desired []*unstructured.Unstructured,
+	pending pendingKinds, log *zap.Logger) (map[objectID]*unstructured.Unstructured, error) {
+	fail := func(detail string, err error) error {
+		return &PhaseError{Phase: PhaseObserve, Reason: plumbv1.ReasonObserveFailed, Detail: detail, Err: err}
+	}
+	kinds := map[schema.GroupVersionKind]bool{}
+	for _, obj := range desired {
+		if _, ok := pending[obj.GroupVersionKind()]; !ok {
+			kinds[obj.GroupVersionKind()] = true
+		}
+	}
+	if app.Status.Inventory != nil {
+		for _, ref := range app.Status.Inventory.Entries {
+			gvk := schema.GroupVersionKind{Group: ref.Group, Version: ref.Version, Kind: ref.Kind}
+			if _, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err == nil {
+				kinds[gvk] = true
+			}
+		}
+	}
+	gvks := make([]schema.GroupVersionKind, 0, len(kinds))
+	for gvk := range kinds {
+		gvks = append(gvks, gvk)
+	}
+	if err := r.Observer.Ensure(key, gvks); err != nil {
+		return nil, fail("UnknownKind", err)
+	}
+	timeout := r.SyncTimeout
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	syncCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := r.Observer.WaitForSync(syncCtx, gvks); err != nil {
+		return nil, fail("CacheNotSynced", err)
+	}
+	r.catchUp(ctx, key, desired, kinds, log)
+	live := map[objectID]*unstructured.Unstructured{}
+	for _, obj := range desired {
+		if !kinds[obj.GroupVersionKind()] {
+			continue // its kind is created by this tick
+		}
+		got, err := r.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+		if err != nil {
+			return nil, fail("CacheRead", err)
+		}
+		if got != nil {
+			live[idOf(obj)] = got
+		}
+	}
+	return live, nil
+}
+
+// catchUp waits until each informer has seen plumb's last write of the
+// App's objects of its kind (normally at once). After catchUpTimeout it
+// goes on with what the cache has.
+func (r *Reconciler) catchUp(ctx context.Context, key types.NamespacedName, desired []*unstructured.Unstructured,
+	kinds map[schema.GroupVersionKind]bool, log *zap.Logger) {
+	newest := map[schema.GroupVersionKind]string{}
+	for _, obj := range desired {
+		gvk := obj.GroupVersionKind()
+		rv := r.memory.writtenRV(key, idOf(obj))
+		if !kinds[gvk] || rv == "" {
+			continue
+		}
+		if cmp, err := resourceversion.CompareResourceVersion(rv, newest[gvk]); newest[gvk] == "" || (err == nil && cmp > 0) {
+			newest[gvk] = rv
+		}
+	}
+	if len(newest) == 0 {
+		return
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, catchUpTimeout)
+	defer cancel()
+	for gvk, rv := range newest {
+		if err := r.Observer.WaitForResourceVersion(waitCtx, gvk, rv); err != nil {
+			log.Warn("Went on with a cache that has not caught up with plumb's last write", zap.Stringer("kind", gvk), zap.Error(err))
+		}
+	}
+}

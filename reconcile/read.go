@@ -1,0 +1,112 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/queue"
+	"github.com/plumb-dev/plumb/source"
+	"github.com/plumb-dev/plumb/source/git"
+	"github.com/plumb-dev/plumb/source/render"
+)
+
+// readPhase runs the Read phase, or reuses the App's last successful read
+// when only an event (a change of one of its objects) brought the tick
+// forward: such a tick asks Git nothing. The fallback timer, a webhook or
+// `plumb sync` (both set the sync annotation), a changed spec and the
+// App's first tick read Git.
+func (r *Reconciler) readPhase(ctx context.Context, app *plumbv1.App, trigger queue.Trigger) (*source.Result, error) {
+	key := client.ObjectKeyFromObject(app)
+	syncRequest := app.Annotations[plumbv1.AnnotationSyncRequestedAt]
+	refresh := (syncRequest != "" && syncRequest != app.Status.LastHandledSyncRequest) ||
+		app.Generation != app.Status.ObservedGeneration
+	if trigger == queue.TriggerEvent && !refresh {
+		if last := r.memory.readAt(key, app.Generation); last != nil {
+			reused := *last
+			reused.Cached, reused.HistoryRewritten = true, false
+			return &reused, nil
+		}
+	}
+	app.Status.LastHandledSyncRequest = syncRequest
+	result, err := r.read(ctx, app, refresh)
+	if err != nil {
+		r.memory.forgetRead(key)
+		return nil, err
+	}
+	r.memory.rememberRead(key, app.Generation, result)
+	return result, nil
+}
+
+// read asks Git (package source). With refresh it asks the remote afresh
+// and skips the render cache; otherwise it may share an ls-remote made
+// moments ago by a read of the same repository with the same credentials.
+func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (*source.Result, error) {
+	fail := func(detail string, err error, terminal bool) error {
+		return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: detail, Err: err, Terminal: terminal}
+	}
+	var auth git.Auth
+	if ref := app.Spec.Source.SecretRef; ref != nil {
+		secret, err := r.Credentials.Get(ctx, client.ObjectKeyFromObject(app), ref.Name)
+		if err != nil {
+			return nil, fail(string(source.ReasonSourceUnavailable), fmt.Errorf("reading secret %s/%s: %w", app.Namespace, ref.Name, err), false)
+		}
+		auth = source.AuthFromSecret(secret.Data)
+	} else {
+		r.Credentials.Release(client.ObjectKeyFromObject(app))
+	}
+	helm, err := r.helmOptions(ctx, app)
+	if err != nil {
+		var phaseErr *PhaseError
+		if errors.As(err, &phaseErr) {
+			return nil, err
+		}
+		return nil, fail(string(source.ReasonInvalidSpec), err, true)
+	}
+	ref := app.Spec.Source.Ref
+	req := source.Request{
+		URL:          app.Spec.Source.URL,
+		Ref:          git.Ref{Branch: ref.Branch, Tag: ref.Tag, SemVer: ref.SemVer, Commit: ref.Commit},
+		Path:         app.Spec.Source.Path,
+		Auth:         auth,
+		Render:       render.Options{Helm: helm},
+		LastRevision: app.Status.LastAppliedRevision,
+		Refresh:      refresh,
+	}
+	result, err := r.Reader.Read(ctx, req)
+	if err != nil {
+		var readErr *source.Error
+		terminal := errors.As(err, &readErr) && readErr.Terminal()
+		return nil, fail(string(source.ReasonOf(err)), err, terminal)
+	}
+	return result, nil
+}
+
+// helmOptions are the App's Helm options, with what the cluster serves.
+func (r *Reconciler) helmOptions(ctx context.Context, app *plumbv1.App) (render.HelmOptions, error) {
+	values, err := app.Spec.Helm.ValuesMap()
+	if err != nil {
+		return render.HelmOptions{}, err
+	}
+	helm := render.HelmOptions{ReleaseName: app.Name, Namespace: app.Namespace, Values: values}
+	if app.Spec.TargetNamespace != "" {
+		helm.Namespace = app.Spec.TargetNamespace
+	}
+	if h := app.Spec.Helm; h != nil {
+		if h.ReleaseName != "" {
+			helm.ReleaseName = h.ReleaseName
+		}
+		helm.ValuesFiles = h.ValuesFiles
+	}
+	if r.Cluster != nil {
+		helm.KubeVersion, helm.APIVersions, err = r.Cluster.Capabilities(ctx)
+		if err != nil {
+			return render.HelmOptions{}, &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: "DiscoveryFailed",
+				Err: fmt.Errorf("asking the cluster what it serves, for Helm's .Capabilities: %w", err)}
+		}
+	}
+	return helm, nil
+}

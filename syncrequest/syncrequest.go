@@ -1,0 +1,106 @@
+// Package syncrequest asks for an App's next tick, with a fresh read of
+// Git, in a way every replica of the controller sees: it writes the App's
+// sync annotation (plumb.dev/sync-requested-at), which the leader's App
+// informer turns into a tick. Any replica may receive a push webhook; only
+// the leader ticks. Requests for one App that arrive while its annotation is
+// being written collapse into one more write.
+package syncrequest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+)
+
+// Annotate writes the sync annotation of the App key with the time now:
+// one merge patch, no read.
+func Annotate(ctx context.Context, c client.Client, key types.NamespacedName, now time.Time) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		plumbv1.AnnotationSyncRequestedAt: now.UTC().Format(time.RFC3339Nano),
+	}}})
+	if err != nil {
+		return err
+	}
+	app := &plumbv1.App{}
+	app.Namespace, app.Name = key.Namespace, key.Name
+	if err := c.Patch(ctx, app, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("asking App %s for a sync: %w", key, err)
+	}
+	return nil
+}
+
+// maxRetries bounds the retries of one request (the fallback timer still
+// ticks the App).
+const maxRetries = 5
+
+// Requester writes sync annotations in the background, a few at a time.
+type Requester struct {
+	client  client.Client
+	log     *zap.Logger
+	workers int
+	now     func() time.Time
+	queue   workqueue.TypedRateLimitingInterface[types.NamespacedName]
+}
+
+// New makes a Requester that writes with c, workers at a time.
+func New(c client.Client, workers int, log *zap.Logger) *Requester {
+	if workers < 1 {
+		workers = 1
+	}
+	return &Requester{
+		client: c, log: log, workers: workers, now: time.Now,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
+			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "sync-requests"}),
+	}
+}
+
+// Request asks for a sync of the App key. It does not block.
+func (r *Requester) Request(key types.NamespacedName) { r.queue.Add(key) }
+
+// NeedLeaderElection is false: every replica writes the requests it gets.
+func (r *Requester) NeedLeaderElection() bool { return false }
+
+// Start writes requests until ctx ends.
+func (r *Requester) Start(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for range r.workers {
+		wg.Go(func() {
+			for r.writeNext(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	r.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (r *Requester) writeNext(ctx context.Context) bool {
+	key, shutdown := r.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer r.queue.Done(key)
+	err := Annotate(ctx, r.client, key, r.now())
+	switch {
+	case err == nil:
+		r.queue.Forget(key)
+	case r.queue.NumRequeues(key) < maxRetries && ctx.Err() == nil:
+		r.log.Warn("Retrying a sync request", zap.Stringer("app", key), zap.Error(err))
+		r.queue.AddRateLimited(key)
+	default:
+		r.log.Error("Gave up a sync request; the App's timer will tick it", zap.Stringer("app", key), zap.Error(err))
+		r.queue.Forget(key)
+	}
+	return true
+}

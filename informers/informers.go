@@ -175,17 +175,18 @@ func (c *Cache) start(gvr schema.GroupVersionResource, gvk schema.GroupVersionKi
 		t.lastErr = err
 		t.mu.Unlock()
 	})
-	// Handlers run after the store has the event's object, so seenRV never
-	// runs ahead of what Get returns.
+	// Handlers run after the store has the event's object, and raise seenRV
+	// only once they have reported the event: so seenRV never runs ahead of
+	// what Get returns, nor of the events reported.
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			t.saw(obj)
+			defer t.saw(obj)
 			if !c.ownWrite(obj) {
 				c.notify(obj)
 			}
 		},
 		UpdateFunc: func(oldObj, newObj any) {
-			t.saw(newObj)
+			defer t.saw(newObj)
 			if oldKey, ok := keyOf(oldObj); ok {
 				if newKey, _ := keyOf(newObj); newKey != oldKey {
 					c.opts.OnEvent(oldKey) // the object left that App
@@ -199,7 +200,7 @@ func (c *Cache) start(gvr schema.GroupVersionResource, gvk schema.GroupVersionKi
 			c.notify(newObj)
 		},
 		DeleteFunc: func(obj any) {
-			t.saw(obj)
+			defer t.saw(obj)
 			c.notify(obj)
 		},
 	})

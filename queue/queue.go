@@ -142,9 +142,10 @@ type Queue[K comparable] struct {
 	// exponential backoff from BaseBackoff to MaxBackoff.
 	backoff workqueue.TypedRateLimiter[K]
 
-	mu     sync.Mutex
-	due    map[K]time.Time     // when the key's fallback timer (or retry) comes due
-	events map[K]*rate.Limiter // per-key limit of event ticks
+	mu      sync.Mutex
+	due     map[K]time.Time     // when the key's fallback timer (or retry) comes due
+	events  map[K]*rate.Limiter // per-key limit of event ticks
+	delayed map[K]time.Time     // when an event tick held back by the limit runs
 }
 
 // New creates a queue whose workers run handler.
@@ -157,6 +158,7 @@ func New[K comparable](name string, handler Handler[K], opts Options[K]) *Queue[
 		backoff: backoff,
 		due:     map[K]time.Time{},
 		events:  map[K]*rate.Limiter{},
+		delayed: map[K]time.Time{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(backoff, workqueue.TypedRateLimitingQueueConfig[K]{
 			Name:  name,
 			Clock: opts.Clock,
@@ -169,16 +171,25 @@ func (q *Queue[K]) Add(key K) { q.queue.Add(key) }
 
 // AddEvent asks for a tick of key because something it watches changed: at
 // once while the key's event budget lasts, later otherwise. It returns how
-// long the tick waits.
+// long the tick waits. Events that arrive while a held-back tick waits join
+// it and take no further budget, so a burst of events never pushes the next
+// tick further out than one EventInterval.
 func (q *Queue[K]) AddEvent(key K) time.Duration {
 	q.mu.Lock()
+	now := q.opts.Clock.Now()
+	if at, ok := q.delayed[key]; ok && at.After(now) {
+		q.mu.Unlock()
+		return at.Sub(now)
+	}
 	limiter, ok := q.events[key]
 	if !ok {
 		limiter = rate.NewLimiter(rate.Every(q.opts.EventInterval), q.opts.EventBurst)
 		q.events[key] = limiter
 	}
-	now := q.opts.Clock.Now()
 	delay := limiter.ReserveN(now, 1).DelayFrom(now)
+	if delay > 0 {
+		q.delayed[key] = now.Add(delay)
+	}
 	q.mu.Unlock()
 	if delay <= 0 {
 		q.queue.Add(key)
@@ -187,9 +198,6 @@ func (q *Queue[K]) AddEvent(key K) time.Duration {
 	q.queue.AddAfter(key, delay)
 	return delay
 }
-
-// AddAfter asks for a tick of key after d.
-func (q *Queue[K]) AddAfter(key K, d time.Duration) { q.queue.AddAfter(key, d) }
 
 // Len is the number of keys ready to tick (not those waiting for a timer).
 func (q *Queue[K]) Len() int { return q.queue.Len() }
@@ -204,7 +212,7 @@ func (q *Queue[K]) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for range q.opts.Workers {
 		wg.Go(func() {
-			for q.processNext(tickCtx) {
+			for q.processNext(ctx, tickCtx) {
 			}
 		})
 	}
@@ -224,22 +232,27 @@ func (q *Queue[K]) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// processNext runs one tick; it returns false once the queue shuts down.
-func (q *Queue[K]) processNext(ctx context.Context) bool {
+// processNext runs one tick under tickCtx; it returns false once the queue
+// shuts down. Once run ends, keys still waiting are let go without a tick.
+func (q *Queue[K]) processNext(run, tickCtx context.Context) bool {
 	key, shutdown := q.queue.Get()
 	if shutdown {
 		return false
 	}
 	defer q.queue.Done(key)
+	if run.Err() != nil {
+		return true // stopping: finish only the ticks under way
+	}
 
 	q.mu.Lock()
 	due, scheduled := q.due[key]
+	delete(q.delayed, key)
 	q.mu.Unlock()
 	trigger := TriggerEvent
 	if !scheduled || !q.opts.Clock.Now().Before(due) {
 		trigger = TriggerTimer
 	}
-	interval, err := q.handler(ctx, key, trigger)
+	interval, err := q.handler(tickCtx, key, trigger)
 	now := q.opts.Clock.Now()
 	after := Forget
 	switch {
@@ -263,6 +276,7 @@ func (q *Queue[K]) processNext(ctx context.Context) bool {
 	if after == Forget {
 		delete(q.due, key)
 		delete(q.events, key)
+		delete(q.delayed, key)
 	} else {
 		q.due[key] = now.Add(after)
 	}

@@ -249,6 +249,13 @@ type ctxRecorder struct {
 	release   chan struct{}
 	mu        sync.Mutex
 	cancelled []bool
+	last      context.Context // the context of the last tick
+}
+
+func (c *ctxRecorder) ctx() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last
 }
 
 func newCtxRecorder() *ctxRecorder {
@@ -256,6 +263,9 @@ func newCtxRecorder() *ctxRecorder {
 }
 
 func (c *ctxRecorder) handle(ctx context.Context, _ string, _ Trigger) (time.Duration, error) {
+	c.mu.Lock()
+	c.last = ctx
+	c.mu.Unlock()
 	c.started <- struct{}{}
 	cancelled := false
 	select {
@@ -283,12 +293,16 @@ func TestATickUnderWayKeepsItsContextAfterTheStopUntilTheDrainTimeout(t *testing
 	done := make(chan struct{})
 	go func() { q.Run(ctx); close(done) }()
 	q.Add("app")
+	q.Add("waiting") // ready, but behind the tick under way
 	<-c.started
-	cancel() // SIGTERM
+	cancel() // SIGTERM: a context derived from ctx would end within this call
+	if err := c.ctx().Err(); err != nil {
+		t.Errorf("the stop ended the context of the tick under way: %v", err)
+	}
 	close(c.release)
 	<-done
 	if diff := cmp.Diff([]bool{false}, c.results()); diff != "" {
-		t.Errorf("was the tick under way cancelled by the stop? (-want +got):\n%s", diff)
+		t.Errorf("ticks that ran, and whether each was cancelled (-want +got):\n%s", diff)
 	}
 }
 
@@ -380,18 +394,23 @@ func TestEventTicksAreRateLimitedPerKey(t *testing.T) {
 	go func() { q.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	var delays []time.Duration
-	for i := range 4 {
+	for i := range 6 {
 		delays = append(delays, q.AddEvent("app"))
 		if delays[i] == 0 {
 			eventually(t, "the event's tick", func() bool { _, s := r.snapshot(); return len(s) == i+1 })
 		}
 	}
-	if diff := cmp.Diff([]time.Duration{0, 0, time.Second, 2 * time.Second}, delays); diff != "" {
-		t.Errorf("delays of four events in a row (-want +got):\n%s", diff)
+	// Two at once, then one held back a second; the events after it join
+	// that tick instead of pushing the next one further out.
+	if diff := cmp.Diff([]time.Duration{0, 0, time.Second, time.Second, time.Second, time.Second}, delays); diff != "" {
+		t.Errorf("delays of six events in a row (-want +got):\n%s", diff)
 	}
 	if got := q.AddEvent("other"); got != 0 {
 		t.Errorf("another key's first event waits %s, want 0: the limit is per key", got)
 	}
-	clock.Step(2 * time.Second)
-	eventually(t, "the delayed events' tick", func() bool { triggers, _ := r.snapshot(); return len(triggers) == 4 })
+	clock.Step(time.Second)
+	eventually(t, "the held-back events' one tick", func() bool { triggers, _ := r.snapshot(); return len(triggers) == 4 })
+	if got := q.AddEvent("app"); got != time.Second {
+		t.Errorf("an event after the held-back tick waits %s, want 1s (one token a second)", got)
+	}
 }

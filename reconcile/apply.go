@@ -143,20 +143,19 @@ func (r *Reconciler) staleObjects(inv *plumbv1.Inventory, desired []*unstructure
 	}
 	want := map[objectID]bool{}
 	for _, d := range desired {
-		id := idOf(d)
-		want[id] = true
-		id.Namespace = ""
-		want[id] = true // a cluster-scoped spelling of the same name
+		want[idOf(d)] = true
 	}
 	var stale []*unstructured.Unstructured
 	for _, ref := range inv.Entries {
 		id := idOfRef(ref)
+		nameOnly := id
+		nameOnly.Namespace = ""
+		if want[id] || want[nameOnly] {
+			continue // desired; a cluster-scoped one may have been recorded with a namespace
+		}
 		gvk := schema.GroupVersionKind{Group: ref.Group, Version: ref.Version, Kind: ref.Kind}
 		if r.clusterScoped(gvk, pending) {
 			id.Namespace = ""
-		}
-		if want[id] {
-			continue
 		}
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(gvk)

@@ -34,6 +34,10 @@ type appMemory struct {
 	writing []heldEvent
 	// lastRead is the last successful Read phase.
 	lastRead *lastRead
+	// readGeneration is the App's generation at the last read, whether it
+	// succeeded or not; readKnown says there was one.
+	readGeneration int64
+	readKnown      bool
 	// appRV is the App's resourceVersion after plumb's last write to it.
 	appRV string
 	// unwritten counts the ticks in a row whose status changed in nothing
@@ -214,6 +218,22 @@ func (m *memory) rememberRead(key types.NamespacedName, generation int64, result
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.app(key).lastRead = &lastRead{generation: generation, result: result}
+}
+
+// triedRead records the generation of a read, successful or not.
+func (m *memory) triedRead(key types.NamespacedName, generation int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.app(key)
+	a.readGeneration, a.readKnown = generation, true
+}
+
+// readGeneration is the App's generation at its last read, if any.
+func (m *memory) readGeneration(key types.NamespacedName) (int64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.app(key)
+	return a.readGeneration, a.readKnown
 }
 
 // forgetRead drops the last read (the read failed: the next tick reads again).

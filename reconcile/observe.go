@@ -191,6 +191,13 @@ func (r *Reconciler) catchUp(ctx context.Context, key types.NamespacedName, desi
 	defer cancel()
 	for gvk, rv := range newest {
 		if err := r.Observer.WaitForResourceVersion(waitCtx, gvk, rv); err != nil {
+			// Not again next tick: the informer may have restarted and never
+			// see that write (the object was deleted meanwhile).
+			for _, obj := range desired {
+				if obj.GroupVersionKind() == gvk {
+					r.memory.wrote(key, idOf(obj), "")
+				}
+			}
 			log.Warn("Went on with a cache that has not caught up with plumb's last write", zap.Stringer("kind", gvk), zap.Error(err))
 		}
 	}

@@ -18,12 +18,15 @@ import (
 // when only an event (a change of one of its objects) brought the tick
 // forward: such a tick asks Git nothing. The fallback timer, a webhook or
 // `plumb sync` (both set the sync annotation), a changed spec and the
-// App's first tick read Git.
+// App's first tick read Git; a webhook, a sync request and a changed spec
+// ask the remote afresh, the others may share an ls-remote made moments
+// ago (and a render, or a render's failure, that is cached).
 func (r *Reconciler) readPhase(ctx context.Context, app *plumbv1.App, trigger queue.Trigger) (*source.Result, error) {
 	key := client.ObjectKeyFromObject(app)
 	syncRequest := app.Annotations[plumbv1.AnnotationSyncRequestedAt]
+	lastGeneration, known := r.memory.readGeneration(key)
 	refresh := (syncRequest != "" && syncRequest != app.Status.LastHandledSyncRequest) ||
-		app.Generation != app.Status.ObservedGeneration
+		(known && lastGeneration != app.Generation)
 	if trigger == queue.TriggerEvent && !refresh {
 		if last := r.memory.readAt(key, app.Generation); last != nil {
 			reused := *last
@@ -31,8 +34,10 @@ func (r *Reconciler) readPhase(ctx context.Context, app *plumbv1.App, trigger qu
 			return &reused, nil
 		}
 	}
+	// A sync request is answered by a fresh read, whatever it finds.
 	app.Status.LastHandledSyncRequest = syncRequest
 	result, err := r.read(ctx, app, refresh)
+	r.memory.triedRead(key, app.Generation)
 	if err != nil {
 		r.memory.forgetRead(key)
 		return nil, err
@@ -58,12 +63,8 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 	} else {
 		r.Credentials.Release(client.ObjectKeyFromObject(app))
 	}
-	helm, err := r.helmOptions(ctx, app)
+	helm, err := helmOptions(app)
 	if err != nil {
-		var phaseErr *PhaseError
-		if errors.As(err, &phaseErr) {
-			return nil, err
-		}
 		return nil, fail(string(source.ReasonInvalidSpec), err, true)
 	}
 	ref := app.Spec.Source.Ref
@@ -76,6 +77,9 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 		LastRevision: app.Status.LastAppliedRevision,
 		Refresh:      refresh,
 	}
+	if r.Cluster != nil {
+		req.Cluster = r.Cluster // asked only for a Helm chart
+	}
 	result, err := r.Reader.Read(ctx, req)
 	if err != nil {
 		var readErr *source.Error
@@ -85,8 +89,8 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 	return result, nil
 }
 
-// helmOptions are the App's Helm options, with what the cluster serves.
-func (r *Reconciler) helmOptions(ctx context.Context, app *plumbv1.App) (render.HelmOptions, error) {
+// helmOptions are the App's Helm options.
+func helmOptions(app *plumbv1.App) (render.HelmOptions, error) {
 	values, err := app.Spec.Helm.ValuesMap()
 	if err != nil {
 		return render.HelmOptions{}, err
@@ -100,13 +104,6 @@ func (r *Reconciler) helmOptions(ctx context.Context, app *plumbv1.App) (render.
 			helm.ReleaseName = h.ReleaseName
 		}
 		helm.ValuesFiles = h.ValuesFiles
-	}
-	if r.Cluster != nil {
-		helm.KubeVersion, helm.APIVersions, err = r.Cluster.Capabilities(ctx)
-		if err != nil {
-			return render.HelmOptions{}, &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: "DiscoveryFailed",
-				Err: fmt.Errorf("asking the cluster what it serves, for Helm's .Capabilities: %w", err)}
-		}
 	}
 	return helm, nil
 }

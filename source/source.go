@@ -24,6 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/utils/lru"
+
 	"github.com/plumb-dev/plumb/source/git"
 	"github.com/plumb-dev/plumb/source/manifest"
 	"github.com/plumb-dev/plumb/source/render"
@@ -69,6 +71,15 @@ type Request struct {
 	LastRevision string
 	// Refresh skips the render cache (a webhook asked for a fresh read).
 	Refresh bool
+	// Cluster, when set, tells Helm renders what the target cluster serves
+	// (.Capabilities). It is asked only when the folder is a Helm chart.
+	Cluster Capabilities
+}
+
+// Capabilities tells what the target cluster serves: its Kubernetes
+// version and API versions ("group/version" and "group/version/Kind").
+type Capabilities interface {
+	Capabilities(ctx context.Context) (kubeVersion string, apiVersions []string, err error)
 }
 
 // Result is what a read found. Objects are shared with the cache: treat them
@@ -121,8 +132,12 @@ type Reader struct {
 	limits        Limits
 	renderTimeout time.Duration
 	renders       *renderCache
+	engines       *lru.Cache   // render key without capabilities → render.Engine
 	rendered      atomic.Int64 // renders run (not served from the cache)
 }
+
+// enginesRemembered bounds the engines remembered per render key.
+const enginesRemembered = 4096
 
 // NewReader prepares the Git cache in opts.CacheDir.
 func NewReader(opts Options) (*Reader, error) {
@@ -143,7 +158,7 @@ func NewReader(opts Options) (*Reader, error) {
 		opts.RenderTimeout = DefaultRenderTimeout
 	}
 	return &Reader{repos: repos, limits: opts.Limits, renderTimeout: opts.RenderTimeout,
-		renders: newRenderCache(opts.RenderCacheBytes)}, nil
+		renders: newRenderCache(opts.RenderCacheBytes), engines: lru.New(enginesRemembered)}, nil
 }
 
 // Renders is how many renders the Reader has run: reads served from the
@@ -170,7 +185,19 @@ func (r *Reader) Read(ctx context.Context, req Request) (*Result, error) {
 		return nil, &Error{Reason: ReasonInvalidSpec, Revision: rev.String(), Err: err}
 	}
 	result := &Result{Revision: rev}
-	if cached, ok := r.renders.get(key); ok && !req.Refresh {
+	// A Helm chart's render also depends on what the cluster serves.
+	helmKey, isHelm := "", false
+	if engine, ok := r.engines.Get(key); ok && engine == render.Helm {
+		if helmKey, err = withCapabilities(ctx, &req, key); err != nil {
+			return nil, &Error{Reason: ReasonRenderFailed, Revision: rev.String(), Err: err}
+		}
+		isHelm = true
+	}
+	lookup := key
+	if isHelm {
+		lookup = helmKey
+	}
+	if cached, ok := r.renders.get(lookup); ok && !req.Refresh {
 		if cached.err != nil {
 			return nil, cached.err
 		}
@@ -182,27 +209,51 @@ func (r *Reader) Read(ctx context.Context, req Request) (*Result, error) {
 		return nil, classify(rev.String(), err)
 	}
 	result.HistoryRewritten = r.historyRewritten(req, rev)
-	engine, objects, err := r.render(ctx, req, rev)
+	engine, objects, err := r.render(ctx, &req, rev, key, &lookup)
 	if err != nil {
 		if lasting(err) && ctx.Err() == nil {
-			r.renders.add(key, &cachedRender{err: err})
+			r.renders.add(lookup, &cachedRender{err: err})
 		}
 		return nil, err
 	}
-	r.renders.add(key, &cachedRender{engine: engine, objects: objects})
+	r.renders.add(lookup, &cachedRender{engine: engine, objects: objects})
 	result.Engine, result.Objects = engine, objects
 	return result, nil
 }
 
+// withCapabilities asks req.Cluster what it serves, puts it in the Helm
+// options, and returns the render key that includes it.
+func withCapabilities(ctx context.Context, req *Request, key string) (string, error) {
+	if req.Cluster == nil {
+		return key, nil
+	}
+	kubeVersion, apiVersions, err := req.Cluster.Capabilities(ctx)
+	if err != nil {
+		return "", fmt.Errorf("asking the cluster what it serves, for Helm's .Capabilities: %w", err)
+	}
+	req.Render.Helm.KubeVersion, req.Render.Helm.APIVersions = kubeVersion, apiVersions
+	sum := sha256.Sum256([]byte(kubeVersion + "\n" + strings.Join(apiVersions, "\n")))
+	return key + "\x00" + hex.EncodeToString(sum[:]), nil
+}
+
 // render reads the commit's tree and renders the folder, within the limits
-// and the render timeout.
-func (r *Reader) render(ctx context.Context, req Request, rev git.Revision) (render.Engine, []manifest.Object, error) {
+// and the render timeout. For a Helm chart it first asks what the cluster
+// serves, and moves *lookup to the render key that includes it.
+func (r *Reader) render(ctx context.Context, req *Request, rev git.Revision, key string, lookup *string) (render.Engine, []manifest.Object, error) {
 	r.rendered.Add(1)
 	t, err := r.repos.Tree(req.URL, req.Auth, rev.Hash, tree.Limits{
 		MaxFiles: r.limits.MaxFiles, MaxTotalBytes: r.limits.MaxTotalBytes, MaxFileBytes: r.limits.MaxFileBytes,
 	})
 	if err != nil {
 		return "", nil, classify(rev.String(), err)
+	}
+	if engine, err := render.Detect(t, req.Path); err == nil {
+		r.engines.Add(key, engine)
+		if engine == render.Helm && req.Render.Helm.KubeVersion == "" {
+			if *lookup, err = withCapabilities(ctx, req, key); err != nil {
+				return "", nil, &Error{Reason: ReasonRenderFailed, Revision: rev.String(), Err: err}
+			}
+		}
 	}
 	renderCtx, cancel := context.WithTimeout(ctx, r.renderTimeout)
 	defer cancel()

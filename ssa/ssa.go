@@ -96,8 +96,15 @@ func (m *Manager) Prune(ctx context.Context, stale []*unstructured.Unstructured,
 		live.SetGroupVersionKind(obj.GroupVersionKind())
 		err := m.client.Get(ctx, client.ObjectKeyFromObject(obj), live)
 		if meta.IsNoMatchError(err) {
-			changes.Add(fluxssa.ChangeSetEntry{Subject: describe(obj), Action: UnservedAction})
-			continue
+			// The version recorded may be gone while the kind is served
+			// under another one: read it there.
+			mapping, mapErr := m.client.RESTMapper().RESTMapping(obj.GroupVersionKind().GroupKind())
+			if mapErr != nil {
+				changes.Add(fluxssa.ChangeSetEntry{Subject: describe(obj), Action: UnservedAction})
+				continue
+			}
+			live.SetGroupVersionKind(mapping.GroupVersionKind)
+			err = m.client.Get(ctx, client.ObjectKeyFromObject(obj), live)
 		}
 		if client.IgnoreNotFound(err) != nil {
 			return changes, fmt.Errorf("reading %s before pruning it: %w", describe(obj), err)

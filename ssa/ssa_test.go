@@ -292,6 +292,10 @@ metadata: {name: adopted-by-someone, namespace: NS}
 apiVersion: v1
 kind: ConfigMap
 metadata: {name: already-gone, namespace: NS}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: recorded-at-an-old-version, namespace: NS}
 `)
 	for _, o := range objs {
 		if err := Stamp(o, owner, "r1"); err != nil {
@@ -312,6 +316,8 @@ metadata: {name: already-gone, namespace: NS}
 		t.Fatal(err)
 	}
 
+	// The inventory recorded one at a version the server no longer serves.
+	objs[len(objs)-1].SetAPIVersion("v1beta1")
 	unserved := &unstructured.Unstructured{}
 	unserved.SetAPIVersion("gone.example.com/v1")
 	unserved.SetKind("Gizmo")
@@ -322,11 +328,12 @@ metadata: {name: already-gone, namespace: NS}
 		t.Fatalf("Prune: %v", err)
 	}
 	want := map[string]string{
-		"ConfigMap/" + ns + "/stale":              "deleted",
-		"ConfigMap/" + ns + "/keep-me":            "skipped",
-		"ConfigMap/" + ns + "/adopted-by-someone": "skipped",
-		"Namespace/" + ns:                         "skipped",
-		"Gizmo.gone.example.com/" + ns + "/g":     string(UnservedAction),
+		"ConfigMap/" + ns + "/stale":                      "deleted",
+		"ConfigMap/" + ns + "/recorded-at-an-old-version": "deleted",
+		"ConfigMap/" + ns + "/keep-me":                    "skipped",
+		"ConfigMap/" + ns + "/adopted-by-someone":         "skipped",
+		"Namespace/" + ns:                                 "skipped",
+		"Gizmo.gone.example.com/" + ns + "/g":             string(UnservedAction),
 	}
 	if diff := cmp.Diff(want, actions(cs)); diff != "" {
 		t.Errorf("prune change set (-want +got):\n%s", diff)

@@ -295,10 +295,25 @@ func (c *Cache) Resolve(ctx context.Context, url string, ref Ref, auth Auth, opt
 	return resolveRef(refs, ref, r.url)
 }
 
+// lsRemoteTimeout bounds an ls-remote that several reads share: it runs
+// under a context of its own, so that one read's deadline or cancellation
+// does not fail the others.
+const lsRemoteTimeout = time.Minute
+
 // advertisedRefs returns the remote's refs: a recent answer for the same
-// key, or the answer of an ls-remote under way, or a new ls-remote.
+// key, or the answer of an ls-remote under way, or a new ls-remote. A fresh
+// read makes its own ls-remote (one that began before the push it was told
+// about would not do), and leaves its answer for the others.
 func (c *Cache) advertisedRefs(ctx context.Context, r *remote, fresh bool) (map[string]string, error) {
-	if !fresh && c.refsTTL > 0 {
+	if fresh {
+		refs, err := r.listRefs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c.remember(r.key, refs)
+		return refs, nil
+	}
+	if c.refsTTL > 0 {
 		c.mu.Lock()
 		last, ok := c.refs[r.key]
 		c.mu.Unlock()
@@ -306,22 +321,25 @@ func (c *Cache) advertisedRefs(ctx context.Context, r *remote, fresh bool) (map[
 			return last.refs, nil
 		}
 	}
-	call := r.key
-	if fresh {
-		call = "fresh\x00" + r.key // never join a round trip that began before the push
-	}
-	v, err, _ := c.calls.Do(call, func() (any, error) {
-		refs, err := r.listRefs(ctx)
+	answer := c.calls.DoChan(r.key, func() (any, error) {
+		shared, cancel := context.WithTimeout(context.WithoutCancel(ctx), lsRemoteTimeout)
+		defer cancel()
+		refs, err := r.listRefs(shared)
 		if err != nil {
 			return nil, err
 		}
 		c.remember(r.key, refs)
 		return refs, nil
 	})
-	if err != nil {
-		return nil, err
+	select {
+	case res := <-answer:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return res.Val.(map[string]string), nil
+	case <-ctx.Done():
+		return nil, r.wrap("listing refs", ctx.Err())
 	}
-	return v.(map[string]string), nil
 }
 
 // maxRemembered bounds the ls-remote answers kept; older ones go first.

@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/ssh/knownhosts"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/plumb-dev/plumb/source/git"
 	"github.com/plumb-dev/plumb/source/git/gittest"
@@ -386,5 +391,64 @@ func TestTreeLimits(t *testing.T) {
 	var limitErr *tree.LimitError
 	if !errors.As(err, &limitErr) || limitErr.Path != "b.yaml" || limitErr.Limit != "file size" {
 		t.Errorf("Tree with an 8-byte file limit: %v, want a file size LimitError naming b.yaml", err)
+	}
+}
+
+// slowRemote advertises branch main at hash once release is closed, and
+// counts the ls-remotes it receives.
+func slowRemote(t *testing.T, hash string, release chan struct{}) (string, *atomic.Int64) {
+	t.Helper()
+	var calls atomic.Int64
+	pkt := func(s string) string { return fmt.Sprintf("%04x%s", len(s)+4, s) }
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		<-release
+		w.Header().Set("Content-Type", "application/x-git-upload-pack-advertisement")
+		fmt.Fprint(w, pkt("# service=git-upload-pack\n")+"0000"+
+			pkt(hash+" HEAD\x00side-band-64k ofs-delta symref=HEAD:refs/heads/main\n")+pkt(hash+" refs/heads/main\n")+"0000")
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/slow.git", &calls
+}
+
+func TestASharedLsRemoteOutlivesTheReadThatStartedIt(t *testing.T) {
+	hash := strings.Repeat("ab", 20)
+	release := make(chan struct{})
+	url, calls := slowRemote(t, hash, release)
+	c, err := git.NewCache(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, cancelFirst := context.WithCancel(context.Background())
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := c.Resolve(first, url, git.Ref{Branch: "main"}, git.Auth{}, git.ResolveOptions{})
+		firstDone <- err
+	}()
+	secondDone := make(chan error, 1)
+	var second git.Revision
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true,
+			func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("waiting for %s", what)
+		}
+	}
+	waitFor("the first ls-remote to reach the server", func() bool { return calls.Load() == 1 })
+	go func() {
+		var err error
+		second, err = c.Resolve(context.Background(), url, git.Ref{Branch: "main"}, git.Auth{}, git.ResolveOptions{})
+		secondDone <- err
+	}()
+	cancelFirst() // the App that started the ls-remote reaches its deadline
+	if err := <-firstDone; !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled read returned %v, want context.Canceled", err)
+	}
+	close(release)
+	if err := <-secondDone; err != nil || second.Hash != hash {
+		t.Errorf("the read that shared the ls-remote got %v, %v; want %s", second, err, hash)
+	}
+	if got := calls.Load(); got != 1 {
+		t.Errorf("%d ls-remotes for two reads, want 1 shared", got)
 	}
 }

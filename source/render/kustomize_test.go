@@ -3,11 +3,14 @@ package render
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/plumb-dev/plumb/source/tree"
 )
 
 // offline makes the test process unable to reach what a remote kustomize
@@ -84,6 +87,52 @@ func TestKustomizeRefusesEveryReferenceThatIsNotAPathInTheRepository(t *testing.
 	}
 }
 
+func TestKustomizeFieldsAreCheckedWhateverTheirCase(t *testing.T) {
+	tmp, httpCalls := offline(t, t.Setenv)
+	for _, field := range []string{"Resources", "RESOURCES", "Bases", "Components", "PatchesStrategicMerge", "Crds", "Configurations", "Transformers"} {
+		t.Run(field, func(t *testing.T) {
+			files := map[string]string{
+				"k/kustomization.yaml": field + ":\n- https://127.0.0.1:1/cm.yaml\n",
+				"k/local.yaml":         localConfigMap,
+			}
+			_, _, err := Render(context.Background(), treeOf(t, files), "k", Options{})
+			if what := reachedOut(t, tmp, httpCalls, err); what != "" {
+				t.Fatalf("the render reached outside the repository: %s", what)
+			}
+			if !errors.Is(err, ErrNotInRepository) {
+				t.Fatalf("Render = %v, want ErrNotInRepository", err)
+			}
+		})
+	}
+}
+
+func TestKustomizeInlinePatchesAreContentNotPaths(t *testing.T) {
+	files := map[string]string{
+		"k/kustomization.yaml": "resources:\n- cm.yaml\npatchesStrategicMerge:\n- |-\n  apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a}\n  data: {color: green}\n",
+		"k/cm.yaml":            localConfigMap,
+	}
+	_, objects, err := Render(context.Background(), treeOf(t, files), "k", Options{})
+	if err != nil || len(objects) != 1 || objects[0].Object["data"].(map[string]any)["color"] != "green" {
+		t.Fatalf("Render = %v, %v; want the ConfigMap patched green", objects, err)
+	}
+}
+
+func TestKustomizeBasesThatMultiplyAreALimit(t *testing.T) {
+	// Each level names the next one twice (with a different suffix, so the
+	// objects differ): 12 levels would build 2^12 kustomizations.
+	files := map[string]string{"l12/kustomization.yaml": "resources: [cm.yaml]\n", "l12/cm.yaml": localConfigMap}
+	for i := range 12 {
+		files[fmt.Sprintf("l%d/kustomization.yaml", i)] = fmt.Sprintf("resources: [../a%d, ../b%d]\n", i, i)
+		files[fmt.Sprintf("a%d/kustomization.yaml", i)] = fmt.Sprintf("resources: [../l%d]\nnameSuffix: -a\n", i+1)
+		files[fmt.Sprintf("b%d/kustomization.yaml", i)] = fmt.Sprintf("resources: [../l%d]\nnameSuffix: -b\n", i+1)
+	}
+	_, _, err := Render(context.Background(), treeOf(t, files), "l0", Options{})
+	var limitErr *tree.LimitError
+	if !errors.As(err, &limitErr) || limitErr.Limit != "kustomizations in one build" {
+		t.Fatalf("Render = %v, want a kustomizations LimitError", err)
+	}
+}
+
 func TestKustomizeRendersLocalBasesWithoutTemporaryFolders(t *testing.T) {
 	tmp, httpCalls := offline(t, t.Setenv)
 	files := map[string]string{
@@ -104,15 +153,17 @@ func TestKustomizeRendersLocalBasesWithoutTemporaryFolders(t *testing.T) {
 	}
 }
 
-// FuzzKustomizeResources renders a kustomization whose resource list holds
-// an arbitrary entry: whatever it is, the render must not run git, make an
-// HTTP request or leave a temporary folder.
+// FuzzKustomizeResources renders a kustomization with an arbitrary field
+// holding an arbitrary entry: whatever they are, the render must not run
+// git, make an HTTP request or leave a temporary folder.
 func FuzzKustomizeResources(f *testing.F) {
 	for _, seed := range []string{
 		"local.yaml", "../base", "deploy@127.0.0.1:org/repo.git", "GitHub.com/org/repo", "git::https://x/y",
 		"https://example.com/cm.yaml", "file:///etc", "a/b//c?ref=v1", "base", "user@host:path", "_git/repo",
 	} {
-		f.Add(seed)
+		for _, field := range []string{"resources", "Resources", "bases", "components", "patchesStrategicMerge", "generators", "crds"} {
+			f.Add(field, seed)
+		}
 	}
 	tmp, httpCalls := offline(f, func(k, v string) {
 		old, had := os.LookupEnv(k)
@@ -125,19 +176,19 @@ func FuzzKustomizeResources(f *testing.F) {
 			}
 		})
 	})
-	f.Fuzz(func(t *testing.T, ref string) {
-		if strings.ContainsAny(ref, "\n\r\"'") {
-			return // keeps the YAML a list of one string
+	f.Fuzz(func(t *testing.T, field, ref string) {
+		if strings.ContainsAny(ref, "\n\r\"'\\") || strings.ContainsAny(field, ":\n\r#\"'{}[]&*!|>%@`,\\ \t") || field == "" {
+			return // keeps the YAML one field holding a list of one string
 		}
 		files := map[string]string{
-			"k/kustomization.yaml":    "resources:\n- local.yaml\n- \"" + ref + "\"\n",
+			"k/kustomization.yaml":    "resources:\n- local.yaml\n" + field + ":\n- \"" + ref + "\"\n",
 			"k/local.yaml":            localConfigMap,
 			"base/kustomization.yaml": "resources: [cm.yaml]\n",
 			"base/cm.yaml":            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n",
 		}
 		_, _, err := Render(context.Background(), treeOf(t, files), "k", Options{})
 		if what := reachedOut(t, tmp, httpCalls, err); what != "" {
-			t.Fatalf("resource %q: the render reached outside the repository: %s", ref, what)
+			t.Fatalf("%s: [%q]: the render reached outside the repository: %s", field, ref, what)
 		}
 	})
 }

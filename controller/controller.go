@@ -44,6 +44,7 @@ import (
 	"github.com/plumb-dev/plumb/queue"
 	"github.com/plumb-dev/plumb/reconcile"
 	"github.com/plumb-dev/plumb/source"
+	"github.com/plumb-dev/plumb/source/render"
 	"github.com/plumb-dev/plumb/ssa"
 	"github.com/plumb-dev/plumb/syncrequest"
 	"github.com/plumb-dev/plumb/webhook"
@@ -68,6 +69,12 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// RenderCacheBytes bounds the memory of cached renders (0: the default).
 	RenderCacheBytes int64
+	// RenderCommand starts the child process that Kustomize and Helm builds
+	// run in (plumb render-sandbox); RenderTimeout and RenderMemoryBytes
+	// bound each build. Without a command they run in-process.
+	RenderCommand     []string
+	RenderTimeout     time.Duration
+	RenderMemoryBytes uint64
 	// AppSelector, when set, limits this controller to the Apps whose labels
 	// match it (shard Apps between controllers, like Flux's sharding).
 	AppSelector labels.Selector
@@ -124,7 +131,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		return err
 	}
 
-	reader, err := source.NewReader(source.Options{CacheDir: opts.GitCacheDir, Limits: opts.ReadLimits, RenderCacheBytes: opts.RenderCacheBytes})
+	var isolation *render.Isolation
+	if len(opts.RenderCommand) > 0 {
+		isolation = &render.Isolation{Command: opts.RenderCommand, Timeout: opts.RenderTimeout, MemoryBytes: opts.RenderMemoryBytes}
+	}
+	reader, err := source.NewReader(source.Options{CacheDir: opts.GitCacheDir, Limits: opts.ReadLimits,
+		RenderCacheBytes: opts.RenderCacheBytes, RenderTimeout: opts.RenderTimeout, Isolation: isolation})
 	if err != nil {
 		return err
 	}

@@ -118,6 +118,9 @@ type Options struct {
 	RefsTTL time.Duration
 	// RenderTimeout bounds one render (default 30s).
 	RenderTimeout time.Duration
+	// Isolation, when set, runs Kustomize and Helm builds in a child
+	// process (see render.Isolation); its timeout is RenderTimeout.
+	Isolation *render.Isolation
 }
 
 // DefaultRenderCacheBytes is the default bound of the render cache.
@@ -132,6 +135,7 @@ type Reader struct {
 	limits        Limits
 	renderTimeout time.Duration
 	renders       *renderCache
+	isolation     *render.Isolation
 	engines       *lru.Cache   // render key without capabilities → render.Engine
 	rendered      atomic.Int64 // renders run (not served from the cache)
 }
@@ -157,7 +161,12 @@ func NewReader(opts Options) (*Reader, error) {
 	if opts.RenderTimeout <= 0 {
 		opts.RenderTimeout = DefaultRenderTimeout
 	}
-	return &Reader{repos: repos, limits: opts.Limits, renderTimeout: opts.RenderTimeout,
+	if opts.Isolation != nil {
+		isolation := *opts.Isolation
+		isolation.Timeout = opts.RenderTimeout
+		opts.Isolation = &isolation
+	}
+	return &Reader{repos: repos, limits: opts.Limits, renderTimeout: opts.RenderTimeout, isolation: opts.Isolation,
 		renders: newRenderCache(opts.RenderCacheBytes), engines: lru.New(enginesRemembered)}, nil
 }
 
@@ -257,7 +266,9 @@ func (r *Reader) render(ctx context.Context, req *Request, rev git.Revision, key
 	}
 	renderCtx, cancel := context.WithTimeout(ctx, r.renderTimeout)
 	defer cancel()
-	engine, objects, err := render.Render(renderCtx, t, req.Path, req.Render)
+	opts := req.Render
+	opts.Isolation = r.isolation
+	engine, objects, err := render.Render(renderCtx, t, req.Path, opts)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = &tree.LimitError{Limit: "render time in seconds", Max: int64(r.renderTimeout.Seconds()),

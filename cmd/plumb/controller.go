@@ -53,6 +53,8 @@ func newControllerCommand() *cobra.Command {
 	flags.Float32Var(&f.kubeAPIQPS, "kube-api-qps", 50, "requests per second to the API server, on average (client-go's own default, 5, would cap the Apps a controller can tick)")
 	flags.IntVar(&f.kubeAPIBurst, "kube-api-burst", 300, "requests to the API server allowed at once above --kube-api-qps")
 	flags.Int64Var(&f.RenderCacheBytes, "render-cache-bytes", source.DefaultRenderCacheBytes, "memory the cache of rendered Git revisions may take, in bytes (estimated)")
+	flags.DurationVar(&f.RenderTimeout, "render-timeout", source.DefaultRenderTimeout, "how long one render may take; a Kustomize or Helm build still running then is killed")
+	flags.Uint64Var(&f.RenderMemoryBytes, "render-memory-bytes", 2<<30, "address space a Kustomize or Helm build's process may take, in bytes")
 	flags.StringVar(&f.MetricsAddr, "metrics-addr", ":8080", "address that serves Prometheus metrics on /metrics")
 	flags.StringVar(&f.WebhookAddr, "webhook-addr", ":9292", "address of the Git push webhook receiver (POST /hooks/<provider>)")
 	flags.StringArrayVar(&f.webhookSecrets, "webhook-secret-file", nil, "provider=path of a file holding that provider's webhook secret (repeatable; providers: github, gitlab, gitea, gogs, bitbucket-server); a provider is served only with a secret")
@@ -88,8 +90,8 @@ func (f controllerFlags) validate() error {
 	if f.kubeAPIQPS <= 0 || f.kubeAPIBurst < 1 {
 		return fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d: want a positive rate and a burst of at least 1", f.kubeAPIQPS, f.kubeAPIBurst)
 	}
-	if f.RenderCacheBytes < 0 {
-		return fmt.Errorf("--render-cache-bytes must not be negative")
+	if f.RenderCacheBytes < 0 || f.RenderTimeout <= 0 || f.RenderMemoryBytes < 256<<20 {
+		return fmt.Errorf("--render-cache-bytes must not be negative, --render-timeout must be positive and --render-memory-bytes at least 256 MiB")
 	}
 	if f.Workers < 1 {
 		return fmt.Errorf("--workers %d: want at least 1", f.Workers)
@@ -122,6 +124,11 @@ func runController(ctx context.Context, f controllerFlags) error {
 	log.Info("Connected to the API server", zap.String("host", cfg.Host), zap.String("version", serverVersion),
 		zap.Float32("qps", cfg.QPS), zap.Int("burst", cfg.Burst))
 	f.AppSelector, _ = labels.Parse(f.appSelector) // validated above
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding plumb's own binary, which renders Kustomize and Helm builds in a child process: %w", err)
+	}
+	f.RenderCommand = []string{self, renderSandboxCommand}
 	if f.WebhookSecrets, err = readWebhookSecrets(f.webhookSecrets); err != nil {
 		return err
 	}

@@ -14,6 +14,6 @@ func newRootCommand(info buildInfo) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(info), newControllerCommand())
+	root.AddCommand(newVersionCommand(info), newControllerCommand(), newRenderSandboxCommand())
 	return root
 }

@@ -31,6 +31,10 @@ const (
 type Options struct {
 	// Helm configures Helm charts.
 	Helm HelmOptions
+	// Isolation, when set, runs Kustomize and Helm builds in a child process
+	// that is killed at its timeout and capped in memory. Not part of what
+	// a render produces, so not part of a render cache key.
+	Isolation *Isolation `json:"-"`
 }
 
 // HelmOptions configure a Helm chart's rendering.
@@ -99,7 +103,8 @@ func Detect(t *tree.Tree, dir string) (Engine, error) {
 
 // Render renders the folder dir of the tree with the engine it detects. It
 // stops between files when ctx ends; Kustomize's and Helm's own builds
-// cannot be interrupted, but their input is bounded by the tree's limits.
+// cannot be interrupted in-process, so with opts.Isolation they run in a
+// child process that is stopped at its timeout and capped in memory.
 func Render(ctx context.Context, t *tree.Tree, dir string, opts Options) (Engine, []manifest.Object, error) {
 	dir = strings.Trim(path.Clean("/"+dir), "/")
 	engine, err := Detect(t, dir)
@@ -107,13 +112,22 @@ func Render(ctx context.Context, t *tree.Tree, dir string, opts Options) (Engine
 		return "", nil, err
 	}
 	var objects []manifest.Object
-	switch engine {
-	case Kustomize:
-		objects, err = renderKustomize(ctx, t, dir)
-	case Helm:
-		objects, err = renderHelm(ctx, t, dir, opts.Helm)
-	default:
+	switch {
+	case engine == Plain:
 		objects, err = renderPlain(ctx, t, dir)
+	case opts.Isolation != nil && engine == Kustomize:
+		// Refused references are refused here, without a process.
+		if _, err = onlyRepositoryPaths(t, dir, map[string]int{}, map[string]bool{}); err != nil {
+			err = &Error{Engine: Kustomize, Path: dir, Err: err}
+		} else {
+			objects, err = opts.Isolation.render(ctx, t, engine, dir, opts.Helm)
+		}
+	case opts.Isolation != nil:
+		objects, err = opts.Isolation.render(ctx, t, engine, dir, opts.Helm)
+	case engine == Kustomize:
+		objects, err = renderKustomize(ctx, t, dir)
+	default:
+		objects, err = renderHelm(ctx, t, dir, opts.Helm)
 	}
 	if err == nil {
 		err = ctx.Err()

@@ -97,33 +97,36 @@ func TestRenderGolden(t *testing.T) {
 			Values:      map[string]any{"image": "nginx:1.28"},
 		}}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			engine, objects, err := Render(context.Background(), repo, tt.dir, tt.opts)
-			if err != nil {
-				t.Fatalf("Render(%s): %v", tt.dir, err)
-			}
-			if engine != tt.engine {
-				t.Errorf("engine = %s, want %s", engine, tt.engine)
-			}
-			got := golden(t, engine, objects)
-			file := filepath.Join("testdata", "golden", tt.name+".yaml")
-			if *update {
-				if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-					t.Fatal(err)
+	for _, mode := range renderModes() {
+		for _, tt := range tests {
+			t.Run(mode.name+"/"+tt.name, func(t *testing.T) {
+				tt.opts.Isolation = mode.isolation
+				engine, objects, err := Render(context.Background(), repo, tt.dir, tt.opts)
+				if err != nil {
+					t.Fatalf("Render(%s): %v", tt.dir, err)
 				}
-				if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
+				if engine != tt.engine {
+					t.Errorf("engine = %s, want %s", engine, tt.engine)
 				}
-			}
-			want, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatalf("%v (run go test ./source/render -update to create it)", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("render of %s differs from %s (-want +got):\n%s", tt.dir, file, diff)
-			}
-		})
+				got := golden(t, engine, objects)
+				file := filepath.Join("testdata", "golden", tt.name+".yaml")
+				if *update {
+					if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want, err := os.ReadFile(file)
+				if err != nil {
+					t.Fatalf("%v (run go test ./source/render -update to create it)", err)
+				}
+				if diff := cmp.Diff(string(want), got); diff != "" {
+					t.Errorf("render of %s differs from %s (-want +got):\n%s", tt.dir, file, diff)
+				}
+			})
+		}
 	}
 }
 
@@ -242,22 +245,25 @@ func TestRenderErrors(t *testing.T) {
 		wantErr: tree.ErrNotExist,
 		want:    "values/nope.yaml",
 	}}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := Render(context.Background(), treeOf(t, tt.files), tt.dir, tt.opts)
-			if err == nil {
-				t.Fatal("Render succeeded, want an error")
-			}
-			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
-				t.Errorf("error %v is not %v", err, tt.wantErr)
-			}
-			if tt.wantAs != nil && !errors.As(err, tt.wantAs) {
-				t.Errorf("error %v (%T) is not a %T", err, err, tt.wantAs)
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error %q does not contain %q", err, tt.want)
-			}
-		})
+	for _, mode := range renderModes() {
+		for _, tt := range tests {
+			t.Run(mode.name+"/"+tt.name, func(t *testing.T) {
+				tt.opts.Isolation = mode.isolation
+				_, _, err := Render(context.Background(), treeOf(t, tt.files), tt.dir, tt.opts)
+				if err == nil {
+					t.Fatal("Render succeeded, want an error")
+				}
+				if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+					t.Errorf("error %v is not %v", err, tt.wantErr)
+				}
+				if tt.wantAs != nil && !errors.As(err, tt.wantAs) {
+					t.Errorf("error %v (%T) is not a %T", err, err, tt.wantAs)
+				}
+				if !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("error %q does not contain %q", err, tt.want)
+				}
+			})
+		}
 	}
 }
 

@@ -54,7 +54,7 @@ func newControllerCommand() *cobra.Command {
 	flags.IntVar(&f.kubeAPIBurst, "kube-api-burst", 300, "requests to the API server allowed at once above --kube-api-qps")
 	flags.Int64Var(&f.RenderCacheBytes, "render-cache-bytes", source.DefaultRenderCacheBytes, "memory the cache of rendered Git revisions may take, in bytes (estimated)")
 	flags.DurationVar(&f.RenderTimeout, "render-timeout", source.DefaultRenderTimeout, "how long one render may take; a Kustomize or Helm build still running then is killed")
-	flags.Uint64Var(&f.RenderMemoryBytes, "render-memory-bytes", 2<<30, "address space a Kustomize or Helm build's process may take, in bytes")
+	flags.Uint64Var(&f.RenderMemoryBytes, "render-memory-bytes", 2<<30, "memory (data and heap) a Kustomize or Helm build's process may take, in bytes")
 	flags.StringVar(&f.MetricsAddr, "metrics-addr", ":8080", "address that serves Prometheus metrics on /metrics")
 	flags.StringVar(&f.WebhookAddr, "webhook-addr", ":9292", "address of the Git push webhook receiver (POST /hooks/<provider>)")
 	flags.StringArrayVar(&f.webhookSecrets, "webhook-secret-file", nil, "provider=path of a file holding that provider's webhook secret (repeatable; providers: github, gitlab, gitea, gogs, bitbucket-server); a provider is served only with a secret")

@@ -29,7 +29,9 @@ import (
 // child gets the files of the build on stdin, nothing else — no
 // environment, no credentials, an empty working folder — renders them with
 // the same code, and answers on stdout. It is killed at Timeout, and its
-// address space is capped at MemoryBytes.
+// memory (RLIMIT_DATA: what it maps to write, its heap) is capped at
+// MemoryBytes. (RLIMIT_AS would not do: the Go runtime reserves address
+// space it never uses, and a child capped that way fails at random.)
 type Isolation struct {
 	// Command starts the child: a program that calls ServeIsolated (plumb's
 	// hidden `render-sandbox` command, or a test binary).
@@ -39,7 +41,7 @@ type Isolation struct {
 	Env []string
 	// Timeout bounds one build (default 30s).
 	Timeout time.Duration
-	// MemoryBytes caps the child's address space (default 2 GiB).
+	// MemoryBytes caps the child's data memory (default 2 GiB).
 	MemoryBytes uint64
 }
 
@@ -241,11 +243,11 @@ func (b *headBuffer) String() string {
 	return first
 }
 
-// ServeIsolated is the child's side of Isolation: it caps its own address
-// space, reads one build from in, renders it and writes the answer to out.
+// ServeIsolated is the child's side of Isolation: it caps its own data
+// memory, reads one build from in, renders it and writes the answer to out.
 func ServeIsolated(in io.Reader, out io.Writer) error {
 	if limit, err := strconv.ParseUint(os.Getenv(memoryEnv), 10, 64); err == nil && limit > 0 {
-		if err := syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: limit, Max: limit}); err != nil {
+		if err := syscall.Setrlimit(syscall.RLIMIT_DATA, &syscall.Rlimit{Cur: limit, Max: limit}); err != nil {
 			return fmt.Errorf("capping the render process's memory: %w", err)
 		}
 		debug.SetMemoryLimit(int64(limit) / 2)

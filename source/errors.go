@@ -42,6 +42,9 @@ type Error struct {
 	// Revision is what was being read, when the ref had been resolved.
 	Revision string
 	Err      error
+	// retry marks an error that a later read of the same revision may not
+	// give (it is not remembered with the revision).
+	retry bool
 }
 
 func (e *Error) Error() string {

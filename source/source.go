@@ -140,8 +140,9 @@ type Reader struct {
 	rendered      atomic.Int64 // renders run (not served from the cache)
 }
 
-// enginesRemembered bounds the engines remembered per render key.
-const enginesRemembered = 4096
+// enginesRemembered bounds the engines remembered per render key (a few
+// hundred bytes each): past it, a Helm App's read re-renders.
+const enginesRemembered = 65536
 
 // NewReader prepares the Git cache in opts.CacheDir.
 func NewReader(opts Options) (*Reader, error) {
@@ -198,7 +199,7 @@ func (r *Reader) Read(ctx context.Context, req Request) (*Result, error) {
 	helmKey, isHelm := "", false
 	if engine, ok := r.engines.Get(key); ok && engine == render.Helm {
 		if helmKey, err = withCapabilities(ctx, &req, key); err != nil {
-			return nil, &Error{Reason: ReasonRenderFailed, Revision: rev.String(), Err: err}
+			return nil, &Error{Reason: ReasonRenderFailed, Revision: rev.String(), Err: err, retry: true}
 		}
 		isHelm = true
 	}
@@ -259,9 +260,11 @@ func (r *Reader) render(ctx context.Context, req *Request, rev git.Revision, key
 	if engine, err := render.Detect(t, req.Path); err == nil {
 		r.engines.Add(key, engine)
 		if engine == render.Helm && req.Render.Helm.KubeVersion == "" {
-			if *lookup, err = withCapabilities(ctx, req, key); err != nil {
-				return "", nil, &Error{Reason: ReasonRenderFailed, Revision: rev.String(), Err: err}
+			helmKey, err := withCapabilities(ctx, req, key)
+			if err != nil {
+				return "", nil, &Error{Reason: ReasonRenderFailed, Revision: rev.String(), Err: err, retry: true}
 			}
+			*lookup = helmKey
 		}
 	}
 	renderCtx, cancel := context.WithTimeout(ctx, r.renderTimeout)
@@ -287,8 +290,13 @@ func (r *Reader) render(ctx context.Context, req *Request, rev git.Revision, key
 }
 
 // lasting reports a read error that the same revision, path and options
-// will always give: the content is wrong or too large.
+// will always give: the content is wrong or too large — not a failure of
+// the cluster's discovery or of the render process itself.
 func lasting(err error) bool {
+	var readErr *Error
+	if errors.As(err, &readErr) && readErr.retry || errors.Is(err, render.ErrRenderProcess) {
+		return false
+	}
 	switch ReasonOf(err) {
 	case ReasonInvalidManifest, ReasonRenderFailed, ReasonLimitExceeded:
 		var limitErr *tree.LimitError

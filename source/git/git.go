@@ -306,11 +306,12 @@ const lsRemoteTimeout = time.Minute
 // about would not do), and leaves its answer for the others.
 func (c *Cache) advertisedRefs(ctx context.Context, r *remote, fresh bool) (map[string]string, error) {
 	if fresh {
+		started := c.now()
 		refs, err := r.listRefs(ctx)
 		if err != nil {
 			return nil, err
 		}
-		c.remember(r.key, refs)
+		c.rememberAt(r.key, refs, started)
 		return refs, nil
 	}
 	if c.refsTTL > 0 {
@@ -324,11 +325,12 @@ func (c *Cache) advertisedRefs(ctx context.Context, r *remote, fresh bool) (map[
 	answer := c.calls.DoChan(r.key, func() (any, error) {
 		shared, cancel := context.WithTimeout(context.WithoutCancel(ctx), lsRemoteTimeout)
 		defer cancel()
+		started := c.now()
 		refs, err := r.listRefs(shared)
 		if err != nil {
 			return nil, err
 		}
-		c.remember(r.key, refs)
+		c.rememberAt(r.key, refs, started)
 		return refs, nil
 	})
 	select {
@@ -345,10 +347,15 @@ func (c *Cache) advertisedRefs(ctx context.Context, r *remote, fresh bool) (map[
 // maxRemembered bounds the ls-remote answers kept; older ones go first.
 const maxRemembered = 4096
 
-// remember keeps an ls-remote answer for the refs TTL.
-func (c *Cache) remember(key string, refs map[string]string) {
+// rememberAt keeps an ls-remote answer that was asked for at started, for
+// the refs TTL from then, unless an answer asked for later is kept already
+// (an ls-remote that began before a push must not replace one after it).
+func (c *Cache) rememberAt(key string, refs map[string]string, started time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if last, ok := c.refs[key]; ok && last.at.After(started) {
+		return
+	}
 	now := c.now()
 	if len(c.refs) >= maxRemembered {
 		for k, a := range c.refs {
@@ -358,7 +365,7 @@ func (c *Cache) remember(key string, refs map[string]string) {
 		}
 	}
 	if len(c.refs) < maxRemembered {
-		c.refs[key] = advertised{refs: refs, at: now}
+		c.refs[key] = advertised{refs: refs, at: started}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/plumb-dev/plumb/source/manifest"
 	"github.com/plumb-dev/plumb/source/tree"
@@ -26,9 +28,11 @@ import (
 // stopped: neither can be interrupted in-process, and a hostile chart (a
 // template that loops a billion times) or kustomization would otherwise
 // hold a worker and the controller's memory for as long as it likes. The
-// child gets the files of the build on stdin, nothing else — no
-// environment, no credentials, an empty working folder — renders them with
-// the same code, and answers on stdout. It is killed at Timeout, and its
+// child gets the files the build reads on stdin, nothing else — no
+// environment, no credentials, "/" as its working folder, and an HTTP
+// transport that refuses every request — renders them with the same code,
+// and answers on stdout (at most maxOutputBytes). It is killed at Timeout,
+// and its
 // memory (RLIMIT_DATA: what it maps to write, its heap) is capped at
 // MemoryBytes. (RLIMIT_AS would not do: the Go runtime reserves address
 // space it never uses, and a child capped that way fails at random.)
@@ -45,8 +49,16 @@ type Isolation struct {
 	MemoryBytes uint64
 }
 
-// memoryEnv tells the child its address-space cap.
+// memoryEnv tells the child its memory cap.
 const memoryEnv = "PLUMB_RENDER_MEMORY_BYTES"
+
+// maxOutputBytes bounds what the controller reads back from one build.
+const maxOutputBytes = 256 << 20
+
+// ErrRenderProcess marks a failure of the render process itself (it could
+// not start, or was killed from outside): not the build's fault, so it is
+// retried rather than remembered for the revision.
+var ErrRenderProcess = errors.New("the render process failed")
 
 // job is what the child renders.
 type job struct {
@@ -145,30 +157,37 @@ func (w *wireError) err() error {
 	return e
 }
 
-// isolated renders a Kustomize or Helm build in a child process.
+// render runs a Kustomize or Helm build in a child process.
 func (iso *Isolation) render(ctx context.Context, t *tree.Tree, engine Engine, dir string, helm HelmOptions) ([]manifest.Object, error) {
 	j := job{Engine: engine, Dir: dir, Helm: helm, Files: map[string][]byte{}}
-	root := dir
+	var files []string
 	if engine == Kustomize {
-		root = "" // bases may lie anywhere in the repository
+		plan, err := planKustomize(t, dir) // refusals need no process
+		if err != nil {
+			return nil, err
+		}
+		files = plan.files()
+	} else {
+		chart, err := t.Files(dir)
+		if err != nil {
+			return nil, err
+		}
+		files = chart
 	}
-	files, err := t.Files(root)
+	err := readFiles(ctx, t, files, func(file string, data []byte) error {
+		j.Files[file] = data
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if engine == Helm {
-		files = append(files, helm.ValuesFiles...)
-	}
-	for i, file := range files {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
+	for _, file := range helm.ValuesFiles {
 		data, err := t.ReadFile(file)
-		if err != nil {
-			if i >= len(files)-len(helm.ValuesFiles) && engine == Helm && errors.Is(err, tree.ErrNotExist) {
-				continue // a missing values file: the child says so as Helm would
-			}
-			return nil, err
+		switch {
+		case errors.Is(err, tree.ErrNotExist):
+			continue // the child says so, as in-process Helm would
+		case err != nil:
+			return nil, &Error{Engine: Helm, Path: dir, Err: fmt.Errorf("values file: %w", err)}
 		}
 		j.Files[path.Clean(file)] = data
 	}
@@ -187,28 +206,32 @@ func (iso *Isolation) render(ctx context.Context, t *tree.Tree, engine Engine, d
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(runCtx, iso.Command[0], iso.Command[1:]...)
-	cmd.Env = append(append([]string{}, iso.Env...), memoryEnv+"="+strconv.FormatUint(memory, 10), "GOMAXPROCS=1")
-	cmd.Dir = os.TempDir()
+	cmd.Env = append(append([]string{}, iso.Env...), memoryEnv+"="+strconv.FormatUint(memory, 10), "GOMAXPROCS=1", "MALLOC_ARENA_MAX=2")
+	cmd.Dir = "/"
+	cmd.WaitDelay = 5 * time.Second
 	cmd.Stdin = bytes.NewReader(input)
-	var stdout bytes.Buffer
+	stdout := &cappedBuffer{max: maxOutputBytes}
 	stderr := &headBuffer{max: 2048}
-	cmd.Stdout, cmd.Stderr = &stdout, stderr
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	runErr := cmd.Run()
+	limit := func(name string, max int64) error {
+		return &Error{Engine: engine, Path: dir, Err: &tree.LimitError{Limit: name, Max: max, Got: max, Path: displayDir(dir)}}
+	}
 	switch {
 	case runCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil:
-		return nil, &Error{Engine: engine, Path: dir, Err: &tree.LimitError{Limit: "render time in seconds",
-			Max: int64(timeout.Seconds()), Got: int64(timeout.Seconds()), Path: displayDir(dir)}}
+		return nil, limit("render time in seconds", int64(timeout.Seconds()))
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
+	case stdout.exceeded:
+		return nil, limit("render output in bytes", maxOutputBytes)
 	case runErr != nil && outOfMemory(stderr.String()):
-		return nil, &Error{Engine: engine, Path: dir, Err: &tree.LimitError{Limit: "render memory in bytes",
-			Max: int64(memory), Got: int64(memory), Path: displayDir(dir)}}
+		return nil, limit("render memory in bytes", int64(memory))
 	case runErr != nil:
-		return nil, &Error{Engine: engine, Path: dir, Err: fmt.Errorf("the render process failed: %v: %s", runErr, strings.TrimSpace(stderr.String()))}
+		return nil, &Error{Engine: engine, Path: dir, Err: fmt.Errorf("%w: %v: %s", ErrRenderProcess, runErr, strings.TrimSpace(stderr.String()))}
 	}
 	var a answer
-	if err := json.Unmarshal(stdout.Bytes(), &a); err != nil {
-		return nil, &Error{Engine: engine, Path: dir, Err: fmt.Errorf("reading the render process's answer: %w", err)}
+	if err := utiljson.Unmarshal(stdout.buf.Bytes(), &a); err != nil { // integers stay integers
+		return nil, &Error{Engine: engine, Path: dir, Err: fmt.Errorf("%w: reading its answer: %v", ErrRenderProcess, err)}
 	}
 	if a.Error != nil {
 		return nil, a.Error.err()
@@ -218,6 +241,28 @@ func (iso *Isolation) render(ctx context.Context, t *tree.Tree, engine Engine, d
 		objects = append(objects, manifest.Object{Unstructured: &unstructured.Unstructured{Object: o.Object}, Source: manifest.Source{File: o.File, Line: o.Line}})
 	}
 	return objects, nil
+}
+
+// cappedBuffer keeps at most max bytes and notes when more came.
+type cappedBuffer struct {
+	max      int
+	buf      bytes.Buffer
+	exceeded bool
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if b.buf.Len()+len(p) > b.max {
+		b.exceeded = true
+		return 0, errors.New("render output limit exceeded")
+	}
+	return b.buf.Write(p)
+}
+
+// refuseAll is an HTTP transport that makes no request.
+type refuseAll struct{}
+
+func (refuseAll) RoundTrip(r *http.Request) (*http.Response, error) {
+	return nil, fmt.Errorf("the render process makes no network request (%s)", r.URL.Host)
 }
 
 func outOfMemory(stderr string) bool {
@@ -252,6 +297,9 @@ func ServeIsolated(in io.Reader, out io.Writer) error {
 		}
 		debug.SetMemoryLimit(int64(limit) / 2)
 	}
+	// Nothing a build does may reach the network (defence in depth: the
+	// kustomizations were checked, and the child has no PATH for git).
+	http.DefaultTransport = refuseAll{}
 	var j job
 	if err := json.NewDecoder(in).Decode(&j); err != nil {
 		return fmt.Errorf("reading the build: %w", err)

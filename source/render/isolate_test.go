@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/plumb-dev/plumb/source/tree"
 )
 
@@ -61,6 +63,40 @@ func TestAnIsolatedBuildThatRunsAwayIsStopped(t *testing.T) {
 			var limitErr *tree.LimitError
 			if !errors.As(err, &limitErr) || limitErr.Limit != tt.limit {
 				t.Fatalf("Render = %v, want a %q LimitError", err, tt.limit)
+			}
+		})
+	}
+}
+
+func TestAnIsolatedBuildGivesWhatAnInProcessBuildGives(t *testing.T) {
+	repo := treeFromDir(t, "testdata/repo")
+	big := map[string]string{
+		"c/Chart.yaml": "apiVersion: v2\nname: c\nversion: 1.0.0\n",
+		"c/templates/x.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata: {}\nbinaryData: {}\nimmutable: false\n" +
+			"x-large: 9007199254740993\nx-float: 1.5\nx-list: [1, 2]\n",
+	}
+	for _, tt := range []struct {
+		name string
+		tree *tree.Tree
+		dir  string
+		opts Options
+	}{
+		{"kustomize overlay", repo, "kustomize/overlays/prod", Options{}},
+		{"helm chart with values", repo, "helm/web", Options{Helm: HelmOptions{ReleaseName: "shop", Namespace: "prod", ValuesFiles: []string{"helm/values/prod.yaml"}}}},
+		{"integers beyond float64", treeOf(t, big), "c", Options{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, want, err := Render(context.Background(), tt.tree, tt.dir, tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.opts.Isolation = testIsolation(time.Minute, 0)
+			_, got, err := Render(context.Background(), tt.tree, tt.dir, tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("isolated build (-in-process +isolated):\n%s", diff)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"sort"
 	"strings"
 
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -25,17 +26,26 @@ var kustomizationNames = []string{"kustomization.yaml", "kustomization.yml", "Ku
 var ErrNotInRepository = errors.New("not a file or folder in the repository (remote resources are disabled: vendor them into the repository)")
 
 // renderKustomize builds the kustomization in dir on an in-memory copy of
-// the repository. Plugins (exec and container functions) and Helm inflation
-// are off, and loading is restricted to the kustomization's root. Before the
-// build starts, every path that any kustomization it reaches names must be
-// a file or folder of the repository, spelled so that kustomize cannot take
-// it for a URL or a remote Git base: kustomize's loader then never clones,
-// never makes an HTTP request and never creates a temporary folder.
+// the files it reads. Plugins (exec and container functions), Helm
+// inflation, and generators, transformers and validators (whose configs may
+// name URLs) are off, and loading is restricted to the kustomization's root.
+// Before the build starts, every path that any kustomization it reaches
+// names must be a file or folder of the repository, spelled so that
+// kustomize cannot take it for a URL or a remote Git base: kustomize's
+// loader then never clones, never makes an HTTP request and never creates a
+// temporary folder.
 func renderKustomize(ctx context.Context, t *tree.Tree, dir string) ([]manifest.Object, error) {
-	if _, err := onlyRepositoryPaths(t, dir, map[string]int{}, map[string]bool{}); err != nil {
-		return nil, &Error{Engine: Kustomize, Path: dir, Err: err}
+	plan, err := planKustomize(t, dir)
+	if err != nil {
+		return nil, err
 	}
-	fs, err := inMemory(ctx, t)
+	fs := filesys.MakeFsInMemory()
+	err = readFiles(ctx, t, plan.files(), func(file string, data []byte) error {
+		if err := fs.WriteFile("/"+file, data); err != nil {
+			return &Error{Engine: Kustomize, Path: dir, Err: fmt.Errorf("copying %s for kustomize: %w", file, err)}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -64,43 +74,54 @@ func renderKustomize(ctx context.Context, t *tree.Tree, dir string) ([]manifest.
 	return objects, nil
 }
 
-// inMemory copies every file of the tree (symlinks resolved) into an
-// in-memory file system rooted at "/".
-func inMemory(ctx context.Context, t *tree.Tree) (filesys.FileSystem, error) {
-	files, err := t.Files("")
-	if err != nil {
-		return nil, err
-	}
-	fs := filesys.MakeFsInMemory()
-	err = readFiles(ctx, t, files, func(file string, data []byte) error {
-		if err := fs.WriteFile("/"+file, data); err != nil {
-			return fmt.Errorf("copying %s for kustomize: %w", file, err)
-		}
-		return nil
-	})
-	return fs, err
-}
-
 // maxKustomizations bounds how many kustomizations one build may
 // accumulate, counting a base once for every path that reaches it (as
 // Kustomize builds it again for each): bases that each name the next level
 // twice would otherwise make a build of a few files take exponential time.
 const maxKustomizations = 1000
 
+// kustomizePlan is what a Kustomize build would read: the kustomizations
+// it reaches and the files they name.
+type kustomizePlan struct {
+	builds   map[string]int  // folder → kustomizations its build accumulates
+	visiting map[string]bool // folders on the way (a cycle is an error)
+	read     map[string]bool // repository files the build reads
+}
+
+// planKustomize checks the kustomization in dir and every local base it
+// reaches (see onlyRepositoryPaths) and returns what the build reads.
+func planKustomize(t *tree.Tree, dir string) (*kustomizePlan, error) {
+	p := &kustomizePlan{builds: map[string]int{}, visiting: map[string]bool{}, read: map[string]bool{}}
+	if _, err := p.onlyRepositoryPaths(t, dir); err != nil {
+		return nil, &Error{Engine: Kustomize, Path: dir, Err: err}
+	}
+	return p, nil
+}
+
+// files lists what the build reads, sorted.
+func (p *kustomizePlan) files() []string {
+	out := make([]string, 0, len(p.read))
+	for f := range p.read {
+		out = append(out, f)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // onlyRepositoryPaths walks the kustomization in dir and every local base
 // it reaches, decoding each as Kustomize itself does (so that fields match
 // whatever their case), and fails on any reference that is not a path in
 // the repository, or when the build would accumulate more than
 // maxKustomizations kustomizations. It returns how many it would.
-func onlyRepositoryPaths(t *tree.Tree, dir string, builds map[string]int, visiting map[string]bool) (int, error) {
-	if n, ok := builds[dir]; ok {
+func (p *kustomizePlan) onlyRepositoryPaths(t *tree.Tree, dir string) (int, error) {
+	if n, ok := p.builds[dir]; ok {
 		return n, nil
 	}
-	if visiting[dir] {
+	if p.visiting[dir] {
 		return 0, fmt.Errorf("%s: a kustomization that includes itself", displayDir(dir))
 	}
-	visiting[dir] = true
-	defer delete(visiting, dir)
+	p.visiting[dir] = true
+	defer delete(p.visiting, dir)
 	file := ""
 	for _, name := range kustomizationNames {
 		if candidate := path.Join(dir, name); t.Exists(candidate) {
@@ -109,9 +130,10 @@ func onlyRepositoryPaths(t *tree.Tree, dir string, builds map[string]int, visiti
 		}
 	}
 	if file == "" {
-		builds[dir] = 1
-		return 1, nil // a plain folder used as a resource
+		p.builds[dir] = 1
+		return 1, nil // a plain folder used as a resource (Kustomize refuses it)
 	}
+	p.read[file] = true
 	data, err := t.ReadFile(file)
 	if err != nil {
 		return 0, err
@@ -124,20 +146,21 @@ func onlyRepositoryPaths(t *tree.Tree, dir string, builds map[string]int, visiti
 	if len(k.HelmCharts) > 0 || k.HelmGlobals != nil {
 		return 0, fmt.Errorf("%s: helmCharts is not supported: point the App at the chart folder instead", file)
 	}
-	refs, err := referencedPaths(&k)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", file, err)
+	if len(k.Generators)+len(k.Transformers)+len(k.Validators) > 0 {
+		return 0, fmt.Errorf("%s: generators, transformers and validators are not supported (their configs may load files from anywhere): "+
+			"use configMapGenerator, secretGenerator, patches or replacements", file)
 	}
 	total := 1
-	for _, ref := range refs {
+	for _, ref := range referencedPaths(&k) {
 		local, err := repositoryPath(t, dir, ref)
 		if err != nil {
 			return 0, fmt.Errorf("%s refers to %q: %w", file, ref, err)
 		}
 		if !t.IsDir(local) {
+			p.read[local] = true
 			continue
 		}
-		n, err := onlyRepositoryPaths(t, local, builds, visiting)
+		n, err := p.onlyRepositoryPaths(t, local)
 		if err != nil {
 			return 0, err
 		}
@@ -145,15 +168,14 @@ func onlyRepositoryPaths(t *tree.Tree, dir string, builds map[string]int, visiti
 			return 0, &tree.LimitError{Limit: "kustomizations in one build", Max: maxKustomizations, Got: int64(total), Path: file}
 		}
 	}
-	builds[dir] = total
+	p.builds[dir] = total
 	return total, nil
 }
 
 // referencedPaths lists every path a kustomization makes Kustomize load.
-// Entries of patchesStrategicMerge, generators, transformers and
-// validators that Kustomize takes for inline content (it tries that first)
-// are content, not paths.
-func referencedPaths(k *types.Kustomization) ([]string, error) {
+// Entries of patchesStrategicMerge that Kustomize takes for inline content
+// (it tries that first) are content, not paths.
+func referencedPaths(k *types.Kustomization) []string {
 	refs := append([]string(nil), k.Resources...)
 	refs = append(refs, k.Components...)
 	refs = append(refs, k.Crds...)
@@ -161,13 +183,6 @@ func referencedPaths(k *types.Kustomization) ([]string, error) {
 	for _, p := range k.PatchesStrategicMerge {
 		if !inlineContent(string(p)) {
 			refs = append(refs, string(p))
-		}
-	}
-	for _, list := range [][]string{k.Generators, k.Transformers, k.Validators} {
-		for _, p := range list {
-			if !inlineContent(p) {
-				refs = append(refs, p)
-			}
 		}
 	}
 	for _, p := range append(append([]types.Patch(nil), k.Patches...), k.PatchesJson6902...) {
@@ -189,7 +204,7 @@ func referencedPaths(k *types.Kustomization) ([]string, error) {
 	if p, ok := k.OpenAPI["path"]; ok {
 		refs = append(refs, p)
 	}
-	return refs, nil
+	return refs
 }
 
 // generatorPaths are the files and env files of a generator ("key=path"
@@ -209,7 +224,8 @@ func generatorPaths(kv types.KvPairSources) []string {
 	return out
 }
 
-// resources decides, as Kustomize does, whether an entry is inline content.
+// resources decides, as Kustomize does for patchesStrategicMerge, whether
+// an entry is inline content (a patch) rather than a path.
 var resources = provider.NewDefaultDepProvider().GetResourceFactory()
 
 func inlineContent(entry string) bool {
@@ -219,17 +235,17 @@ func inlineContent(entry string) bool {
 
 // repositoryPath returns the repository path that ref, relative to dir,
 // names, when it is one: a relative path of the repository that exists,
-// written with letters, digits, spaces and ._-+~/ only (so Kustomize sees no
-// URL, no scp-like "user@host:" and no query in it), whose first element is
-// not github.com (which Kustomize takes for GitHub). Anything else fails
-// with ErrNotInRepository.
+// written with ASCII letters, digits and ._-/ only (so Kustomize sees no
+// URL, no scp-like "user@host:" and no query in it, and its in-memory file
+// system takes the name), whose first element is not github.com (which
+// Kustomize takes for GitHub). Anything else fails with ErrNotInRepository.
 func repositoryPath(t *tree.Tree, dir, ref string) (string, error) {
 	first, _, _ := strings.Cut(ref, "/")
 	if ref == "" || strings.HasPrefix(ref, "/") || strings.EqualFold(first, "github.com") || strings.ToLower(first) == "github.com" {
 		return "", ErrNotInRepository
 	}
 	for _, r := range ref {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-+~/ ", r)) {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-/", r)) {
 			return "", ErrNotInRepository
 		}
 	}

@@ -89,7 +89,7 @@ func TestKustomizeRefusesEveryReferenceThatIsNotAPathInTheRepository(t *testing.
 
 func TestKustomizeFieldsAreCheckedWhateverTheirCase(t *testing.T) {
 	tmp, httpCalls := offline(t, t.Setenv)
-	for _, field := range []string{"Resources", "RESOURCES", "Bases", "Components", "PatchesStrategicMerge", "Crds", "Configurations", "Transformers"} {
+	for _, field := range []string{"Resources", "RESOURCES", "Bases", "Components", "PatchesStrategicMerge", "Crds", "Configurations"} {
 		t.Run(field, func(t *testing.T) {
 			files := map[string]string{
 				"k/kustomization.yaml": field + ":\n- https://127.0.0.1:1/cm.yaml\n",
@@ -101,6 +101,45 @@ func TestKustomizeFieldsAreCheckedWhateverTheirCase(t *testing.T) {
 			}
 			if !errors.Is(err, ErrNotInRepository) {
 				t.Fatalf("Render = %v, want ErrNotInRepository", err)
+			}
+		})
+	}
+}
+
+func TestKustomizeGeneratorTransformerAndValidatorConfigsAreRefused(t *testing.T) {
+	tmp, httpCalls := offline(t, t.Setenv)
+	// A built-in generator's config may name files at URLs (read by
+	// Kustomize's loader, and applied into a ConfigMap the App can read).
+	config := "apiVersion: builtin\nkind: ConfigMapGenerator\nmetadata: {name: leak}\nenvs: [http://169.254.169.254/latest/meta-data]\n"
+	for _, tt := range []struct{ name, kustomization string }{
+		{"an inline generator", "generators:\n- |-\n  " + strings.ReplaceAll(config, "\n", "\n  ") + "\n"},
+		{"a generator file", "generators: [gen.yaml]\n"},
+		{"a transformer file", "Transformers: [gen.yaml]\n"},
+		{"a validator file", "validators: [gen.yaml]\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			files := map[string]string{"k/kustomization.yaml": tt.kustomization, "k/gen.yaml": config}
+			_, _, err := Render(context.Background(), treeOf(t, files), "k", Options{})
+			if what := reachedOut(t, tmp, httpCalls, err); what != "" {
+				t.Fatalf("the render reached outside the repository: %s", what)
+			}
+			if err == nil || !strings.Contains(err.Error(), "generators, transformers and validators are not supported") {
+				t.Fatalf("Render = %v, want a refusal", err)
+			}
+		})
+	}
+}
+
+func TestKustomizeReadsOnlyTheFilesItsKustomizationsName(t *testing.T) {
+	files := map[string]string{
+		"k/kustomization.yaml":        "resources: [cm.yaml]\n",
+		"k/cm.yaml":                   localConfigMap,
+		"docs/my notes+ideas~café.md": "a name Kustomize's in-memory file system would refuse",
+	}
+	for _, mode := range renderModes() {
+		t.Run(mode.name, func(t *testing.T) {
+			if _, objects, err := Render(context.Background(), treeOf(t, files), "k", Options{Isolation: mode.isolation}); err != nil || len(objects) != 1 {
+				t.Fatalf("Render = %d objects, %v; want 1", len(objects), err)
 			}
 		})
 	}

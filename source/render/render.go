@@ -115,13 +115,6 @@ func Render(ctx context.Context, t *tree.Tree, dir string, opts Options) (Engine
 	switch {
 	case engine == Plain:
 		objects, err = renderPlain(ctx, t, dir)
-	case opts.Isolation != nil && engine == Kustomize:
-		// Refused references are refused here, without a process.
-		if _, err = onlyRepositoryPaths(t, dir, map[string]int{}, map[string]bool{}); err != nil {
-			err = &Error{Engine: Kustomize, Path: dir, Err: err}
-		} else {
-			objects, err = opts.Isolation.render(ctx, t, engine, dir, opts.Helm)
-		}
 	case opts.Isolation != nil:
 		objects, err = opts.Isolation.render(ctx, t, engine, dir, opts.Helm)
 	case engine == Kustomize:

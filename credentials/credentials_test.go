@@ -2,10 +2,8 @@ package credentials
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,36 +25,16 @@ func TestMain(m *testing.M) {
 	os.Exit(localcluster.RunTests(m, localcluster.Options{Mode: localcluster.ModeAPI}, func(c *localcluster.Cluster) { cluster = c }))
 }
 
-// counted is a clientset whose requests are recorded ("METHOD path?query").
+// counted is a clientset whose requests are recorded.
 func counted(t *testing.T, cfg *rest.Config) (kubernetes.Interface, func() []string) {
 	t.Helper()
-	var mu sync.Mutex
-	var requests []string
-	cfg = rest.CopyConfig(cfg)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-			mu.Lock()
-			requests = append(requests, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
-			mu.Unlock()
-			return rt.RoundTrip(r)
-		})
-	}
-	c, err := kubernetes.NewForConfig(cfg)
+	log := &localcluster.RequestLog{}
+	c, err := kubernetes.NewForConfig(log.Wrap(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		out := requests
-		requests = nil
-		return out
-	}
+	return c, log.Take
 }
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func namespaceWithSecrets(t *testing.T, admin kubernetes.Interface, values map[string]string) string {
 	t.Helper()

@@ -3,10 +3,8 @@ package reconcile
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -61,58 +59,19 @@ func (r clusterRun) Run() int {
 	})
 }
 
-// requestCounter counts the API requests that pass through a transport.
-type requestCounter struct {
-	mu       sync.Mutex
-	requests []string // "METHOD path?query"
-}
-
-func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		c.mu.Lock()
-		c.requests = append(c.requests, req.Method+" "+req.URL.Path+"?"+req.URL.RawQuery)
-		c.mu.Unlock()
-		return rt.RoundTrip(req)
-	})
-}
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
-
-func (c *requestCounter) reset() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.requests = nil
-}
-
-// count returns the requests that contain part ("" for all).
-func (c *requestCounter) count(part string) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for _, r := range c.requests {
-		if strings.Contains(r, part) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // harness is a tick assembled the way package controller assembles it —
 // Apps read through an informer cache, credentials from per-Secret watches,
 // live state from plumb's informers — with every request it makes counted.
 type harness struct {
 	r       *Reconciler
 	events  *record.FakeRecorder
-	counter *requestCounter
+	counter *localcluster.RequestLog
 }
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	counter := &requestCounter{}
-	cfg := rest.CopyConfig(cluster.Config)
-	cfg.WrapTransport = counter.wrap
+	counter := &localcluster.RequestLog{}
+	cfg := counter.Wrap(cluster.Config)
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = plumbv1.AddToScheme(scheme)

@@ -50,9 +50,9 @@ func TestRequestsPerTick(t *testing.T) {
 	t.Run("an unchanged tick makes no request at all", func(t *testing.T) {
 		for _, trigger := range []queue.Trigger{queue.TriggerTimer, queue.TriggerEvent} {
 			lsRemotes := gitServer.RequestCounts(repo)[gittest.RequestListRefs]
-			h.counter.reset()
+			h.counter.Reset()
 			ready(t, h.tick(t, key, trigger))
-			if got := h.counter.count(""); len(got) != 0 {
+			if got := h.counter.Matching(""); len(got) != 0 {
 				t.Errorf("%s tick: %d API requests, want 0: %v", trigger, len(got), got)
 			}
 			want := map[queue.Trigger]int{queue.TriggerTimer: 1, queue.TriggerEvent: 0}[trigger]
@@ -65,9 +65,9 @@ func TestRequestsPerTick(t *testing.T) {
 	t.Run("the status is written as a heartbeat every tenth unchanged tick", func(t *testing.T) {
 		writes := 0
 		for range 2 * heartbeatEvery {
-			h.counter.reset()
+			h.counter.Reset()
 			h.tick(t, key, queue.TriggerEvent)
-			writes += len(h.counter.count("/status"))
+			writes += len(h.counter.Matching("/status"))
 		}
 		if writes != 2 {
 			t.Errorf("%d status writes in %d unchanged ticks, want 2", writes, 2*heartbeatEvery)
@@ -82,9 +82,9 @@ func TestRequestsPerTick(t *testing.T) {
 			return "one"
 		}
 		pushed(t, w, configMaps(objects, changed))
-		h.counter.reset()
+		h.counter.Reset()
 		ready(t, h.tick(t, key, queue.TriggerTimer))
-		got := h.counter.count("/namespaces/" + app.Namespace + "/configmaps/")
+		got := h.counter.Matching("/namespaces/" + app.Namespace + "/configmaps/")
 		if len(got) != 5 {
 			t.Errorf("%d requests concerning the App's objects, want 5 (one apply each): %v", len(got), got)
 		}
@@ -93,13 +93,13 @@ func TestRequestsPerTick(t *testing.T) {
 				t.Errorf("request %q is not an apply", req)
 			}
 		}
-		if all := h.counter.count(""); len(all) != 6 {
+		if all := h.counter.Matching(""); len(all) != 6 {
 			t.Errorf("%d requests in all, want the 5 applies and 1 status write: %v", len(all), all)
 		}
 		cached(h, changed)
-		h.counter.reset()
+		h.counter.Reset()
 		ready(t, h.tick(t, key, queue.TriggerTimer))
-		if got := h.counter.count("/namespaces/" + app.Namespace + "/configmaps/"); len(got) != 0 {
+		if got := h.counter.Matching("/namespaces/" + app.Namespace + "/configmaps/"); len(got) != 0 {
 			t.Errorf("the tick after the change made %d requests for its objects, want 0: %v", len(got), got)
 		}
 	})
@@ -107,7 +107,7 @@ func TestRequestsPerTick(t *testing.T) {
 	t.Run("after a restart each object costs one dry-run, once", func(t *testing.T) {
 		restarted := newHarness(t)
 		ready(t, restarted.tick(t, key, queue.TriggerTimer))
-		got := restarted.counter.count("/namespaces/" + app.Namespace + "/configmaps/")
+		got := restarted.counter.Matching("/namespaces/" + app.Namespace + "/configmaps/")
 		var dryRuns int
 		for _, req := range got {
 			if strings.HasPrefix(req, "PATCH ") && strings.Contains(req, "dryRun=All") {
@@ -117,9 +117,9 @@ func TestRequestsPerTick(t *testing.T) {
 		if dryRuns != objects {
 			t.Errorf("%d dry-runs concerning %d objects after a restart, want exactly one each (requests: %d)", dryRuns, objects, len(got))
 		}
-		restarted.counter.reset()
+		restarted.counter.Reset()
 		ready(t, restarted.tick(t, key, queue.TriggerTimer))
-		if got := restarted.counter.count(""); len(got) > 1 {
+		if got := restarted.counter.Matching(""); len(got) > 1 {
 			t.Errorf("the second tick after a restart made %d requests, want at most the status write: %v", len(got), got)
 		}
 	})

@@ -44,7 +44,7 @@ func TestAClusterScopedCustomResourceWhoseCRDComesAlongIsNeverPruned(t *testing.
 	for i := range 3 {
 		got := h.tick(t, key, queue.TriggerTimer)
 		ready(t, got)
-		if deletes := h.counter.count("DELETE "); len(deletes) != 0 {
+		if deletes := h.counter.Matching("DELETE "); len(deletes) != 0 {
 			t.Fatalf("tick %d deleted %v", i+1, deletes)
 		}
 		var refs []string
@@ -75,9 +75,9 @@ func TestAClusterScopedCustomResourceWhoseCRDComesAlongIsNeverPruned(t *testing.
 		if err := c.Status().Update(context.Background(), got); err != nil {
 			t.Fatal(err)
 		}
-		h.counter.reset()
+		h.counter.Reset()
 		ready(t, h.tick(t, key, queue.TriggerTimer))
-		if deletes := h.counter.count("DELETE "); len(deletes) != 0 {
+		if deletes := h.counter.Matching("DELETE "); len(deletes) != 0 {
 			t.Fatalf("the tick deleted %v", deletes)
 		}
 	})

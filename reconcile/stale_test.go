@@ -147,7 +147,7 @@ func TestALaggingCacheIsWaitedForNotTakenForADeletion(t *testing.T) {
 	pushed(t, w, map[string]string{"deploy/fresh.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fresh\n"})
 	ready(t, h.tick(t, key, queue.TriggerTimer)) // creates it
 	h.recorded()
-	h.counter.reset()
+	h.counter.Reset()
 	ready(t, h.tick(t, key, queue.TriggerEvent)) // its own add event, say
 	if len(lagging.waitsOn) == 0 {
 		t.Error("the tick did not wait for the cache to catch up with its last write")
@@ -157,7 +157,7 @@ func TestALaggingCacheIsWaitedForNotTakenForADeletion(t *testing.T) {
 			t.Errorf("a lagging cache was taken for drift: %s", e)
 		}
 	}
-	if writes := h.counter.count("PATCH "); len(writes) != 0 {
+	if writes := h.counter.Matching("PATCH "); len(writes) != 0 {
 		t.Errorf("the tick wrote %v, want nothing", writes)
 	}
 }

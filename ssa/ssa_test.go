@@ -2,11 +2,9 @@ package ssa
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -114,36 +111,16 @@ metadata: {name: settings, namespace: NS}
 data: {color: blue}
 `
 
-// countingClient is a client whose requests are counted, by "METHOD path".
+// countingClient is a client whose requests are recorded.
 func countingClient(t *testing.T) (client.Client, func() []string) {
 	t.Helper()
-	var mu sync.Mutex
-	var requests []string
-	cfg := rest.CopyConfig(cluster.Config)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			mu.Lock()
-			requests = append(requests, req.Method+" "+req.URL.Path)
-			mu.Unlock()
-			return rt.RoundTrip(req)
-		})
-	}
-	c, err := client.New(cfg, client.Options{})
+	log := &localcluster.RequestLog{}
+	c, err := client.New(log.Wrap(cluster.Config), client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		out := requests
-		requests = nil
-		return out
-	}
+	return c, log.Take
 }
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // stamped parses objects and stamps them for owner at revision.
 func stamped(t *testing.T, ns, yaml string, owner Owner, revision string) []*unstructured.Unstructured {

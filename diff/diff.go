@@ -67,10 +67,13 @@ type Change struct {
 	// Before is what plumb applied, After what is live now ("" when absent);
 	// for Secrets both are masked.
 	Before, After string
-	// Manager, Operation and Time say who changed it, from managedFields.
-	Manager   string
-	Operation string
-	Time      *metav1.Time
+	// Manager, Operation and Time say who changed it, from managedFields;
+	// Subresource names the subresource it was written through ("scale"
+	// for kubectl scale and autoscalers), if any.
+	Manager     string
+	Operation   string
+	Subresource string
+	Time        *metav1.Time
 }
 
 // Result classifies one object.
@@ -295,7 +298,9 @@ func attribute(desired, live *unstructured.Unstructured, lost *fieldpath.Set) []
 	}
 	var owners []owner
 	for _, entry := range live.GetManagedFields() {
-		if entry.Manager == plumbv1.FieldManager || entry.FieldsV1 == nil || entry.Subresource != "" {
+		// A write through a subresource other than status (kubectl scale, an
+		// autoscaler through scale) owns main-resource fields too.
+		if entry.Manager == plumbv1.FieldManager || entry.FieldsV1 == nil || entry.Subresource == "status" {
 			continue
 		}
 		set := &fieldpath.Set{}
@@ -315,7 +320,7 @@ func attribute(desired, live *unstructured.Unstructured, lost *fieldpath.Set) []
 		}
 		for _, o := range owners {
 			if o.set.Has(p) {
-				c.Manager, c.Operation, c.Time = o.entry.Manager, string(o.entry.Operation), o.entry.Time
+				c.Manager, c.Operation, c.Subresource, c.Time = o.entry.Manager, string(o.entry.Operation), o.entry.Subresource, o.entry.Time
 				break
 			}
 		}
@@ -445,7 +450,11 @@ func Describe(changes []Change) string {
 		if c.Time != nil {
 			when = " at " + c.Time.UTC().Format(time.RFC3339)
 		}
-		parts = append(parts, fmt.Sprintf("%s %q → %q by %s (%s%s)", c.Path, c.Before, c.After, c.Manager, c.Operation, when))
+		how := c.Operation
+		if c.Subresource != "" {
+			how += " of " + c.Subresource
+		}
+		parts = append(parts, fmt.Sprintf("%s %q → %q by %s (%s%s)", c.Path, c.Before, c.After, c.Manager, how, when))
 	}
 	return strings.Join(parts, "; ")
 }

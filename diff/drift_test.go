@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -106,6 +107,28 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 		}
 		if got.Changes[0].Time == nil {
 			t.Error("the change has no time")
+		}
+	})
+
+	t.Run("a scale through the scale subresource", func(t *testing.T) {
+		ns := newNamespace(t, c)
+		desired, rec := applied(t, c, ns, strings.Replace(deploymentYAML, "spec:\n  selector:", "spec:\n  replicas: 2\n  selector:", 1))
+		deployment := &appsv1.Deployment{}
+		typed(t, get(t, c, desired), deployment)
+		scale := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 5}}
+		if err := c.SubResource("scale").Update(ctx, deployment, client.WithSubResourceBody(scale), client.FieldOwner("kubectl")); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Compare(desired, get(t, c, desired), &rec, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := Result{Kind: Drifted, Changes: []Change{{Path: ".spec.replicas", Before: "2", After: "5", Manager: "kubectl", Operation: "Update", Subresource: "scale"}}}
+		if diff := cmp.Diff(want, got, ignoreTime); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+		if d := Describe(got.Changes); !strings.Contains(d, "by kubectl (Update of scale") {
+			t.Errorf("Describe = %q, want the manager and the subresource named", d)
 		}
 	})
 

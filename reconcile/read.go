@@ -40,6 +40,10 @@ func (r *Reconciler) readPhase(ctx context.Context, app *plumbv1.App, trigger qu
 	r.memory.triedRead(key, app.Generation)
 	if err != nil {
 		r.memory.forgetRead(key)
+		var readErr *source.Error
+		if errors.As(err, &readErr) && readErr.Revision != "" {
+			app.Status.LastAttemptedRevision = readErr.Revision // the commit that failed, as soon as it is known
+		}
 		return nil, err
 	}
 	r.memory.rememberRead(key, app.Generation, result)

@@ -176,8 +176,14 @@ func changeSummary(changes *fluxssa.ChangeSet) string {
 // controller keeps changing an object back.
 func (r *Reconciler) recordDrift(app *plumbv1.App, p *plan) {
 	now := r.now()
+	// The summary counts what is still drifted after this tick: a healed
+	// object is not. It is always there (a count of 0 says "none").
+	summary := &plumbv1.DriftSummary{}
+	if previous := app.Status.Drift; previous != nil {
+		summary.LastDetectedTime = previous.LastDetectedTime
+	}
+	app.Status.Drift = summary
 	if len(p.drifted) == 0 {
-		app.Status.Drift = nil
 		setCondition(app, plumbv1.ConditionDrifted, false, plumbv1.ReasonSucceeded, "live objects match Git", now)
 		return
 	}
@@ -187,22 +193,25 @@ func (r *Reconciler) recordDrift(app *plumbv1.App, p *plan) {
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
 	t := metav1.NewTime(now)
-	summary := &plumbv1.DriftSummary{Count: int32(len(ids)), LastDetectedTime: &t}
+	summary.LastDetectedTime = &t
 	var left, healed, conflicts []string
-	for i, id := range ids {
+	for _, id := range ids {
 		d := p.drifted[id]
 		account := describeDrift(id, d)
-		if i < maxListed {
-			entry := plumbv1.DriftedObject{ObjectRef: refOf(d.obj)}
-			managers := map[string]bool{}
-			for _, c := range d.changes {
-				entry.Fields = append(entry.Fields, c.Path)
-				if !managers[c.Manager] {
-					managers[c.Manager] = true
-					entry.Managers = append(entry.Managers, c.Manager)
+		if p.left[id] {
+			summary.Count++
+			if len(summary.Objects) < maxListed {
+				entry := plumbv1.DriftedObject{ObjectRef: refOf(d.obj)}
+				managers := map[string]bool{}
+				for _, c := range d.changes {
+					entry.Fields = append(entry.Fields, c.Path)
+					if !managers[c.Manager] {
+						managers[c.Manager] = true
+						entry.Managers = append(entry.Managers, c.Manager)
+					}
 				}
+				summary.Objects = append(summary.Objects, entry)
 			}
-			summary.Objects = append(summary.Objects, entry)
 		}
 		switch {
 		case d.conflict:
@@ -220,7 +229,6 @@ func (r *Reconciler) recordDrift(app *plumbv1.App, p *plan) {
 				"%s keeps being changed back; plumb stopped healing it: %s", id, truncate(diff.Describe(d.changes), 800))
 		}
 	}
-	app.Status.Drift = summary
 	switch {
 	case len(conflicts) > 0:
 		setCondition(app, plumbv1.ConditionDrifted, true, "DriftConflict",

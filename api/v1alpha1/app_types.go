@@ -16,10 +16,10 @@ import (
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=plumb
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.lastAppliedRevision`
-// +kubebuilder:printcolumn:name="Drift",type=integer,JSONPath=`.status.drift.count`,description="Objects whose live state differs from Git"
+// +kubebuilder:printcolumn:name="Drift",type=integer,JSONPath=`.status.drift.count`,description="Objects whose live state differs from Git and was left so"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 type App struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -414,14 +414,16 @@ type ObjectRef struct {
 // DriftSummary describes the objects whose live state differs from what
 // plumb applied because someone else changed them.
 type DriftSummary struct {
-	// Count is the number of drifted objects.
+	// Count is the number of objects left drifted after the last tick
+	// (healed objects do not count): 0 when there are none.
 	Count int32 `json:"count"`
 
 	// LastDetectedTime is when drift was last seen.
 	// +optional
 	LastDetectedTime *metav1.Time `json:"lastDetectedTime,omitempty"`
 
-	// Objects lists the drifted objects (at most a few dozen; Count is exact).
+	// Objects lists the objects left drifted (at most a few dozen; Count is
+	// exact).
 	// +listType=atomic
 	// +optional
 	Objects []DriftedObject `json:"objects,omitempty"`

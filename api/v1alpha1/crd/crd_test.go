@@ -118,12 +118,12 @@ func TestValidAppIsAcceptedDefaultedAndReadBack(t *testing.T) {
 		if len(lines) != 2 {
 			t.Fatalf("kubectl get apps printed %q", out)
 		}
-		if header := strings.Fields(lines[0]); !cmp.Equal(header, []string{"NAME", "READY", "REVISION", "DRIFT", "AGE"}) {
-			t.Errorf("printer columns = %v, want NAME READY REVISION DRIFT AGE", header)
+		if header := strings.Fields(lines[0]); !cmp.Equal(header, []string{"NAME", "READY", "REASON", "REVISION", "DRIFT", "AGE"}) {
+			t.Errorf("printer columns = %v, want NAME READY REASON REVISION DRIFT AGE", header)
 		}
 		row := strings.Fields(lines[1])
-		if len(row) < 4 || row[1] != "True" || row[2] != got.Status.LastAppliedRevision || row[3] != "1" {
-			t.Errorf("row = %v, want web True %s 1 <age>", row, got.Status.LastAppliedRevision)
+		if len(row) < 5 || row[1] != "True" || row[2] != plumbv1.ReasonSucceeded || row[3] != got.Status.LastAppliedRevision || row[4] != "1" {
+			t.Errorf("row = %v, want web True Succeeded %s 1 <age>", row, got.Status.LastAppliedRevision)
 		}
 	})
 }

@@ -210,7 +210,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		}
 		receiver, err := webhook.NewReceiver(webhook.Options{
 			Secrets: opts.WebhookSecrets, MaxBodyBytes: opts.WebhookMaxBodyBytes, Index: index,
-			Trigger: requests.Request,
+			Trigger: requests.Request, Log: log.Named("webhook"),
 			Observe: func(p webhook.Provider, event string, code, matched int) {
 				loopMetrics.ObserveWebhook(string(p), event, code, matched)
 			},

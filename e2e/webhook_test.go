@@ -139,6 +139,27 @@ func TestASignedPushConvergesLongBeforeTheTimer(t *testing.T) {
 	}
 }
 
+func TestAGitHubFormatPushFromAGiteaStyleSenderConverges(t *testing.T) {
+	setUp(t)
+	ns := newNamespace(t)
+	w, url, first := gitRepo(t, map[string]string{"deploy/config.yaml": configMapYAML("settings", "blue")})
+	createApp(t, ns, "compatible", url, nil) // interval 10m
+	readyAt(t, ns, "compatible", first)
+	second := commit(t, w, map[string]string{"deploy/config.yaml": configMapYAML("settings", "pushed")})
+	// Gitea's GitHub-type hooks send times as RFC 3339 strings.
+	body := recordedPayload(t, "github/push.json", func(p map[string]any) {
+		p["ref"] = "refs/heads/main"
+		repo := p["repository"].(map[string]any)
+		repo["clone_url"] = url
+		repo["created_at"], repo["pushed_at"] = "2026-11-30T12:00:00Z", "2026-11-30T12:00:00Z"
+	})
+	headers := map[string]string{"X-GitHub-Event": "push", "X-GitHub-Delivery": ns, "X-Hub-Signature-256": "sha256=" + hmacSHA256(body)}
+	if code, answer := postHook(t, "github", headers, body); code != http.StatusAccepted || !strings.Contains(answer, "matched 1 apps") {
+		t.Fatalf("answered %d %q", code, answer)
+	}
+	readyAt(t, ns, "compatible", second)
+}
+
 func TestAnUnsignedPushTriggersNothing(t *testing.T) {
 	setUp(t)
 	body := recordedPayload(t, "github/push.json", func(p map[string]any) {})

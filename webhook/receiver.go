@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"github.com/go-playground/webhooks/v6/gitlab"
 	"github.com/go-playground/webhooks/v6/gogs"
 	gogsclient "github.com/gogits/go-gogs-client"
+	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 )
@@ -59,12 +61,15 @@ type Options struct {
 	Observe func(provider Provider, event string, code int, matched int)
 	// Clock is the time source for delivery ids.
 	Clock clock.PassiveClock
+	// Log receives a warning for every verified request that is refused.
+	Log *zap.Logger
 }
 
 // Receiver is the webhook HTTP handler.
 type Receiver struct {
 	opts    Options
 	parsers map[Provider]parser
+	secrets map[Provider]string
 
 	mu         sync.Mutex
 	deliveries map[string]time.Time // GitHub delivery id → when seen
@@ -84,10 +89,13 @@ func NewReceiver(opts Options) (*Receiver, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
 	if opts.Index == nil || opts.Trigger == nil {
 		return nil, errors.New("webhook receiver: an Index and a Trigger are required")
 	}
-	rcv := &Receiver{opts: opts, parsers: map[Provider]parser{}, deliveries: map[string]time.Time{}}
+	rcv := &Receiver{opts: opts, parsers: map[Provider]parser{}, secrets: opts.Secrets, deliveries: map[string]time.Time{}}
 	for provider, secret := range opts.Secrets {
 		if secret == "" {
 			return nil, fmt.Errorf("webhook receiver: provider %s has an empty secret; set one or leave the provider out", provider)
@@ -143,13 +151,33 @@ func (rcv *Receiver) handle(provider Provider, parse parser) http.Handler {
 			reply(http.StatusRequestEntityTooLarge, "payload too large")
 			return
 		}
-		body := &cappedBody{ReadCloser: http.MaxBytesReader(w, r.Body, rcv.opts.MaxBodyBytes)}
-		r.Body = body
+		event = eventOf(provider, r.Header)
+		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rcv.opts.MaxBodyBytes))
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			reply(http.StatusRequestEntityTooLarge, "payload too large")
+			return
+		case err != nil:
+			reply(http.StatusBadRequest, "unreadable body")
+			return
+		case !verified(provider, rcv.secrets[provider], r.Header, data):
+			reply(http.StatusUnauthorized, "unauthorized") // no detail on why, whatever the event
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(data))
 		ev, push, err := parse(r)
 		event = ev
+		if err != nil && !errors.Is(err, errPing) && !errors.Is(err, errUnauthorized) && !errors.Is(err, errIgnored) {
+			// Verified, but the typed decoding refused it: read what plumb
+			// uses, leniently.
+			if lenient, lenientErr := lenientPush(provider, data); lenientErr == nil {
+				push, err = lenient, nil
+			} else {
+				err = fmt.Errorf("%v; reading it leniently: %w", err, lenientErr)
+			}
+		}
 		switch {
-		case body.tooLarge:
-			reply(http.StatusRequestEntityTooLarge, "payload too large")
 		case errors.Is(err, errPing):
 			code = http.StatusOK
 			_, _ = io.WriteString(w, "pong\n")
@@ -160,6 +188,8 @@ func (rcv *Receiver) handle(provider Provider, parse parser) http.Handler {
 			w.WriteHeader(code)
 			_, _ = io.WriteString(w, "ignored: not a push\n")
 		case err != nil:
+			rcv.opts.Log.Warn("Refused a verified webhook", zap.String("provider", string(provider)),
+				zap.String("event", event), zap.String("delivery", deliveryID(r.Header)), zap.String("reason", err.Error()))
 			reply(http.StatusBadRequest, "malformed payload")
 		case rcv.redelivered(provider, r):
 			code = http.StatusAccepted
@@ -199,21 +229,6 @@ func (rcv *Receiver) redelivered(provider Provider, r *http.Request) bool {
 		rcv.deliveries[id] = now
 	}
 	return false
-}
-
-// cappedBody notes when a payload exceeded the cap.
-type cappedBody struct {
-	io.ReadCloser
-	tooLarge bool
-}
-
-func (b *cappedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	var maxErr *http.MaxBytesError
-	if errors.As(err, &maxErr) {
-		b.tooLarge = true
-	}
-	return n, err
 }
 
 var (

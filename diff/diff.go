@@ -64,6 +64,8 @@ type Record struct {
 type Change struct {
 	// Path is the field, e.g. .spec.template.spec.containers[name="web"].image.
 	Path string
+	// FieldPath is Path as managedFields writes it (for Left and StripPaths).
+	FieldPath fieldpath.Path `json:"-"`
 	// Before is what plumb applied, After what is live now ("" when absent);
 	// for Secrets both are masked.
 	Before, After string
@@ -144,8 +146,9 @@ func RecordOf(desired, live *unstructured.Unstructured) (Record, error) {
 
 // Compare classifies desired against its cached live state (nil when the
 // cache has none) and plumb's record (nil when it has none). Fields under
-// an ignored pointer never count as drift.
-func Compare(desired, live *unstructured.Unstructured, rec *Record, ignore Ignore) (Result, error) {
+// an ignored pointer, and fields at or under a path in left (fields plumb
+// leaves to a manager that keeps changing them), never count as drift.
+func Compare(desired, live *unstructured.Unstructured, rec *Record, ignore Ignore, left *fieldpath.Set) (Result, error) {
 	if live == nil {
 		if rec != nil {
 			return Result{Kind: Deleted}, nil
@@ -168,11 +171,11 @@ func Compare(desired, live *unstructured.Unstructured, rec *Record, ignore Ignor
 	}
 	lost := &fieldpath.Set{}
 	rec.Fields.Difference(current).Leaves().Iterate(func(p fieldpath.Path) {
-		if !ignore.covers(p) {
+		if !ignore.covers(p) && !coveredBy(left, p) {
 			lost.Insert(p)
 		}
 	})
-	changes, additions := additionsInPlumbItems(live, rec.Fields, ignore)
+	changes, additions := additionsInPlumbItems(live, rec.Fields, ignore, left)
 	if lost.Empty() && len(additions) == 0 {
 		return Result{Kind: Unchanged}, nil
 	}
@@ -183,7 +186,7 @@ func Compare(desired, live *unstructured.Unstructured, rec *Record, ignore Ignor
 // additionsInPlumbItems finds fields other managers added inside list items
 // that plumb applied (keyed items such as a container by name): they change
 // what plumb deployed, unlike a label or a replica count set beside it.
-func additionsInPlumbItems(live *unstructured.Unstructured, plumbFields *fieldpath.Set, ignore Ignore) ([]Change, []PatchOp) {
+func additionsInPlumbItems(live *unstructured.Unstructured, plumbFields *fieldpath.Set, ignore Ignore, left *fieldpath.Set) ([]Change, []PatchOp) {
 	var changes []Change
 	var ops []PatchOp
 	seen := map[string]bool{}
@@ -198,7 +201,7 @@ func additionsInPlumbItems(live *unstructured.Unstructured, plumbFields *fieldpa
 		}
 		set.Leaves().Iterate(func(p fieldpath.Path) {
 			root, ok := addedRoot(p, plumbFields, covered)
-			if !ok || ignore.covers(root) || seen[root.String()] {
+			if !ok || ignore.covers(root) || coveredBy(left, root) || seen[root.String()] {
 				return
 			}
 			seen[root.String()] = true
@@ -207,12 +210,58 @@ func additionsInPlumbItems(live *unstructured.Unstructured, plumbFields *fieldpa
 				return
 			}
 			after, _ := valueAt(live.Object, root)
-			changes = append(changes, Change{Path: root.String(), After: render(after, true),
+			changes = append(changes, Change{Path: root.String(), FieldPath: root, After: render(after, true),
 				Manager: entry.Manager, Operation: string(entry.Operation), Time: entry.Time})
 			ops = append(append(ops, guards...), PatchOp{Op: "remove", Path: pointer})
 		})
 	}
 	return changes, ops
+}
+
+// coveredBy reports whether set holds p or a path above it.
+func coveredBy(set *fieldpath.Set, p fieldpath.Path) bool {
+	if set == nil {
+		return false
+	}
+	for i := range p {
+		if set.Has(p[:i+1]) {
+			return true
+		}
+	}
+	return false
+}
+
+// OwnerOf names the manager that owns the field p of live (writes through
+// the status subresource aside), or "" when nobody does.
+func OwnerOf(live *unstructured.Unstructured, p fieldpath.Path) string {
+	for _, entry := range live.GetManagedFields() {
+		if entry.FieldsV1 == nil || entry.Subresource == "status" {
+			continue
+		}
+		set := &fieldpath.Set{}
+		if err := set.FromJSON(bytes.NewReader(entry.FieldsV1.Raw)); err == nil && set.Has(p) {
+			return entry.Manager
+		}
+	}
+	return ""
+}
+
+// StripPaths removes from a desired object the fields at the paths in set,
+// so that plumb neither applies nor owns them (through keyed list items;
+// a path that ends at a list item is left as is).
+func StripPaths(obj *unstructured.Unstructured, set *fieldpath.Set) {
+	if set == nil {
+		return
+	}
+	set.Iterate(func(p fieldpath.Path) {
+		if len(p) == 0 || p[len(p)-1].FieldName == nil {
+			return
+		}
+		parent, ok := valueAt(obj.Object, p[:len(p)-1])
+		if m, isMap := parent.(map[string]any); ok && isMap {
+			delete(m, *p[len(p)-1].FieldName)
+		}
+	})
 }
 
 // prefixesOf lists every path at or above a member of set.
@@ -311,7 +360,7 @@ func attribute(desired, live *unstructured.Unstructured, lost *fieldpath.Set) []
 	secret := desired.GetKind() == "Secret" && desired.GroupVersionKind().Group == ""
 	var changes []Change
 	lost.Iterate(func(p fieldpath.Path) {
-		c := Change{Path: p.String(), Manager: "unknown", Operation: "unknown"}
+		c := Change{Path: p.String(), FieldPath: p.Copy(), Manager: "unknown", Operation: "unknown"}
 		before, hadBefore := valueAt(desired.Object, p)
 		after, hasAfter := valueAt(live.Object, p)
 		c.Before, c.After = render(before, hadBefore), render(after, hasAfter)

@@ -86,7 +86,7 @@ func typed(t *testing.T, u *unstructured.Unstructured, into any) {
 func TestDriftIsDetectedAndAttributed(t *testing.T) {
 	c := newClient(t)
 	ctx := context.Background()
-	ignoreTime := cmpopts.IgnoreFields(Change{}, "Time")
+	ignoreTime := cmpopts.IgnoreFields(Change{}, "Time", "FieldPath")
 
 	t.Run("an update to an applied field", func(t *testing.T) {
 		ns := newNamespace(t, c)
@@ -97,7 +97,7 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 		if err := c.Update(ctx, cm, client.FieldOwner("kubectl-edit")); err != nil {
 			t.Fatal(err)
 		}
-		got, err := Compare(desired, get(t, c, desired), &rec, nil)
+		got, err := Compare(desired, get(t, c, desired), &rec, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +119,7 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 		if err := c.SubResource("scale").Update(ctx, deployment, client.WithSubResourceBody(scale), client.FieldOwner("kubectl")); err != nil {
 			t.Fatal(err)
 		}
-		got, err := Compare(desired, get(t, c, desired), &rec, nil)
+		got, err := Compare(desired, get(t, c, desired), &rec, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +141,7 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 		if err := c.Update(ctx, cm, client.FieldOwner("kubectl-label")); err != nil {
 			t.Fatal(err)
 		}
-		got, err := Compare(desired, get(t, c, desired), &rec, nil)
+		got, err := Compare(desired, get(t, c, desired), &rec, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +160,7 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 		if err := c.Update(ctx, secret, client.FieldOwner("kubectl-patch")); err != nil {
 			t.Fatal(err)
 		}
-		got, err := Compare(desired, get(t, c, desired), &rec, nil)
+		got, err := Compare(desired, get(t, c, desired), &rec, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,11 +179,11 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 	t.Run("an object deleted", func(t *testing.T) {
 		ns := newNamespace(t, c)
 		desired, rec := applied(t, c, ns, settingsYAML)
-		got, err := Compare(desired, nil, &rec, nil)
+		got, err := Compare(desired, nil, &rec, nil, nil)
 		if err != nil || got.Kind != Deleted {
 			t.Errorf("Compare with no live object and a record = %v, %v; want deleted", got, err)
 		}
-		if got, _ := Compare(desired, nil, nil, nil); got.Kind != Create {
+		if got, _ := Compare(desired, nil, nil, nil, nil); got.Kind != Create {
 			t.Errorf("Compare with no live object and no record = %v; want create", got)
 		}
 	})
@@ -197,7 +197,7 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 		if err := c.Patch(ctx, intruder, client.Apply, client.FieldOwner("intruder"), client.ForceOwnership); err != nil {
 			t.Fatal(err)
 		}
-		got, err := Compare(desired, get(t, c, desired), &rec, nil)
+		got, err := Compare(desired, get(t, c, desired), &rec, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,11 +255,11 @@ func TestChangesToFieldsPlumbNeverAppliedAreNotDrift(t *testing.T) {
 		_, rec := applied(t, c, ns, settingsYAML)
 		changed := parse(t, strings.Replace(settingsYAML, "color: blue", "color: yellow", 1))
 		changed.SetNamespace(ns)
-		got, err := Compare(changed, get(t, c, changed), &rec, nil)
+		got, err := Compare(changed, get(t, c, changed), &rec, nil, nil)
 		if err != nil || got.Kind != Update {
 			t.Errorf("Compare after a Git change = %v, %v; want update", got, err)
 		}
-		if got, _ := Compare(changed, get(t, c, changed), nil, nil); got.Kind != Ambiguous {
+		if got, _ := Compare(changed, get(t, c, changed), nil, nil, nil); got.Kind != Ambiguous {
 			t.Errorf("Compare without a record = %v; want ambiguous", got)
 		}
 	})
@@ -267,7 +267,7 @@ func TestChangesToFieldsPlumbNeverAppliedAreNotDrift(t *testing.T) {
 
 func assertUnchanged(t *testing.T, desired, live *unstructured.Unstructured, rec *Record) {
 	t.Helper()
-	got, err := Compare(desired, live, rec, nil)
+	got, err := Compare(desired, live, rec, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +302,7 @@ func TestIgnoredFieldsAreNeitherAppliedNorDrift(t *testing.T) {
 	if err := c.Update(ctx, d, client.FieldOwner("horizontal-pod-autoscaler")); err != nil {
 		t.Fatal(err)
 	}
-	got, err := Compare(desired, get(t, c, desired), &rec, ignore)
+	got, err := Compare(desired, get(t, c, desired), &rec, ignore, nil)
 	if err != nil || got.Kind != Unchanged {
 		t.Errorf("Compare after a scale of an ignored field = %v, %v; want unchanged", got, err)
 	}
@@ -320,10 +320,10 @@ func TestAnIgnoredFieldPlumbOwnedIsNotDriftWhenTakenOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := get(t, c, desired)
-	if got, _ := Compare(desired, live, &rec, nil); got.Kind != Drifted {
+	if got, _ := Compare(desired, live, &rec, nil, nil); got.Kind != Drifted {
 		t.Errorf("without the rule: %s, want drifted", got.Kind)
 	}
-	if got, _ := Compare(desired, live, &rec, Ignore{"/spec/replicas"}); got.Kind != Unchanged {
+	if got, _ := Compare(desired, live, &rec, Ignore{"/spec/replicas"}, nil); got.Kind != Unchanged {
 		t.Errorf("with /spec/replicas ignored: %s %s, want unchanged", got.Kind, Describe(got.Changes))
 	}
 }
@@ -339,13 +339,13 @@ func TestAnEnvVarAddedToAContainerFromGitIsDriftAndCanBeRemoved(t *testing.T) {
 		t.Fatalf("kubectl set env: %v\n%s", err, out)
 	}
 	live := get(t, c, desired)
-	got, err := Compare(desired, live, &rec, nil)
+	got, err := Compare(desired, live, &rec, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []Change{{Path: `.spec.template.spec.containers[name="web"].env[name="DEBUG"]`, After: `{"name":"DEBUG","value":"1"}`,
 		Manager: "kubectl-set", Operation: "Update"}}
-	if diff := cmp.Diff(want, got.Changes, cmpopts.IgnoreFields(Change{}, "Time")); got.Kind != Drifted || diff != "" {
+	if diff := cmp.Diff(want, got.Changes, cmpopts.IgnoreFields(Change{}, "Time", "FieldPath")); got.Kind != Drifted || diff != "" {
 		t.Fatalf("Compare = %s (-want +got):\n%s", got.Kind, diff)
 	}
 	// The removal the heal sends: one JSON patch, guarded by the items' keys.
@@ -356,7 +356,7 @@ func TestAnEnvVarAddedToAContainerFromGitIsDriftAndCanBeRemoved(t *testing.T) {
 	if err := c.Patch(context.Background(), live, client.RawPatch(types.JSONPatchType, patch)); err != nil {
 		t.Fatalf("applying %s: %v", patch, err)
 	}
-	if got, _ := Compare(desired, get(t, c, desired), &rec, nil); got.Kind != Unchanged {
+	if got, _ := Compare(desired, get(t, c, desired), &rec, nil, nil); got.Kind != Unchanged {
 		t.Errorf("after removing the addition: %s %s", got.Kind, Describe(got.Changes))
 	}
 }

@@ -112,9 +112,37 @@ func TestAControllerFightingOverAFieldIsReportedAsAConflict(t *testing.T) {
 	if !strings.Contains(cond.Message, "autoscaler") || !strings.Contains(cond.Message, ".spec.replicas") {
 		t.Errorf("conflict message %q does not name the other manager and the field", cond.Message)
 	}
-	if got := appEvents(t, ns, "fight")["DriftConflict"]; len(got) != 1 {
-		t.Errorf("DriftConflict Events: %d, want 1", len(got))
+	eventually(t, 30*time.Second, "one DriftConflict Event", func() (bool, string) {
+		got := appEvents(t, ns, "fight")["DriftConflict"]
+		return len(got) == 1, fmt.Sprintf("%d DriftConflict Events", len(got))
+	})
+	ready := notReady(t, ns, "fight", "DriftConflict")
+	if msg := findCondition(ready, plumbv1.ConditionReady).Message; !strings.Contains(msg, ".spec.replicas") || !strings.Contains(msg, "autoscaler") {
+		t.Errorf("Ready message %q does not name the field and the manager left alone", msg)
 	}
+
+	t.Run("another field changed by someone else is still healed", func(t *testing.T) {
+		d := &appsv1.Deployment{}
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, d); err != nil {
+				return err
+			}
+			d.Spec.Template.Spec.Containers[0].Image = "evil:2"
+			return k8s.Update(context.Background(), d, client.FieldOwner("kubectl-set"))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 60*time.Second, "the image to be healed", func() (bool, string) {
+			if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, d); err != nil {
+				return false, err.Error()
+			}
+			return d.Spec.Template.Spec.Containers[0].Image == "nginx:1.27", "image " + d.Spec.Template.Spec.Containers[0].Image
+		})
+		if d.Spec.Replicas == nil || *d.Spec.Replicas != 5 {
+			t.Errorf("healing the image took replicas back from the autoscaler: %v", d.Spec.Replicas)
+		}
+	})
 }
 
 func TestIgnoredFieldsAreLeftToOthers(t *testing.T) {

@@ -1,10 +1,13 @@
 package reconcile
 
 import (
+	"sort"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/plumb-dev/plumb/diff"
 	"github.com/plumb-dev/plumb/source"
@@ -28,6 +31,11 @@ type appMemory struct {
 	records  map[objectID]diff.Record
 	written  map[objectID]string // resourceVersion of plumb's last write of the object
 	episodes map[objectID]*episode
+	// fieldDrifts are the times, within conflictWindow, that another
+	// manager changed a field plumb applied, by object and "path\x00manager".
+	fieldDrifts map[objectID]map[string][]time.Time
+	// conflicts are the fields left to a manager that kept changing them.
+	conflicts map[objectID]*objectConflicts
 	// writing is non-nil while the tick writes objects: events for the App
 	// meanwhile are held here, since the result of the write (its
 	// resourceVersion) is not known yet.
@@ -60,11 +68,22 @@ type lastRead struct {
 
 // episode is the drift history of one object.
 type episode struct {
-	active bool        // drifted and not yet seen converged
-	drifts []time.Time // drifts seen within conflictWindow
+	active bool // drifted and not yet seen converged
 }
 
-// conflictWindow is how far back drifts count towards a conflict.
+// objectConflicts are the fields of one object left to other managers.
+type objectConflicts struct {
+	hash   string                   // the object's content in Git when they were left
+	fields map[string]fieldConflict // by path
+}
+
+// fieldConflict is one field left to the manager that keeps changing it.
+type fieldConflict struct {
+	path    fieldpath.Path
+	manager string
+}
+
+// conflictWindow is how far back drifts of a field count towards a conflict.
 const conflictWindow = 10 * time.Minute
 
 // app returns the memory of an App, creating it. m.mu is held.
@@ -74,7 +93,8 @@ func (m *memory) app(key types.NamespacedName) *appMemory {
 	}
 	a := m.apps[key]
 	if a == nil {
-		a = &appMemory{records: map[objectID]diff.Record{}, written: map[objectID]string{}, episodes: map[objectID]*episode{}}
+		a = &appMemory{records: map[objectID]diff.Record{}, written: map[objectID]string{}, episodes: map[objectID]*episode{},
+			fieldDrifts: map[objectID]map[string][]time.Time{}, conflicts: map[objectID]*objectConflicts{}}
 		m.apps[key] = a
 	}
 	return a
@@ -170,6 +190,16 @@ func (m *memory) keepOnly(key types.NamespacedName, ids map[objectID]bool) {
 			delete(a.episodes, id)
 		}
 	}
+	for id := range a.fieldDrifts {
+		if !ids[id] {
+			delete(a.fieldDrifts, id)
+		}
+	}
+	for id := range a.conflicts {
+		if !ids[id] {
+			delete(a.conflicts, id)
+		}
+	}
 }
 
 // forgetApp drops everything about a deleted App.
@@ -179,10 +209,9 @@ func (m *memory) forgetApp(key types.NamespacedName) {
 	delete(m.apps, key)
 }
 
-// drifted records a drift of an object seen at now. It reports whether a
-// new episode starts (the object was converged before) and how many drifts
-// the object had within conflictWindow, this one included.
-func (m *memory) drifted(key types.NamespacedName, id objectID, now time.Time) (newEpisode bool, recent int) {
+// drifted records that an object drifted. It reports whether a new episode
+// starts (the object was converged before).
+func (m *memory) drifted(key types.NamespacedName, id objectID) (newEpisode bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a := m.app(key)
@@ -193,14 +222,78 @@ func (m *memory) drifted(key types.NamespacedName, id objectID, now time.Time) (
 	}
 	newEpisode = !e.active
 	e.active = true
-	kept := e.drifts[:0]
-	for _, t := range e.drifts {
+	return newEpisode
+}
+
+// fieldDrifted records that manager changed the field path of an object at
+// now, and returns how many times it did within conflictWindow.
+func (m *memory) fieldDrifted(key types.NamespacedName, id objectID, path, manager string, now time.Time) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.app(key)
+	if a.fieldDrifts[id] == nil {
+		a.fieldDrifts[id] = map[string][]time.Time{}
+	}
+	k := path + "\x00" + manager
+	kept := a.fieldDrifts[id][k][:0]
+	for _, t := range a.fieldDrifts[id][k] {
 		if now.Sub(t) < conflictWindow {
 			kept = append(kept, t)
 		}
 	}
-	e.drifts = append(kept, now)
-	return newEpisode, len(e.drifts)
+	a.fieldDrifts[id][k] = append(kept, now)
+	return len(a.fieldDrifts[id][k])
+}
+
+// leave leaves a field of an object, whose content in Git is hash, to
+// manager. It reports whether the field was not left before.
+func (m *memory) leave(key types.NamespacedName, id objectID, hash string, path fieldpath.Path, manager string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.app(key)
+	c := a.conflicts[id]
+	if c == nil || c.hash != hash {
+		c = &objectConflicts{hash: hash, fields: map[string]fieldConflict{}}
+		a.conflicts[id] = c
+	}
+	if _, ok := c.fields[path.String()]; ok {
+		return false
+	}
+	c.fields[path.String()] = fieldConflict{path: path.Copy(), manager: manager}
+	return true
+}
+
+// leftFields returns the fields of an object left to other managers, for
+// the object's content in Git (hash) and its live state. A conflict ends
+// when Git changes the object, or when its manager no longer owns the field.
+func (m *memory) leftFields(key types.NamespacedName, id objectID, hash string, live *unstructured.Unstructured) (*fieldpath.Set, []fieldConflict) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.app(key)
+	c := a.conflicts[id]
+	if c == nil {
+		return nil, nil
+	}
+	if c.hash != hash || live == nil {
+		delete(a.conflicts, id)
+		return nil, nil
+	}
+	set := &fieldpath.Set{}
+	var out []fieldConflict
+	for k, f := range c.fields {
+		if diff.OwnerOf(live, f.path) != f.manager {
+			delete(c.fields, k)
+			continue
+		}
+		set.Insert(f.path)
+		out = append(out, f)
+	}
+	if len(c.fields) == 0 {
+		delete(a.conflicts, id)
+		return nil, nil
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].path.String() < out[j].path.String() })
+	return set, out
 }
 
 // converged ends an object's drift episode (its history still counts

@@ -22,8 +22,11 @@ type plan struct {
 	apply []*unstructured.Unstructured
 	// drifted are the objects someone else changed, with what changed.
 	drifted map[objectID]drift
-	// left are drifted objects not put back (alert policy, or a conflict).
+	// left are drifted objects not put back (alert policy).
 	left map[objectID]bool
+	// conflicts are, per object, the fields left to a manager that keeps
+	// changing them (reported every tick while they last).
+	conflicts map[objectID][]fieldConflict
 }
 
 // drift is one drifted object.
@@ -34,14 +37,15 @@ type drift struct {
 	additions  []diff.PatchOp // fields others added inside plumb's list items
 	deleted    bool
 	newEpisode bool // first detection since the object was last converged
-	conflict   bool // another controller keeps changing it back
-	// newConflict is the tick at which the conflict was first seen.
+	// newConflict is set at the tick a field is first left to a manager.
 	newConflict bool
 }
 
-// maxHeals is how many times within conflictWindow plumb puts the same
-// object back before it reports a conflict with whoever keeps changing it,
-// and stops healing it (until Git changes it or the fight ends).
+// maxHeals is how many times within conflictWindow plumb puts back a field
+// that the same other manager changed, before it leaves that field to that
+// manager and reports a conflict (until Git changes the object, or the
+// manager lets go of the field). Other fields, and other managers, are
+// still healed.
 const maxHeals = 3
 
 // diff classifies every desired object from the cache (package diff):
@@ -57,7 +61,7 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, desired []*unst
 	if err := ownershipConflicts(owner, desired, live); err != nil {
 		return nil, err
 	}
-	p := &plan{drifted: map[objectID]drift{}, left: map[objectID]bool{}}
+	p := &plan{drifted: map[objectID]drift{}, left: map[objectID]bool{}, conflicts: map[objectID][]fieldConflict{}}
 	newNamespaces := map[string]bool{} // Namespaces this tick creates
 	for _, obj := range desired {
 		if obj.GroupVersionKind().Group == "" && obj.GetKind() == "Namespace" && live[idOf(obj)] == nil {
@@ -76,7 +80,13 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, desired []*unst
 		if err := ssa.Stamp(obj, owner, current); err != nil {
 			return nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 		}
-		result, err := diff.Compare(obj, l, r.memory.record(key, id), ignoreFor(app, obj))
+		// Fields left to a manager that keeps changing them are neither
+		// applied nor drift, until Git changes the object.
+		gitHash := obj.GetAnnotations()[plumbv1.AnnotationContentHash]
+		left, conflicts := r.memory.leftFields(key, id, gitHash, l)
+		diff.StripPaths(obj, left)
+		ignore := ignoreFor(app, obj)
+		result, err := diff.Compare(obj, l, r.memory.record(key, id), ignore, left)
 		if err != nil {
 			return nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 		}
@@ -91,31 +101,67 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, desired []*unst
 				return nil, err
 			}
 		}
+		newConflict := false
+		if result.Kind == diff.Drifted && app.Spec.DriftPolicy != plumbv1.DriftPolicyAlert {
+			// A field the same manager changed again and again is left to it.
+			for _, c := range result.Changes {
+				if c.Manager == "unknown" || len(c.FieldPath) == 0 {
+					continue // a removal has no owner to leave the field to
+				}
+				if r.memory.fieldDrifted(key, id, c.Path, c.Manager, r.now()) > maxHeals &&
+					r.memory.leave(key, id, gitHash, c.FieldPath, c.Manager) {
+					newConflict = true
+				}
+			}
+			if newConflict {
+				left, conflicts = r.memory.leftFields(key, id, gitHash, l)
+				diff.StripPaths(obj, left)
+				if result, err = diff.Compare(obj, l, r.memory.record(key, id), ignore, left); err != nil {
+					return nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+				}
+			}
+		}
+		if len(conflicts) > 0 {
+			p.conflicts[id] = conflicts
+		}
+		if newConflict && result.Kind != diff.Drifted {
+			// Only the fields now left to others differed: the apply (an
+			// Update, since the object lost them) releases them.
+			p.drifted[id] = drift{obj: obj, live: l, newConflict: true}
+		}
 		switch result.Kind {
 		case diff.Unchanged:
-			r.memory.converged(key, id)
+			if !newConflict {
+				r.memory.converged(key, id)
+			}
 		case diff.Create, diff.Update, diff.Ambiguous:
-			if err := ssa.Stamp(obj, owner, revision); err != nil {
-				return nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+			if !newConflict {
+				setRevision(obj, revision) // Git changed it (not a field left to others)
 			}
 			p.apply = append(p.apply, obj)
 		case diff.Drifted, diff.Deleted:
-			newEpisode, recent := r.memory.drifted(key, id, r.now())
 			d := drift{obj: obj, live: l, changes: result.Changes, additions: result.Additions,
-				deleted: result.Kind == diff.Deleted, newEpisode: newEpisode}
-			switch {
-			case app.Spec.DriftPolicy == plumbv1.DriftPolicyAlert:
+				deleted: result.Kind == diff.Deleted, newEpisode: r.memory.drifted(key, id), newConflict: newConflict}
+			if app.Spec.DriftPolicy == plumbv1.DriftPolicyAlert {
 				p.left[id] = true
-			case recent > maxHeals:
-				d.conflict, d.newConflict = true, recent == maxHeals+1
-				p.left[id] = true
-			default:
+			} else {
 				p.apply = append(p.apply, obj)
 			}
 			p.drifted[id] = d
 		}
 	}
 	return p, nil
+}
+
+// setRevision moves the revision annotation of an object whose content
+// changes (its labels and content hash were stamped already).
+func setRevision(obj *unstructured.Unstructured, revision string) {
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[plumbv1.AnnotationRevision] = revision
+	obj.SetAnnotations(annotations)
 }
 
 // ownershipConflicts fails when a desired object exists with another App's
@@ -177,7 +223,7 @@ func (r *Reconciler) askServer(ctx context.Context, key types.NamespacedName, ob
 	if err != nil {
 		return diff.Result{}, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 	}
-	result, err := diff.Compare(obj, live, &rec, ignoreFor(app, obj))
+	result, err := diff.Compare(obj, live, &rec, ignoreFor(app, obj), nil)
 	if err != nil {
 		return diff.Result{}, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 	}

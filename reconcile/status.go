@@ -123,6 +123,11 @@ func (r *Reconciler) recordOutcome(app *plumbv1.App, changes *fluxssa.ChangeSet,
 		app.Status.LastSuccessfulTickTime = &t
 		message := fmt.Sprintf("Applied revision %s (%d objects)", app.Status.LastAppliedRevision, inventoryLen(app))
 		setCondition(app, plumbv1.ConditionReady, true, plumbv1.ReasonSucceeded, message, now)
+		if drift := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionDrifted); drift != nil &&
+			drift.Status == metav1.ConditionTrue && drift.Reason == "DriftConflict" {
+			// A field left to another manager is not what Git says: never a silent green.
+			setCondition(app, plumbv1.ConditionReady, false, "DriftConflict", drift.Message, now)
+		}
 		setCondition(app, plumbv1.ConditionReconciling, false, plumbv1.ReasonSucceeded, message, now)
 		setCondition(app, plumbv1.ConditionStalled, false, plumbv1.ReasonSucceeded, message, now)
 		log.Info("Ticked", zap.Duration("took", now.Sub(start)))
@@ -172,72 +177,100 @@ func changeSummary(changes *fluxssa.ChangeSet) string {
 }
 
 // recordDrift sets the Drifted condition and summary, and records a
-// DriftDetected Event once per drift episode, and DriftConflict when another
-// controller keeps changing an object back.
+// DriftDetected Event once per drift episode, and DriftConflict when a field
+// is first left to a manager that keeps changing it. The summary counts what
+// is still drifted after this tick (left by the alert policy, or left to
+// another manager): a healed object is not. It is always there, a count of
+// 0 saying "none".
 func (r *Reconciler) recordDrift(app *plumbv1.App, p *plan) {
 	now := r.now()
-	// The summary counts what is still drifted after this tick: a healed
-	// object is not. It is always there (a count of 0 says "none").
 	summary := &plumbv1.DriftSummary{}
 	if previous := app.Status.Drift; previous != nil {
 		summary.LastDetectedTime = previous.LastDetectedTime
 	}
 	app.Status.Drift = summary
-	if len(p.drifted) == 0 {
+	if len(p.drifted) == 0 && len(p.conflicts) == 0 {
 		setCondition(app, plumbv1.ConditionDrifted, false, plumbv1.ReasonSucceeded, "live objects match Git", now)
 		return
 	}
-	ids := make([]objectID, 0, len(p.drifted))
-	for id := range p.drifted {
-		ids = append(ids, id)
+	if len(p.drifted) > 0 {
+		t := metav1.NewTime(now)
+		summary.LastDetectedTime = &t
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
-	t := metav1.NewTime(now)
-	summary.LastDetectedTime = &t
+	ids := map[objectID]bool{}
+	for id := range p.drifted {
+		ids[id] = true
+	}
+	for id := range p.conflicts {
+		ids[id] = true
+	}
+	sorted := make([]objectID, 0, len(ids))
+	for id := range ids {
+		sorted = append(sorted, id)
+	}
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].String() < sorted[j].String() })
 	var left, healed, conflicts []string
-	for _, id := range ids {
-		d := p.drifted[id]
-		account := describeDrift(id, d)
-		if p.left[id] {
+	for _, id := range sorted {
+		d, drifted := p.drifted[id]
+		fields, managers := []string{}, []string{}
+		switch {
+		case p.left[id]:
+			left = append(left, describeDrift(id, d))
+			for _, c := range d.changes {
+				fields, managers = append(fields, c.Path), appendOnce(managers, c.Manager)
+			}
+		case drifted && len(d.changes)+len(d.additions) > 0 || d.deleted:
+			healed = append(healed, describeDrift(id, d))
+		}
+		var lefts []string
+		for _, c := range p.conflicts[id] {
+			lefts = append(lefts, fmt.Sprintf("%s left to %s", c.path, c.manager))
+			fields, managers = append(fields, c.path.String()), appendOnce(managers, c.manager)
+		}
+		if len(lefts) > 0 {
+			conflicts = append(conflicts, id.String()+": "+strings.Join(lefts, ", "))
+		}
+		if len(fields) > 0 {
 			summary.Count++
 			if len(summary.Objects) < maxListed {
-				entry := plumbv1.DriftedObject{ObjectRef: refOf(d.obj)}
-				managers := map[string]bool{}
-				for _, c := range d.changes {
-					entry.Fields = append(entry.Fields, c.Path)
-					if !managers[c.Manager] {
-						managers[c.Manager] = true
-						entry.Managers = append(entry.Managers, c.Manager)
-					}
-				}
-				summary.Objects = append(summary.Objects, entry)
+				summary.Objects = append(summary.Objects, plumbv1.DriftedObject{ObjectRef: refOfID(id, d), Fields: fields, Managers: managers})
 			}
 		}
-		switch {
-		case d.conflict:
-			conflicts = append(conflicts, account)
-		case p.left[id]:
-			left = append(left, account)
-		default:
-			healed = append(healed, account)
+		if drifted && d.newEpisode {
+			r.Events.Eventf(app, corev1.EventTypeWarning, "DriftDetected", "%s", truncate(describeDrift(id, d), 1000))
 		}
-		if d.newEpisode {
-			r.Events.Eventf(app, corev1.EventTypeWarning, "DriftDetected", "%s", truncate(account, 1000))
-		}
-		if d.newConflict {
+		if drifted && d.newConflict {
 			r.Events.Eventf(app, corev1.EventTypeWarning, "DriftConflict",
-				"%s keeps being changed back; plumb stopped healing it: %s", id, truncate(diff.Describe(d.changes), 800))
+				"%s: another manager keeps changing these fields back; plumb leaves them to it until Git changes the object: %s",
+				id, truncate(strings.Join(lefts, ", "), 800))
 		}
 	}
 	switch {
 	case len(conflicts) > 0:
 		setCondition(app, plumbv1.ConditionDrifted, true, "DriftConflict",
-			"another controller keeps changing these back, plumb stopped healing them: "+strings.Join(conflicts, "; "), now)
+			"fields another manager keeps changing back, left to it: "+strings.Join(conflicts, "; "), now)
 	case len(left) > 0:
 		setCondition(app, plumbv1.ConditionDrifted, true, "DriftDetected", "changed outside Git (policy alert): "+strings.Join(left, "; "), now)
 	default:
 		setCondition(app, plumbv1.ConditionDrifted, false, "DriftHealed", "put back: "+strings.Join(healed, "; "), now)
 	}
+}
+
+// refOfID is the ObjectRef of a drifted or conflicted object.
+func refOfID(id objectID, d drift) plumbv1.ObjectRef {
+	if d.obj != nil {
+		return refOf(d.obj)
+	}
+	return plumbv1.ObjectRef{Group: id.Group, Kind: id.Kind, Namespace: id.Namespace, Name: id.Name}
+}
+
+func appendOnce(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+	return append(list, s)
 }
 
 // describeDrift is one object's drift in words.

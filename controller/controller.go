@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/go-logr/zapr"
@@ -40,9 +41,11 @@ import (
 	"github.com/plumb-dev/plumb/clusterinfo"
 	"github.com/plumb-dev/plumb/credentials"
 	"github.com/plumb-dev/plumb/informers"
+	"github.com/plumb-dev/plumb/leadership"
 	"github.com/plumb-dev/plumb/metrics"
 	"github.com/plumb-dev/plumb/queue"
 	"github.com/plumb-dev/plumb/reconcile"
+	"github.com/plumb-dev/plumb/runtimelog"
 	"github.com/plumb-dev/plumb/source"
 	"github.com/plumb-dev/plumb/source/render"
 	"github.com/plumb-dev/plumb/ssa"
@@ -98,23 +101,21 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	}
 	// client-go and controller-runtime log through process-wide loggers;
 	// route them into plumb's logger.
-	runtimeLog := zapr.NewLogger(log.Named("runtime"))
+	runtimeLog := runtimelog.New(zapr.NewLogger(log.Named("runtime")), 30*time.Second, nil)
 	ctrllog.SetLogger(runtimeLog)
 	klog.SetLogger(runtimeLog)
 	if opts.LeaderElectionNamespace == "" {
 		opts.LeaderElectionNamespace = inClusterNamespace()
 	}
+	// Leader election is plumb's own (package leadership): losing the Lease
+	// ends the term of ticking, not the process.
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
-		Scheme:                        scheme,
-		Logger:                        runtimeLog,
-		LeaderElection:                opts.LeaderElect,
-		LeaderElectionID:              opts.LeaderElectionID,
-		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
-		LeaderElectionReleaseOnCancel: true,
-		HealthProbeBindAddress:        opts.HealthAddr,
-		Metrics:                       metricsserver.Options{BindAddress: "0"},   // plumb serves its own registry
-		GracefulShutdownTimeout:       ptr(opts.ShutdownTimeout + 5*time.Second), // the queue cancels ticks at ShutdownTimeout
-		Cache:                         cacheOptions(opts.AppSelector),
+		Scheme:                  scheme,
+		Logger:                  runtimeLog,
+		HealthProbeBindAddress:  opts.HealthAddr,
+		Metrics:                 metricsserver.Options{BindAddress: "0"},   // plumb serves its own registry
+		GracefulShutdownTimeout: ptr(opts.ShutdownTimeout + 5*time.Second), // the queue cancels ticks at ShutdownTimeout
+		Cache:                   cacheOptions(opts.AppSelector),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -182,10 +183,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		Events:      mgr.GetEventRecorderFor("plumb"),
 		Log:         log.Named("tick"),
 	}
-	apps := queue.New("apps", tick.Tick, queue.Options[types.NamespacedName]{Workers: opts.Workers, DrainTimeout: opts.ShutdownTimeout})
-	tick.Enqueue = func(key types.NamespacedName) { apps.AddEvent(key) }
+	// Each leadership term has a queue of its own; events between terms
+	// are dropped (a new term starts by enqueueing every App).
+	apps := &currentQueue{}
+	tick.Enqueue = apps.AddEvent
 	observer := informers.New(dyn, mgr.GetRESTMapper(), informers.Options{
-		OnEvent:    func(key types.NamespacedName) { apps.AddEvent(key) },
+		OnEvent:    apps.AddEvent,
 		IsOwnWrite: tick.IsOwnWrite,
 	})
 	tick.Observer = observer
@@ -225,14 +228,39 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	} else {
 		log.Info("Webhook receiver off: no provider has a secret")
 	}
-	// The queue runs only on the leader (a RunnableFunc needs leader election).
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+	// A term of ticking: a new queue with every App in it, until the Lease
+	// is lost (ticks cancelled at once) or the process stops (ticks drain).
+	term := func(lost, stop <-chan struct{}) {
+		q := queue.New("apps", tick.Tick, queue.Options[types.NamespacedName]{Workers: opts.Workers, DrainTimeout: opts.ShutdownTimeout})
+		runCtx, stopRun := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-lost:
+				q.CancelTicks()
+			case <-stop:
+			}
+			stopRun()
+		}()
+		apps.set(q)
+		list := &plumbv1.AppList{}
+		if mgr.GetCache().WaitForCacheSync(runCtx) && mgr.GetCache().List(runCtx, list) == nil {
+			for i := range list.Items {
+				q.Add(client.ObjectKeyFromObject(&list.Items[i]))
+			}
+		}
 		log.Info("Started ticking", zap.Int("workers", opts.Workers))
-		apps.Run(ctx)
+		q.Run(runCtx)
+		apps.set(nil)
 		observer.Stop()
 		secrets.Stop()
 		log.Info("Stopped ticking")
-		return nil
+	}
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if !opts.LeaderElect {
+			term(nil, ctx.Done())
+			return nil
+		}
+		return leadership.Run(ctx, leadership.Config{Client: clientset, Namespace: opts.LeaderElectionNamespace, Name: opts.LeaderElectionID}, term, log)
 	})); err != nil {
 		return err
 	}
@@ -246,6 +274,38 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// currentQueue forwards to the queue of the current leadership term, if any.
+type currentQueue struct {
+	mu sync.Mutex
+	q  *queue.Queue[types.NamespacedName]
+}
+
+func (c *currentQueue) set(q *queue.Queue[types.NamespacedName]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.q = q
+}
+
+func (c *currentQueue) get() *queue.Queue[types.NamespacedName] {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.q
+}
+
+// Add asks the current term for a tick of key now.
+func (c *currentQueue) Add(key types.NamespacedName) {
+	if q := c.get(); q != nil {
+		q.Add(key)
+	}
+}
+
+// AddEvent asks the current term for an event tick of key.
+func (c *currentQueue) AddEvent(key types.NamespacedName) {
+	if q := c.get(); q != nil {
+		q.AddEvent(key)
+	}
+}
 
 // cacheOptions limits the App cache to the selected Apps.
 func cacheOptions(selector labels.Selector) cache.Options {

@@ -142,10 +142,11 @@ type Queue[K comparable] struct {
 	// exponential backoff from BaseBackoff to MaxBackoff.
 	backoff workqueue.TypedRateLimiter[K]
 
-	mu      sync.Mutex
-	due     map[K]time.Time     // when the key's fallback timer (or retry) comes due
-	events  map[K]*rate.Limiter // per-key limit of event ticks
-	delayed map[K]time.Time     // when an event tick held back by the limit runs
+	mu          sync.Mutex
+	cancelTicks context.CancelFunc  // ends the context of the ticks under way (set by Run)
+	due         map[K]time.Time     // when the key's fallback timer (or retry) comes due
+	events      map[K]*rate.Limiter // per-key limit of event ticks
+	delayed     map[K]time.Time     // when an event tick held back by the limit runs
 }
 
 // New creates a queue whose workers run handler.
@@ -209,6 +210,9 @@ func (q *Queue[K]) Len() int { return q.queue.Len() }
 func (q *Queue[K]) Run(ctx context.Context) {
 	tickCtx, cancelTicks := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelTicks()
+	q.mu.Lock()
+	q.cancelTicks = cancelTicks
+	q.mu.Unlock()
 	var wg sync.WaitGroup
 	for range q.opts.Workers {
 		wg.Go(func() {
@@ -297,6 +301,18 @@ func (q *Queue[K]) jittered(d time.Duration) time.Duration {
 	}
 	factor := 1 + q.opts.Jitter*(2*q.opts.Rand()-1)
 	return time.Duration(float64(d) * factor)
+}
+
+// CancelTicks ends the context of the ticks under way at once, without
+// waiting for the drain timeout (the replica lost its lease: another may
+// be ticking already).
+func (q *Queue[K]) CancelTicks() {
+	q.mu.Lock()
+	cancel := q.cancelTicks
+	q.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 }
 
 // Failures is how many times in a row key has failed.

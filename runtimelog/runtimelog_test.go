@@ -1,0 +1,41 @@
+package runtimelog
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-logr/zapr"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func TestAnOutageLogsOneShortLinePerKindOfFailure(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	log := New(zapr.NewLogger(zap.New(core)), 30*time.Second, clock.Now).WithName("runtime")
+	event := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web.1873"}, Message: string(make([]byte, 900)),
+		InvolvedObject: corev1.ObjectReference{Kind: "App", Name: "web"}, Reason: "Applied"}
+	refused := errors.New("connection refused")
+	for range 50 { // one failure after another while the API server is down
+		log.Error(refused, "Unable to write event (may retry after sleeping)", "event", event)
+		log.Error(refused, "Failed to watch", "reflector", "k8s.io/client-go/informers")
+	}
+	if got := logs.Len(); got != 2 {
+		t.Fatalf("%d lines for 100 failures of 2 kinds, want 2", got)
+	}
+	for _, entry := range logs.All() {
+		if v, ok := entry.ContextMap()["event"]; ok && v != "*v1.Event team/web.1873" {
+			t.Errorf("the Event was logged as %q, want its kind and name", v)
+		}
+	}
+	clock.Step(31 * time.Second)
+	log.Error(refused, "Unable to write event (may retry after sleeping)", "event", event)
+	last := logs.All()[logs.Len()-1]
+	if logs.Len() != 3 || last.ContextMap()["suppressed"] != int64(49) {
+		t.Errorf("after the interval: %d lines, the last with %v suppressed; want 3 lines and 49", logs.Len(), last.ContextMap()["suppressed"])
+	}
+}

@@ -79,10 +79,16 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, p *plan, desir
 		r.memory.wrote(key, id, patched.GetResourceVersion())
 		changes.Add(fluxssa.ChangeSetEntry{Subject: id.String(), Action: fluxssa.ConfiguredAction})
 	}
-	if err := r.prune(ctx, app, desired, pending, changes, log); err != nil {
+	kept, err := r.prune(ctx, app, desired, pending, changes, log)
+	if err != nil {
 		return changes, err
 	}
-	setInventory(app, refsOf(desired))
+	refs := refsOf(desired)
+	for _, k := range kept {
+		refs = append(refs, k.ObjectRef)
+	}
+	setInventory(app, refs)
+	app.Status.Kept = kept
 	ids := map[objectID]bool{}
 	for _, d := range desired {
 		ids[idOf(d)] = true
@@ -91,26 +97,84 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, p *plan, desir
 	return changes, nil
 }
 
-// prune deletes what left Git (when the App prunes), adding to changes.
+// prune deletes what left Git (when the App prunes), adding to changes. It
+// returns the objects that left Git but that the prune guard keeps: they
+// stay in the inventory, so that the first tick after their annotation
+// allows it prunes them. Whether an object the last tick kept is still
+// kept is read from the informer cache (it still carries the App's labels):
+// an unchanged tick asks the API server nothing about it.
 func (r *Reconciler) prune(ctx context.Context, app *plumbv1.App, desired []*unstructured.Unstructured,
-	pending pendingKinds, changes *fluxssa.ChangeSet, log *zap.Logger) error {
+	pending pendingKinds, changes *fluxssa.ChangeSet, log *zap.Logger) ([]plumbv1.KeptObject, error) {
 	if !app.Spec.PruneEnabled() {
-		return nil
+		return nil, nil
 	}
-	stale := r.staleObjects(app.Status.Inventory, desired, pending)
-	if len(stale) == 0 {
-		return nil
+	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
+	var kept []plumbv1.KeptObject
+	var stale []*unstructured.Unstructured
+	for _, obj := range r.staleObjects(app.Status.Inventory, desired, pending) {
+		if guard, ok := r.keptInCache(obj, owner); ok {
+			kept = append(kept, keptObject(obj, guard))
+			changes.Add(fluxssa.ChangeSetEntry{Subject: idOf(obj).String(), Action: ssa.KeptAction})
+			continue
+		}
+		stale = append(stale, obj)
 	}
-	cs, err := r.Applier.Prune(ctx, stale, ssa.Owner{Name: app.Name, Namespace: app.Namespace})
-	if cs != nil {
-		changes.Append(cs.Entries)
-		r.reportUnserved(app, cs)
+	if len(stale) > 0 {
+		cs, guarded, err := r.Applier.Prune(ctx, stale, owner)
+		if cs != nil {
+			changes.Append(cs.Entries)
+			r.reportUnserved(app, cs)
+		}
+		for _, k := range guarded {
+			kept = append(kept, keptObject(k.Object, k.Guard))
+		}
+		if err != nil {
+			return nil, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonPruneFailed, Err: err}
+		}
+		log.Info("Pruned objects", zap.Int("stale", len(stale)), zap.Int("kept", len(guarded)))
 	}
-	if err != nil {
-		return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonPruneFailed, Err: err}
+	r.reportKept(app, kept, "")
+	return kept, nil
+}
+
+// keptInCache reports whether the informer cache shows obj, still the
+// owner's, as kept by the prune guard. Anything else (not cached, not the
+// owner's any more, its kind not watched, the guard lifted) is for Prune
+// to decide from the API server.
+func (r *Reconciler) keptInCache(obj *unstructured.Unstructured, owner ssa.Owner) (ssa.Guard, bool) {
+	live, err := r.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+	if err != nil || live == nil || !owner.Owns(live) {
+		return ssa.Guard{}, false
 	}
-	log.Info("Pruned objects", zap.Int("stale", len(stale)))
-	return nil
+	return ssa.PruneGuard(live)
+}
+
+func keptObject(obj *unstructured.Unstructured, guard ssa.Guard) plumbv1.KeptObject {
+	return plumbv1.KeptObject{ObjectRef: refOf(obj), Reason: guard.Reason, Message: guard.Message}
+}
+
+// reportKept records a NotPruned Event naming each object the prune guard
+// keeps that the App's status did not list as kept yet, and why. context
+// says when ("" for a tick).
+func (r *Reconciler) reportKept(app *plumbv1.App, kept []plumbv1.KeptObject, context string) {
+	before := map[objectID]bool{}
+	for _, k := range app.Status.Kept {
+		before[idOfRef(k.ObjectRef)] = true
+	}
+	var parts []string
+	for _, k := range kept {
+		if !before[idOfRef(k.ObjectRef)] {
+			parts = append(parts, fmt.Sprintf("%s (%s)", idOfRef(k.ObjectRef), k.Message))
+		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	if len(parts) > maxListed {
+		parts = append(parts[:maxListed], fmt.Sprintf("and %d more", len(parts)-maxListed))
+	}
+	r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonNotPruned, "%skept what left Git, still labelled as this App's: %s",
+		context, strings.Join(parts, "; "))
 }
 
 // reportUnserved records an Event naming the objects prune found nothing

@@ -16,8 +16,9 @@ import (
 )
 
 // finalize runs when an App is being deleted: with prune on it deletes the
-// App's objects (those that still carry its labels), otherwise it leaves
-// them (orphans). Then it removes the finalizer and forgets the App.
+// App's objects (those that still carry its labels) except those the prune
+// guard keeps, which a NotPruned Event names; otherwise it leaves them
+// (orphans). Then it removes the finalizer and forgets the App.
 func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Logger) (time.Duration, error) {
 	if !slices.Contains(app.Finalizers, plumbv1.Finalizer) {
 		return queue.Forget, nil
@@ -26,10 +27,16 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 	if app.Spec.PruneEnabled() && !app.Spec.Suspend {
 		stale := r.staleObjects(app.Status.Inventory, nil, nil)
 		if len(stale) > 0 {
-			cs, err := r.Applier.Prune(ctx, stale, ssa.Owner{Name: app.Name, Namespace: app.Namespace})
+			cs, guarded, err := r.Applier.Prune(ctx, stale, ssa.Owner{Name: app.Name, Namespace: app.Namespace})
 			if cs != nil {
 				r.reportUnserved(app, cs)
 			}
+			kept := make([]plumbv1.KeptObject, 0, len(guarded))
+			for _, k := range guarded {
+				kept = append(kept, keptObject(k.Object, k.Guard))
+			}
+			app.Status.Kept = nil // name every one: the App is going away
+			r.reportKept(app, kept, "the App is deleted; ")
 			if err != nil {
 				r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonPruneFailed, "pruning the deleted App's objects: %v", err)
 				return interval, fmt.Errorf("pruning the objects of deleted App %s/%s: %w", app.Namespace, app.Name, err)

@@ -38,7 +38,7 @@ type Applier interface {
 	DryRun(ctx context.Context, obj, live *unstructured.Unstructured) (bool, *unstructured.Unstructured, error)
 	ApplyDirect(ctx context.Context, objects []*unstructured.Unstructured, opts ssa.DirectOptions) ([]ssa.Applied, *fluxssa.ChangeSet, error)
 	RemoveAdditions(ctx context.Context, obj *unstructured.Unstructured, patch []byte) (*unstructured.Unstructured, error)
-	Prune(ctx context.Context, stale []*unstructured.Unstructured, owner ssa.Owner) (*fluxssa.ChangeSet, error)
+	Prune(ctx context.Context, stale []*unstructured.Unstructured, owner ssa.Owner) (*fluxssa.ChangeSet, []ssa.Kept, error)
 }
 
 // Credentials serves the Secrets Apps name for Git credentials (package

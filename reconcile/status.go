@@ -121,7 +121,11 @@ func (r *Reconciler) recordOutcome(app *plumbv1.App, changes *fluxssa.ChangeSet,
 	if err == nil {
 		app.Status.ObservedGeneration = app.Generation
 		app.Status.LastSuccessfulTickTime = &t
-		message := fmt.Sprintf("Applied revision %s (%d objects)", app.Status.LastAppliedRevision, inventoryLen(app))
+		message := fmt.Sprintf("Applied revision %s (%d objects)", app.Status.LastAppliedRevision, inventoryLen(app)-len(app.Status.Kept))
+		if len(app.Status.Kept) > 0 {
+			message = fmt.Sprintf("Applied revision %s (%d objects; %d that left Git kept by the prune guard, see status.kept)",
+				app.Status.LastAppliedRevision, inventoryLen(app)-len(app.Status.Kept), len(app.Status.Kept))
+		}
 		setCondition(app, plumbv1.ConditionReady, true, plumbv1.ReasonSucceeded, message, now)
 		if drift := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionDrifted); drift != nil &&
 			drift.Status == metav1.ConditionTrue && drift.Reason == "DriftConflict" {

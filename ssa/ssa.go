@@ -83,14 +83,58 @@ func Stamp(obj *unstructured.Unstructured, owner Owner, revision string) error {
 // server no longer serves (its CRD was removed): nothing is left to delete.
 const UnservedAction fluxssa.Action = "unserved"
 
+// KeptAction marks, in Prune's change set, an object that the prune guard
+// keeps (see PruneGuard).
+const KeptAction fluxssa.Action = "kept"
+
+// Guard says why the prune guard keeps an object and what would let plumb
+// prune it.
+type Guard struct {
+	// Reason is PruneDisabled, Namespace or CustomResourceDefinition.
+	Reason string
+	// Message says what would let plumb prune the object.
+	Message string
+}
+
+// Kept is a stale object (as Prune was given it) that the guard kept.
+type Kept struct {
+	Object *unstructured.Unstructured
+	Guard  Guard
+}
+
+// PruneGuard reports whether the prune guard keeps obj (a live object),
+// judged by its kind and its plumb.dev/prune annotation: an object
+// annotated disabled is kept, and so are a Namespace and a CRD unless
+// annotated enabled (deleting them deletes what is in them, or every
+// object of their kind).
+func PruneGuard(obj *unstructured.Unstructured) (Guard, bool) {
+	switch obj.GetAnnotations()[plumbv1.AnnotationPrune] {
+	case "disabled":
+		return Guard{Reason: "PruneDisabled", Message: "annotated " + plumbv1.AnnotationPrune + ": disabled; remove the annotation to let plumb prune it"}, true
+	case "enabled":
+		return Guard{}, false
+	}
+	gvk := obj.GroupVersionKind()
+	switch {
+	case gvk.Group == "" && gvk.Kind == "Namespace":
+		return Guard{Reason: "Namespace", Message: "a Namespace is pruned only when annotated " + plumbv1.AnnotationPrune +
+			": enabled (deleting it deletes everything in it)"}, true
+	case gvk.Group == "apiextensions.k8s.io" && gvk.Kind == "CustomResourceDefinition":
+		return Guard{Reason: "CustomResourceDefinition", Message: "a CustomResourceDefinition is pruned only when annotated " +
+			plumbv1.AnnotationPrune + ": enabled (deleting it deletes every object of its kind)"}, true
+	}
+	return Guard{}, false
+}
+
 // Prune deletes stale objects (the last inventory minus the desired set)
-// that still carry the owner's labels. It never deletes an object annotated
-// plumb.dev/prune: disabled, nor a Namespace or a CRD unless it is annotated
-// plumb.dev/prune: enabled. Skipped objects are reported as skipped, objects
-// of kinds the server no longer serves as UnservedAction.
-func (m *Manager) Prune(ctx context.Context, stale []*unstructured.Unstructured, owner Owner) (*fluxssa.ChangeSet, error) {
+// that still carry the owner's labels and that PruneGuard does not keep.
+// Kept objects are reported as KeptAction and returned with their guard;
+// objects that no longer carry the owner's labels as skipped; objects of
+// kinds the server no longer serves as UnservedAction.
+func (m *Manager) Prune(ctx context.Context, stale []*unstructured.Unstructured, owner Owner) (*fluxssa.ChangeSet, []Kept, error) {
 	changes := fluxssa.NewChangeSet()
 	var deletable []*unstructured.Unstructured
+	var kept []Kept
 	for _, obj := range stale {
 		live := &unstructured.Unstructured{}
 		live.SetGroupVersionKind(obj.GroupVersionKind())
@@ -107,19 +151,24 @@ func (m *Manager) Prune(ctx context.Context, stale []*unstructured.Unstructured,
 			err = m.client.Get(ctx, client.ObjectKeyFromObject(obj), live)
 		}
 		if client.IgnoreNotFound(err) != nil {
-			return changes, fmt.Errorf("reading %s before pruning it: %w", describe(obj), err)
+			return changes, kept, fmt.Errorf("reading %s before pruning it: %w", describe(obj), err)
 		}
 		if err != nil {
 			continue // already gone
 		}
-		if !owner.Owns(live) || !prunable(live) {
+		if !owner.Owns(live) {
 			changes.Add(fluxssa.ChangeSetEntry{Subject: describe(obj), Action: fluxssa.SkippedAction})
+			continue
+		}
+		if guard, keep := PruneGuard(live); keep {
+			changes.Add(fluxssa.ChangeSetEntry{Subject: describe(obj), Action: KeptAction})
+			kept = append(kept, Kept{Object: obj, Guard: guard})
 			continue
 		}
 		deletable = append(deletable, live)
 	}
 	if len(deletable) == 0 {
-		return changes, nil
+		return changes, kept, nil
 	}
 	opts := fluxssa.DefaultDeleteOptions()
 	// Checked again by the library right before each delete.
@@ -129,21 +178,7 @@ func (m *Manager) Prune(ctx context.Context, stale []*unstructured.Unstructured,
 	if deleted != nil {
 		changes.Append(deleted.Entries)
 	}
-	return changes, err
-}
-
-// prunable applies the annotation rules of Prune.
-func prunable(obj *unstructured.Unstructured) bool {
-	switch obj.GetAnnotations()[plumbv1.AnnotationPrune] {
-	case "disabled":
-		return false
-	case "enabled":
-		return true
-	}
-	gvk := obj.GroupVersionKind()
-	isNamespace := gvk.Group == "" && gvk.Kind == "Namespace"
-	isCRD := gvk.Group == "apiextensions.k8s.io" && gvk.Kind == "CustomResourceDefinition"
-	return !isNamespace && !isCRD
+	return changes, kept, err
 }
 
 func describe(obj *unstructured.Unstructured) string {

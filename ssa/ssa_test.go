@@ -300,20 +300,28 @@ metadata: {name: recorded-at-an-old-version, namespace: NS}
 	unserved.SetKind("Gizmo")
 	unserved.SetNamespace(ns)
 	unserved.SetName("g")
-	cs, err := m.Prune(ctx, append(objs, unserved), owner)
+	cs, kept, err := m.Prune(ctx, append(objs, unserved), owner)
 	if err != nil {
 		t.Fatalf("Prune: %v", err)
 	}
 	want := map[string]string{
 		"ConfigMap/" + ns + "/stale":                      "deleted",
 		"ConfigMap/" + ns + "/recorded-at-an-old-version": "deleted",
-		"ConfigMap/" + ns + "/keep-me":                    "skipped",
+		"ConfigMap/" + ns + "/keep-me":                    string(KeptAction),
 		"ConfigMap/" + ns + "/adopted-by-someone":         "skipped",
-		"Namespace/" + ns:                                 "skipped",
+		"Namespace/" + ns:                                 string(KeptAction),
 		"Gizmo.gone.example.com/" + ns + "/g":             string(UnservedAction),
 	}
 	if diff := cmp.Diff(want, actions(cs)); diff != "" {
 		t.Errorf("prune change set (-want +got):\n%s", diff)
+	}
+	guards := map[string]string{}
+	for _, k := range kept {
+		guards[describe(k.Object)] = k.Guard.Reason
+	}
+	wantGuards := map[string]string{"ConfigMap/" + ns + "/keep-me": "PruneDisabled", "Namespace/" + ns: "Namespace"}
+	if diff := cmp.Diff(wantGuards, guards); diff != "" {
+		t.Errorf("kept objects and their guards (-want +got):\n%s", diff)
 	}
 	for _, name := range []string{"keep-me", "adopted-by-someone"} {
 		get(t, c, "v1", "ConfigMap", ns, name)
@@ -375,5 +383,40 @@ data: {k: VALUE}
 	}
 	if err := apply("three", false, DirectOptions{Force: true}); err != nil {
 		t.Fatalf("with DirectOptions.Force: %v", err)
+	}
+}
+
+func TestThePruneGuardKeepsNamespacesAndCRDsUnlessEnabledAndAnythingDisabled(t *testing.T) {
+	obj := func(apiVersion, kind, prune string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion(apiVersion)
+		u.SetKind(kind)
+		u.SetName("x")
+		if prune != "" {
+			u.SetAnnotations(map[string]string{plumbv1.AnnotationPrune: prune})
+		}
+		return u
+	}
+	for _, tc := range []struct {
+		obj    *unstructured.Unstructured
+		reason string // "" when it may be pruned
+	}{
+		{obj("v1", "ConfigMap", ""), ""},
+		{obj("v1", "ConfigMap", "disabled"), "PruneDisabled"},
+		{obj("v1", "Namespace", ""), "Namespace"},
+		{obj("v1", "Namespace", "enabled"), ""},
+		{obj("apiextensions.k8s.io/v1", "CustomResourceDefinition", ""), "CustomResourceDefinition"},
+		{obj("apiextensions.k8s.io/v1", "CustomResourceDefinition", "enabled"), ""},
+		{obj("apiextensions.k8s.io/v1", "CustomResourceDefinition", "disabled"), "PruneDisabled"},
+		{obj("example.com/v1", "Namespace", ""), ""}, // not the core Namespace
+	} {
+		guard, kept := PruneGuard(tc.obj)
+		if kept != (tc.reason != "") || guard.Reason != tc.reason {
+			t.Errorf("%s %s annotated %q: kept %v (%q), want reason %q", tc.obj.GetAPIVersion(), tc.obj.GetKind(),
+				tc.obj.GetAnnotations()[plumbv1.AnnotationPrune], kept, guard.Reason, tc.reason)
+		}
+		if kept && !strings.Contains(guard.Message, plumbv1.AnnotationPrune) {
+			t.Errorf("%s: the message %q does not name the annotation", tc.obj.GetKind(), guard.Message)
+		}
 	}
 }

@@ -316,9 +316,19 @@ type AppStatus struct {
 	Phases PhasesStatus `json:"phases,omitempty"`
 
 	// Inventory lists the objects plumb applied for this App; prune deletes
-	// those that are no longer in Git.
+	// those that are no longer in Git. It also lists the objects in Kept.
 	// +optional
 	Inventory *Inventory `json:"inventory,omitempty"`
+
+	// Kept lists the objects that left Git but that the prune guard keeps
+	// (a Namespace, a CRD, or an object annotated plumb.dev/prune: disabled),
+	// each with why and what would let plumb prune it. They stay in the
+	// inventory, keep the App's labels (no other App may take them without
+	// a takeover annotation) and are pruned by the first tick after their
+	// annotation allows it.
+	// +listType=atomic
+	// +optional
+	Kept []KeptObject `json:"kept,omitempty"`
 
 	// LastTickTime is when the last tick ended, successful or not.
 	// +optional
@@ -411,6 +421,19 @@ type ObjectRef struct {
 	Name string `json:"name"`
 }
 
+// KeptObject is an object that left Git and that the prune guard keeps.
+type KeptObject struct {
+	ObjectRef `json:",inline"`
+
+	// Reason is why it is kept: PruneDisabled (annotated
+	// plumb.dev/prune: disabled), Namespace or CustomResourceDefinition
+	// (kinds pruned only when annotated plumb.dev/prune: enabled).
+	Reason string `json:"reason"`
+
+	// Message says what would let plumb prune it.
+	Message string `json:"message"`
+}
+
 // DriftSummary describes the objects whose live state differs from what
 // plumb applied because someone else changed them.
 type DriftSummary struct {
@@ -473,4 +496,7 @@ const (
 	ReasonPruneFailed = "PruneFailed"
 	// ReasonSuspended: the App is suspended.
 	ReasonSuspended = "Suspended"
+	// ReasonNotPruned is the Event that names the objects that left Git and
+	// that the prune guard keeps (see AppStatus.Kept).
+	ReasonNotPruned = "NotPruned"
 )

@@ -28,6 +28,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -40,6 +41,7 @@ import (
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/clusterinfo"
 	"github.com/plumb-dev/plumb/credentials"
+	"github.com/plumb-dev/plumb/impersonation"
 	"github.com/plumb-dev/plumb/informers"
 	"github.com/plumb-dev/plumb/leadership"
 	"github.com/plumb-dev/plumb/metrics"
@@ -87,6 +89,9 @@ type Options struct {
 	WebhookSecrets map[webhook.Provider]string
 	// WebhookMaxBodyBytes caps payloads (default 1 MiB).
 	WebhookMaxBodyBytes int64
+	// Policy holds the tenancy rules: the default ServiceAccount Apps act
+	// as, and the lockdown flags.
+	Policy reconcile.Policy
 }
 
 // Run runs the controller until ctx ends; on the way out it lets ticks
@@ -170,6 +175,20 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	if err != nil {
 		return fmt.Errorf("creating the clientset: %w", err)
 	}
+	// Apps that act as a ServiceAccount share one client per ServiceAccount,
+	// and one request budget between them all.
+	impersonated := rest.CopyConfig(cfg)
+	impersonated.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	identities := impersonation.New(impersonated, impersonation.Options[reconcile.Applier]{
+		Build: func(cfg *rest.Config) (reconcile.Applier, error) {
+			c, err := client.New(cfg, client.Options{Scheme: scheme, Mapper: mgr.GetRESTMapper()})
+			if err != nil {
+				return nil, err
+			}
+			return ssa.NewManager(c), nil
+		},
+		Exists: impersonation.ServiceAccountsIn(mgr.GetCache()),
+	})
 	secrets := credentials.New(clientset)
 	tick := &reconcile.Reconciler{
 		Metrics:     loopMetrics,
@@ -180,6 +199,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		Cluster:     clusterinfo.New(discoveryClient, 0),
 		Reader:      reader,
 		Applier:     ssa.NewManager(direct),
+		Identities:  identities,
+		Policy:      opts.Policy,
 		Events:      mgr.GetEventRecorderFor("plumb"),
 		Log:         log.Named("tick"),
 	}

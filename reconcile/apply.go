@@ -27,7 +27,7 @@ import (
 // from the cache and the informers know plumb's own writes. Events that
 // arrive meanwhile are held and, when one was not plumb's write after all,
 // the App is enqueued again.
-func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, p *plan, desired []*unstructured.Unstructured,
+func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applier, p *plan, desired []*unstructured.Unstructured,
 	live map[objectID]*unstructured.Unstructured, pending pendingKinds, log *zap.Logger) (*fluxssa.ChangeSet, error) {
 	key := client.ObjectKeyFromObject(app)
 	r.memory.beginWrites(key)
@@ -38,7 +38,7 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, p *plan, desir
 	}()
 	changes := fluxssa.NewChangeSet()
 	if len(p.apply) > 0 {
-		applied, cs, err := r.Applier.ApplyDirect(ctx, p.apply, ssa.DirectOptions{
+		applied, cs, err := applier.ApplyDirect(ctx, p.apply, ssa.DirectOptions{
 			Force:  app.Spec.Force,
 			Exists: func(o *unstructured.Unstructured) bool { return live[idOf(o)] != nil },
 			Wait:   fluxssa.WaitOptions{Interval: 500 * time.Millisecond, Timeout: time.Minute},
@@ -71,7 +71,7 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, p *plan, desir
 		patch, err := json.Marshal(d.additions)
 		var patched *unstructured.Unstructured
 		if err == nil {
-			patched, err = r.Applier.RemoveAdditions(ctx, d.live, patch)
+			patched, err = applier.RemoveAdditions(ctx, d.live, patch)
 		}
 		if err != nil {
 			return changes, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
@@ -79,7 +79,7 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, p *plan, desir
 		r.memory.wrote(key, id, patched.GetResourceVersion())
 		changes.Add(fluxssa.ChangeSetEntry{Subject: id.String(), Action: fluxssa.ConfiguredAction})
 	}
-	kept, err := r.prune(ctx, app, desired, pending, changes, log)
+	kept, err := r.prune(ctx, app, applier, desired, pending, changes, log)
 	if err != nil {
 		return changes, err
 	}
@@ -103,7 +103,7 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, p *plan, desir
 // allows it prunes them. Whether an object the last tick kept is still
 // kept is read from the informer cache (it still carries the App's labels):
 // an unchanged tick asks the API server nothing about it.
-func (r *Reconciler) prune(ctx context.Context, app *plumbv1.App, desired []*unstructured.Unstructured,
+func (r *Reconciler) prune(ctx context.Context, app *plumbv1.App, applier Applier, desired []*unstructured.Unstructured,
 	pending pendingKinds, changes *fluxssa.ChangeSet, log *zap.Logger) ([]plumbv1.KeptObject, error) {
 	if !app.Spec.PruneEnabled() {
 		return nil, nil
@@ -120,7 +120,7 @@ func (r *Reconciler) prune(ctx context.Context, app *plumbv1.App, desired []*uns
 		stale = append(stale, obj)
 	}
 	if len(stale) > 0 {
-		cs, guarded, err := r.Applier.Prune(ctx, stale, owner)
+		cs, guarded, err := applier.Prune(ctx, stale, owner)
 		if cs != nil {
 			changes.Append(cs.Entries)
 			r.reportUnserved(app, cs)

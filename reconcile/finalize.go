@@ -27,7 +27,12 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 	if app.Spec.PruneEnabled() && !app.Spec.Suspend {
 		stale := r.staleObjects(app.Status.Inventory, nil, nil)
 		if len(stale) > 0 {
-			cs, guarded, err := r.Applier.Prune(ctx, stale, ssa.Owner{Name: app.Name, Namespace: app.Namespace})
+			applier, err := r.applierFor(ctx, app)
+			if err != nil {
+				r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonPruneFailed, "pruning the deleted App's objects: %v", err)
+				return interval, fmt.Errorf("pruning the objects of deleted App %s/%s: %w", app.Namespace, app.Name, err)
+			}
+			cs, guarded, err := applier.Prune(ctx, stale, ssa.Owner{Name: app.Name, Namespace: app.Namespace})
 			if cs != nil {
 				r.reportUnserved(app, cs)
 			}
@@ -53,6 +58,9 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 	}
 	r.Observer.Release(client.ObjectKeyFromObject(app))
 	r.Credentials.Release(client.ObjectKeyFromObject(app))
+	if r.Identities != nil {
+		r.Identities.Release(client.ObjectKeyFromObject(app))
+	}
 	r.memory.forgetApp(client.ObjectKeyFromObject(app))
 	return queue.Forget, nil
 }

@@ -77,3 +77,14 @@ func waitCached(t *testing.T, h *harness, obj client.Object) {
 		t.Fatalf("the cache does not have %s at %s", obj.GetName(), obj.GetResourceVersion())
 	}
 }
+
+// eventually polls cond until it holds, for at most a minute.
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatal("the condition did not hold within a minute")
+	}
+}

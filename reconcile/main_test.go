@@ -29,6 +29,7 @@ import (
 	"github.com/plumb-dev/plumb/api/v1alpha1/crd"
 	"github.com/plumb-dev/plumb/clusterinfo"
 	"github.com/plumb-dev/plumb/credentials"
+	"github.com/plumb-dev/plumb/impersonation"
 	"github.com/plumb-dev/plumb/informers"
 	"github.com/plumb-dev/plumb/localcluster"
 	"github.com/plumb-dev/plumb/queue"
@@ -70,8 +71,15 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
+	return newHarnessAs(t, cluster.Config, Policy{})
+}
+
+// newHarnessAs assembles a tick whose clients use base (a user's
+// credentials) and that enforces policy.
+func newHarnessAs(t *testing.T, base *rest.Config, policy Policy) *harness {
+	t.Helper()
 	counter := &localcluster.RequestLog{}
-	cfg := counter.Wrap(cluster.Config)
+	cfg := counter.Wrap(base)
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = plumbv1.AddToScheme(scheme)
@@ -126,7 +134,17 @@ func newHarness(t *testing.T) *harness {
 	events := record.NewFakeRecorder(10000)
 	r := &Reconciler{
 		Client: apps, APIReader: direct, Credentials: secrets, Mapper: mapper, Cluster: clusterinfo.New(discoveryClient, 0),
-		Reader: reader, Applier: ssa.NewManager(direct), Events: events, Log: zap.NewNop(),
+		Reader: reader, Applier: ssa.NewManager(direct), Events: events, Log: zap.NewNop(), Policy: policy,
+		Identities: impersonation.New(cfg, impersonation.Options[Applier]{
+			Build: func(cfg *rest.Config) (Applier, error) {
+				c, err := client.New(cfg, client.Options{Scheme: scheme, Mapper: mapper})
+				if err != nil {
+					return nil, err
+				}
+				return ssa.NewManager(c), nil
+			},
+			Exists: impersonation.ServiceAccountsIn(appCache),
+		}),
 	}
 	observer := informers.New(dyn, mapper, informers.Options{IsOwnWrite: r.IsOwnWrite})
 	t.Cleanup(observer.Stop)

@@ -54,7 +54,7 @@ const maxHeals = 3
 // Objects keep their live revision annotation unless their content changes.
 // An object another App owns is not taken over: the tick fails with a
 // Conflict before anything is applied.
-func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, desired []*unstructured.Unstructured,
+func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier, desired []*unstructured.Unstructured,
 	live map[objectID]*unstructured.Unstructured, pending pendingKinds, revision string) (*plan, error) {
 	key := client.ObjectKeyFromObject(app)
 	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
@@ -97,7 +97,7 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, desired []*unst
 			result.Kind = diff.Create // its CRD comes with this apply
 		}
 		if result.Kind == diff.Ambiguous && !newNamespaces[obj.GetNamespace()] {
-			if result, err = r.askServer(ctx, key, obj, l, app); err != nil {
+			if result, err = r.askServer(ctx, applier, key, obj, l, app); err != nil {
 				return nil, err
 			}
 		}
@@ -195,9 +195,9 @@ func ownershipConflicts(owner ssa.Owner, desired []*unstructured.Unstructured, l
 // the dry-run differs but the live object carries the hash of this very
 // content, Git did not change it since plumb applied it: someone else did
 // (drift), and the fields plumb would take back say who.
-func (r *Reconciler) askServer(ctx context.Context, key types.NamespacedName, obj, live *unstructured.Unstructured,
+func (r *Reconciler) askServer(ctx context.Context, applier Applier, key types.NamespacedName, obj, live *unstructured.Unstructured,
 	app *plumbv1.App) (diff.Result, error) {
-	differs, dryRun, err := r.Applier.DryRun(ctx, obj, live)
+	differs, dryRun, err := applier.DryRun(ctx, obj, live)
 	var rejected *ssaerrors.DryRunErr
 	switch {
 	case errors.As(err, &rejected):

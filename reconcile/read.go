@@ -57,6 +57,9 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 	fail := func(detail string, err error, terminal bool) error {
 		return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: detail, Err: err, Terminal: terminal}
 	}
+	if err := r.refuseFileSource(app); err != nil {
+		return nil, err
+	}
 	var auth git.Auth
 	if ref := app.Spec.Source.SecretRef; ref != nil {
 		secret, err := r.Credentials.Get(ctx, client.ObjectKeyFromObject(app), ref.Name)

@@ -46,8 +46,16 @@ type Reconciler struct {
 	Cluster  ClusterInfo
 	Reader   Reader
 	Observer Observer
-	Applier  Applier
-	Events   EventRecorder
+	// Applier acts on the App's objects with the controller's own rights,
+	// for Apps that act as no ServiceAccount.
+	Applier Applier
+	// Identities gives the Applier that acts as an App's ServiceAccount;
+	// nil when the controller cannot impersonate (an App that names a
+	// ServiceAccount then fails rather than use the controller's rights).
+	Identities Identities
+	// Policy holds the tenancy rules the controller enforces.
+	Policy Policy
+	Events EventRecorder
 	// Enqueue brings an App's next tick forward (the queue's AddEvent): a
 	// tick calls it when someone else changed one of its objects while it
 	// was writing them.
@@ -225,7 +233,6 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 	revision := result.Revision.String()
 	app.Status.LastAttemptedRevision = revision
 	log = log.With(zap.String("revision", revision))
-	markSuccess(app, PhaseRead, r.now())
 	if result.HistoryRewritten {
 		r.Events.Eventf(app, corev1.EventTypeWarning, "HistoryRewritten",
 			"the history of %s was rewritten (force-push): %s no longer descends from %s", app.Spec.Source.Ref.Branch, revision, app.Status.LastAppliedRevision)
@@ -236,11 +243,20 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 				displayPath(app.Spec.Source.Path), revision, inventoryLen(app))}
 	}
 
-	// Observe.
 	desired, pending, err := r.prepare(app, result)
 	if err != nil {
 		return nil, err
 	}
+	if err := r.checkNamespaces(app, desired, revision); err != nil {
+		return nil, err
+	}
+	markSuccess(app, PhaseRead, r.now())
+	applier, err := r.applierFor(ctx, app)
+	if err != nil {
+		return nil, err
+	}
+
+	// Observe.
 	live, err := r.observe(ctx, key, app, desired, pending, log)
 	if err != nil {
 		return nil, err
@@ -249,7 +265,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 	phaseStart = r.timed(PhaseObserve, phaseStart)
 
 	// Diff.
-	plan, err := r.diff(ctx, app, desired, live, pending, revision)
+	plan, err := r.diff(ctx, app, applier, desired, live, pending, revision)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +274,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 	r.recordDrift(app, plan)
 
 	// Apply.
-	changes, err := r.apply(ctx, app, plan, desired, live, pending, log)
+	changes, err := r.apply(ctx, app, applier, plan, desired, live, pending, log)
 	if err != nil {
 		return changes, err
 	}

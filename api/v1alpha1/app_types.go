@@ -71,6 +71,17 @@ type AppSpec struct {
 	// +optional
 	TargetNamespace string `json:"targetNamespace,omitempty"`
 
+	// ServiceAccountName is a ServiceAccount in the App's namespace that
+	// every request touching the App's objects (dry-runs, applies, patches,
+	// prunes) is made as, through impersonation: the API server's RBAC then
+	// decides what the App may do. Without it the App uses the controller's
+	// --default-service-account, or, when that is not set either, the
+	// controller's own rights.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
 	// Prune deletes the objects that left Git. Defaults to true.
 	// +kubebuilder:default=true
 	// +optional

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"net"
 	"os"
 	"os/signal"
@@ -73,6 +74,9 @@ func newControllerCommand() *cobra.Command {
 	flags.Int64Var(&f.ReadLimits.MaxTotalBytes, "max-repository-bytes", f.ReadLimits.MaxTotalBytes, "largest total size in bytes of a repository's files at a revision (0: no limit)")
 	flags.Int64Var(&f.ReadLimits.MaxFileBytes, "max-file-bytes", f.ReadLimits.MaxFileBytes, "largest single file in bytes (0: no limit)")
 	flags.IntVar(&f.ReadLimits.MaxObjects, "max-objects", f.ReadLimits.MaxObjects, "largest number of objects one App may render (0: no limit)")
+	flags.StringVar(&f.Policy.DefaultServiceAccount, "default-service-account", "", "ServiceAccount, in each App's own namespace, that Apps naming none in spec.serviceAccountName act as (without it such Apps act with the controller's own rights)")
+	flags.BoolVar(&f.Policy.NoCrossNamespace, "no-cross-namespace", false, "refuse renders that place objects outside the App's namespace or hold cluster-scoped objects")
+	flags.BoolVar(&f.Policy.AllowFileSources, "allow-file-sources", false, "let Apps read file:// repositories (from the controller's own disk)")
 	return cmd
 }
 
@@ -95,6 +99,9 @@ func (f controllerFlags) validate() error {
 	}
 	if f.Workers < 1 {
 		return fmt.Errorf("--workers %d: want at least 1", f.Workers)
+	}
+	if sa := f.Policy.DefaultServiceAccount; sa != "" && len(validation.IsDNS1123Subdomain(sa)) > 0 {
+		return fmt.Errorf("--default-service-account %q: not a ServiceAccount name: %s", sa, strings.Join(validation.IsDNS1123Subdomain(sa), "; "))
 	}
 	if _, err := labels.Parse(f.appSelector); err != nil {
 		return fmt.Errorf("--app-label-selector %q: %w", f.appSelector, err)

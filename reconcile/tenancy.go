@@ -1,0 +1,116 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/impersonation"
+)
+
+// Policy is what the controller lets an App do beyond what RBAC decides
+// (the controller's lockdown flags).
+type Policy struct {
+	// DefaultServiceAccount is the ServiceAccount, in the App's own
+	// namespace, that an App naming none acts as. Empty: such an App acts
+	// with the controller's own rights.
+	DefaultServiceAccount string
+	// NoCrossNamespace refuses, in the Read phase, a render that places a
+	// namespaced object outside the App's namespace or holds a
+	// cluster-scoped object.
+	NoCrossNamespace bool
+	// AllowFileSources lets Apps read file:// repositories, which are on the
+	// controller's own disk.
+	AllowFileSources bool
+}
+
+// Identities gives the Applier that acts as a ServiceAccount in an App's
+// namespace (package impersonation) and forgets an App that acts as none.
+type Identities interface {
+	For(ctx context.Context, app types.NamespacedName, serviceAccount string) (Applier, error)
+	Release(app types.NamespacedName)
+}
+
+// serviceAccountOf is the ServiceAccount an App acts as ("" for the
+// controller's own rights).
+func (r *Reconciler) serviceAccountOf(app *plumbv1.App) string {
+	if app.Spec.ServiceAccountName != "" {
+		return app.Spec.ServiceAccountName
+	}
+	return r.Policy.DefaultServiceAccount
+}
+
+// applierFor is the Applier that acts for app: as its ServiceAccount, or
+// with the controller's own rights when it has none. A ServiceAccount that
+// cannot be acted as fails the Apply phase, before any request about the
+// App's objects.
+func (r *Reconciler) applierFor(ctx context.Context, app *plumbv1.App) (Applier, error) {
+	key := client.ObjectKeyFromObject(app)
+	sa := r.serviceAccountOf(app)
+	if sa == "" {
+		if r.Identities != nil {
+			r.Identities.Release(key)
+		}
+		return r.Applier, nil
+	}
+	fail := func(detail string, err error) error {
+		return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Detail: detail, Err: err}
+	}
+	if r.Identities == nil {
+		return nil, fail("ServiceAccountUnavailable", fmt.Errorf("the App acts as ServiceAccount %s/%s, but this controller cannot impersonate", app.Namespace, sa))
+	}
+	applier, err := r.Identities.For(ctx, key, sa)
+	switch {
+	case errors.Is(err, impersonation.ErrServiceAccountNotFound):
+		return nil, fail("ServiceAccountNotFound", err)
+	case err != nil:
+		return nil, fail("ServiceAccountUnavailable", err)
+	}
+	return applier, nil
+}
+
+// refuseFileSource refuses a file:// repository unless the controller
+// allows them: it would be read from the controller's own disk.
+func (r *Reconciler) refuseFileSource(app *plumbv1.App) error {
+	if r.Policy.AllowFileSources || !strings.HasPrefix(strings.ToLower(app.Spec.Source.URL), "file:") {
+		return nil
+	}
+	return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: "SourceRefused", Terminal: true,
+		Err: errors.New("file:// sources are refused: the repository would be read from the controller's own disk " +
+			"(start plumb controller with --allow-file-sources to allow them)")}
+}
+
+// checkNamespaces enforces NoCrossNamespace on the prepared render (every
+// namespaced object has its namespace, cluster-scoped ones none): the whole
+// render is refused, naming each object that breaks the rule, before
+// anything is applied or pruned.
+func (r *Reconciler) checkNamespaces(app *plumbv1.App, desired []*unstructured.Unstructured, revision string) error {
+	if !r.Policy.NoCrossNamespace {
+		return nil
+	}
+	var offending []string
+	for _, obj := range desired {
+		switch ns := obj.GetNamespace(); {
+		case ns == "":
+			offending = append(offending, idOf(obj).String()+" (cluster-scoped)")
+		case ns != app.Namespace:
+			offending = append(offending, fmt.Sprintf("%s (namespace %s)", idOf(obj), ns))
+		}
+	}
+	if len(offending) == 0 {
+		return nil
+	}
+	count := len(offending)
+	if len(offending) > maxListed {
+		offending = append(offending[:maxListed], fmt.Sprintf("and %d more", len(offending)-maxListed))
+	}
+	return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: "PolicyViolation",
+		Err: fmt.Errorf("%s at %s breaks --no-cross-namespace (an App may place objects only in its own namespace %s and no cluster-scoped objects); "+
+			"nothing was applied or pruned. %d objects: %s", displayPath(app.Spec.Source.Path), revision, app.Namespace, count, strings.Join(offending, ", "))}
+}

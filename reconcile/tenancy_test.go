@@ -1,0 +1,323 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/queue"
+)
+
+// The tests of this file run the tick as a restricted controller user: it
+// may read what it watches and write Apps and Events, may impersonate
+// ServiceAccounts, and may write none of the objects Apps render. Whatever
+// an App gets applied, its ServiceAccount's RBAC allowed.
+
+var controllerUsers atomic.Int64
+
+// restrictedController provisions a controller user with only the rights
+// plumb needs when every App acts as a ServiceAccount, and returns its
+// config.
+func restrictedController(t *testing.T) *rest.Config {
+	t.Helper()
+	ctx := context.Background()
+	c := admin(t)
+	name := fmt.Sprintf("plumb-tenancy-%d", controllerUsers.Add(1))
+	read := []string{"get", "list", "watch"}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{"plumb.dev"}, Resources: []string{"apps", "apps/status", "apps/finalizers"}, Verbs: []string{"*"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"impersonate", "get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets", "namespaces"}, Verbs: read},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: read},
+		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterrolebindings"}, Verbs: read},
+	}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: name}}}
+	for _, obj := range []client.Object{role, binding} {
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, cfg, err := cluster.AddUser(name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// serviceAccount creates ServiceAccount name in ns, bound to a Role that
+// grants verbs on ConfigMaps, Secrets and Deployments in ns.
+func serviceAccount(t *testing.T, ns, name string, verbs ...string) {
+	t.Helper()
+	ctx := context.Background()
+	c := admin(t)
+	objs := []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}, Verbs: verbs},
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: verbs},
+		}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}},
+	}
+	for _, obj := range objs {
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+var allVerbs = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+
+// failed fails the test unless the App is not Ready for reason and detail,
+// and returns the Ready message.
+func failed(t *testing.T, app *plumbv1.App, phase Phase, reason, detail string) string {
+	t.Helper()
+	cond := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != reason {
+		t.Fatalf("Ready = %+v, want False with reason %s", cond, reason)
+	}
+	if ps := phaseStatus(app, phase); ps.Reason != detail {
+		t.Errorf("the %s phase's reason = %q, want %q", phase, ps.Reason, detail)
+	}
+	return cond.Message
+}
+
+const deploymentYAML = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: api
+spec:
+  selector: {matchLabels: {app: api}}
+  template:
+    metadata: {labels: {app: api}}
+    spec:
+      containers: [{name: api, image: example.com/api:1}]
+`
+
+const escalationYAML = `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: tenant-is-cluster-admin
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects: [{kind: Group, name: system:authenticated, apiGroup: rbac.authorization.k8s.io}]
+`
+
+func TestAnAppActsAsItsServiceAccountAndGetsNoMoreRightsThanIt(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	w, repo := newRepo(t, map[string]string{
+		"deploy/api.yaml":    deploymentYAML,
+		"deploy/config.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: config\ndata: {k: v}\n",
+	})
+	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.ServiceAccountName = "deployer" })
+	key := client.ObjectKeyFromObject(app)
+	serviceAccount(t, app.Namespace, "deployer", allVerbs...)
+	h := newHarnessAs(t, restrictedController(t), Policy{})
+
+	// The controller's user may write none of these: they were applied as the ServiceAccount.
+	ready(t, h.tick(t, key, queue.TriggerTimer))
+	before := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "config"}, before); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "api"}, &metav1.PartialObjectMetadata{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}}); err != nil {
+		t.Fatalf("the Deployment was not applied: %v", err)
+	}
+
+	// An unchanged tick asks nothing about its objects, as for an App with the controller's rights.
+	waitCached(t, h, before)
+	ready(t, h.tick(t, key, queue.TriggerTimer))
+	h.counter.Reset()
+	ready(t, h.tick(t, key, queue.TriggerEvent))
+	if reqs := append(h.counter.Matching("/configmaps"), h.counter.Matching("/deployments")...); len(reqs) != 0 {
+		t.Errorf("an unchanged tick as the ServiceAccount made requests about its objects: %v", reqs)
+	}
+
+	// The same render now grants cluster-admin to everyone.
+	pushed(t, w, map[string]string{"deploy/escalate.yaml": escalationYAML})
+	h.counter.Reset()
+	got := h.tick(t, key, queue.TriggerTimer)
+	msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, plumbv1.ReasonApplyFailed)
+	for _, want := range []string{"clusterrolebindings", "system:serviceaccount:" + app.Namespace + ":deployer", "forbidden"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Ready message %q does not name %q", msg, want)
+		}
+	}
+	err := c.Get(ctx, client.ObjectKey{Name: "tenant-is-cluster-admin"}, &rbacv1.ClusterRoleBinding{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("the ClusterRoleBinding exists (or %v): the App escalated through the controller", err)
+	}
+	after := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(before), after); err != nil || after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("the ConfigMap changed (resourceVersion %s → %s, %v)", before.ResourceVersion, after.ResourceVersion, err)
+	}
+	if deletes := h.counter.Matching("DELETE "); len(deletes) != 0 {
+		t.Errorf("the failed tick pruned: %v", deletes)
+	}
+}
+
+func TestTheDefaultServiceAccountAndNoCrossNamespaceHoldAnAppInItsNamespace(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	other := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "victim-"}}
+	if err := c.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	secretYAML := "apiVersion: v1\nkind: Secret\nmetadata:\n  name: planted\n  namespace: " + other.Name + "\nstringData: {k: v}\n"
+	_, repo := newRepo(t, map[string]string{
+		"deploy/mine.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: mine\n",
+		"deploy/theirs.yaml": secretYAML,
+	})
+	app := newApp(t, repo, nil) // names no ServiceAccount
+	key := client.ObjectKeyFromObject(app)
+	serviceAccount(t, app.Namespace, "tenant", allVerbs...)
+	controllerUser := restrictedController(t)
+
+	t.Run("--default-service-account: RBAC refuses the other namespace", func(t *testing.T) {
+		h := newHarnessAs(t, controllerUser, Policy{DefaultServiceAccount: "tenant"})
+		got := h.tick(t, key, queue.TriggerTimer)
+		msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, plumbv1.ReasonApplyFailed)
+		for _, want := range []string{"secrets", "system:serviceaccount:" + app.Namespace + ":tenant", other.Name} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("Ready message %q does not name %q", msg, want)
+			}
+		}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: other.Name, Name: "planted"}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the Secret was planted in the other namespace (or %v)", err)
+		}
+	})
+
+	t.Run("--no-cross-namespace: the render is refused before any request", func(t *testing.T) {
+		h := newHarnessAs(t, controllerUser, Policy{DefaultServiceAccount: "tenant", NoCrossNamespace: true})
+		h.counter.Reset()
+		got := h.tick(t, key, queue.TriggerTimer)
+		msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "PolicyViolation")
+		if !strings.Contains(msg, "Secret/"+other.Name+"/planted (namespace "+other.Name+")") || !strings.Contains(msg, "--no-cross-namespace") {
+			t.Errorf("Ready message %q does not name the object and the rule", msg)
+		}
+		aboutObjects := func() []string {
+			return append(h.counter.Matching("/configmaps"), h.counter.Matching("/namespaces/"+other.Name+"/")...)
+		}
+		if reqs := aboutObjects(); len(reqs) != 0 {
+			t.Errorf("a refused render made requests about the App's objects: %v", reqs)
+		}
+		// An unchanged tick afterwards asks nothing about them either.
+		h.counter.Reset()
+		got = h.tick(t, key, queue.TriggerTimer)
+		failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "PolicyViolation")
+		if reqs := aboutObjects(); len(reqs) != 0 {
+			t.Errorf("an unchanged refused tick made requests about the App's objects: %v", reqs)
+		}
+	})
+
+	t.Run("--no-cross-namespace refuses cluster-scoped objects", func(t *testing.T) {
+		_, repo := newRepo(t, map[string]string{"deploy/escalate.yaml": escalationYAML})
+		app := newApp(t, repo, nil)
+		h := newHarnessAs(t, controllerUser, Policy{NoCrossNamespace: true})
+		got := h.tick(t, client.ObjectKeyFromObject(app), queue.TriggerTimer)
+		msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "PolicyViolation")
+		if !strings.Contains(msg, "ClusterRoleBinding.rbac.authorization.k8s.io/tenant-is-cluster-admin (cluster-scoped)") {
+			t.Errorf("Ready message %q does not name the cluster-scoped object", msg)
+		}
+	})
+}
+
+func TestPruneAndTheFinalizersPruneActAsTheServiceAccount(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	cm := func(name string) string { return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\n" }
+	w, repo := newRepo(t, map[string]string{"deploy/a.yaml": cm("a"), "deploy/b.yaml": cm("b")})
+	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.ServiceAccountName = "no-delete" })
+	key := client.ObjectKeyFromObject(app)
+	serviceAccount(t, app.Namespace, "no-delete", "get", "list", "watch", "create", "update", "patch")
+	h := newHarnessAs(t, restrictedController(t), Policy{})
+	ready(t, h.tick(t, key, queue.TriggerTimer))
+
+	pushed(t, w, map[string]string{"deploy/b.yaml": ""})
+	got := h.tick(t, key, queue.TriggerTimer)
+	msg := failed(t, got, PhaseApply, plumbv1.ReasonPruneFailed, plumbv1.ReasonPruneFailed)
+	if !strings.Contains(msg, "cannot delete") || !strings.Contains(msg, "system:serviceaccount:"+app.Namespace+":no-delete") {
+		t.Errorf("Ready message %q does not say the ServiceAccount may not delete", msg)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "b"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("the ConfigMap whose prune RBAC refused is gone: %v", err)
+	}
+	if !inventoryHas(got, "ConfigMap", "b") {
+		t.Error("the ConfigMap not pruned left the inventory: no later tick would prune it")
+	}
+
+	// The App is deleted: its finalizer's prune is refused the same way.
+	if err := c.Delete(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	h.recorded()
+	eventually(t, func() bool { // once the App cache has seen the deletion
+		h.tick(t, key, queue.TriggerTimer)
+		return countContaining(h.recorded(), "Warning PruneFailed", "cannot delete", "no-delete") == 1
+	})
+	for _, name := range []string{"a", "b"} {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: name}, &corev1.ConfigMap{}); err != nil {
+			t.Errorf("ConfigMap %s is gone although RBAC refused its prune: %v", name, err)
+		}
+	}
+	stuck := &plumbv1.App{}
+	if err := c.Get(ctx, key, stuck); err != nil {
+		t.Errorf("the App is gone although its objects were not pruned: %v", err)
+	}
+}
+
+func TestAMissingServiceAccountFailsNamingItUntilItExists(t *testing.T) {
+	_, repo := newRepo(t, map[string]string{"deploy/a.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"})
+	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.ServiceAccountName = "ghost" })
+	key := client.ObjectKeyFromObject(app)
+	h := newHarnessAs(t, restrictedController(t), Policy{})
+	h.counter.Reset()
+	got := h.tick(t, key, queue.TriggerTimer)
+	msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, "ServiceAccountNotFound")
+	if !strings.Contains(msg, app.Namespace+"/ghost") {
+		t.Errorf("Ready message %q does not name the ServiceAccount", msg)
+	}
+	if reqs := h.counter.Matching("/configmaps"); len(reqs) != 0 {
+		t.Errorf("requests about the App's objects were made without its ServiceAccount: %v", reqs)
+	}
+	serviceAccount(t, app.Namespace, "ghost", allVerbs...)
+	// The ServiceAccount cache sees it soon; until then the tick fails the same way.
+	eventually(t, func() bool {
+		got = h.tick(t, key, queue.TriggerTimer)
+		cond := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionReady)
+		return cond != nil && cond.Status == metav1.ConditionTrue
+	})
+}
+
+func TestFileSourcesAreRefusedUnlessTheControllerAllowsThem(t *testing.T) {
+	app := newApp(t, "unused", func(a *plumbv1.App) { a.Spec.Source.URL = "file:///var/lib/other-tenant/repo.git" })
+	key := client.ObjectKeyFromObject(app)
+	got := newHarness(t).tick(t, key, queue.TriggerTimer)
+	msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "SourceRefused")
+	if !strings.Contains(msg, "--allow-file-sources") {
+		t.Errorf("Ready message %q does not name the flag", msg)
+	}
+	if cond := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionStalled); cond == nil || cond.Status != metav1.ConditionTrue {
+		t.Errorf("Stalled = %+v: a refused source needs a change of spec or flags, not retries", cond)
+	}
+	allowed := newHarnessAs(t, cluster.Config, Policy{AllowFileSources: true}).tick(t, key, queue.TriggerTimer)
+	if ps := phaseStatus(allowed, PhaseRead); ps.Reason == "SourceRefused" {
+		t.Errorf("with --allow-file-sources the source is still refused: %s", ps.LastError)
+	}
+}

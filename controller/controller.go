@@ -252,15 +252,23 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	// A term of ticking: a new queue with every App in it, until the Lease
 	// is lost (ticks cancelled at once) or the process stops (ticks drain).
 	term := func(lost, stop <-chan struct{}) {
+		tick.StartTerm()
 		q := queue.New("apps", tick.Tick, queue.Options[types.NamespacedName]{Workers: opts.Workers, DrainTimeout: opts.ShutdownTimeout})
 		runCtx, stopRun := context.WithCancel(context.Background())
+		ran := make(chan struct{})
 		go func() {
 			select {
 			case <-lost:
 				q.CancelTicks()
+				stopRun()
 			case <-stop:
+				stopRun()
+				select { // losing the Lease during the drain still ends the ticks at once
+				case <-lost:
+					q.CancelTicks()
+				case <-ran:
+				}
 			}
-			stopRun()
 		}()
 		apps.set(q)
 		list := &plumbv1.AppList{}
@@ -271,6 +279,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		}
 		log.Info("Started ticking", zap.Int("workers", opts.Workers))
 		q.Run(runCtx)
+		close(ran)
 		apps.set(nil)
 		observer.Stop()
 		secrets.Stop()

@@ -100,10 +100,18 @@ func TestAnAPIServerOutageEndsTheTermNotTheProcess(t *testing.T) {
 
 	t.Run("the outage was logged in short lines", func(t *testing.T) {
 		for _, p := range replicas {
+			eventLines := 0
 			for _, line := range strings.Split(p.tail(1_000_000), "\n") {
 				if len(line) > 1500 {
 					t.Errorf("a log line of %d bytes: %.200s…", len(line), line)
 				}
+				if strings.Contains(line, "Unable to write event") {
+					eventLines++
+				}
+			}
+			// At most one line per kind of failure every 30 s, over an outage of about 30 s.
+			if eventLines > 10 {
+				t.Errorf("%d lines say an Event could not be written, want a few (rate-limited)", eventLines)
 			}
 		}
 	})

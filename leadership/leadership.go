@@ -47,7 +47,7 @@ func Run(ctx context.Context, cfg Config, term Term, log *zap.Logger) error {
 	}
 	host, _ := os.Hostname()
 	identity := host + "_" + uuid.NewString()
-	lock := &resourcelock.LeaseLock{
+	baseLock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
 		Client:     cfg.Client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
@@ -58,6 +58,7 @@ func Run(ctx context.Context, cfg Config, term Term, log *zap.Logger) error {
 		electorCtx, cancelElector := context.WithCancel(context.WithoutCancel(ctx))
 		termDone := make(chan struct{})
 		var started atomic.Bool
+		lock := &renewals{Interface: baseLock}
 		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock: lock, Name: cfg.Name, ReleaseOnCancel: true,
 			LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
@@ -66,7 +67,15 @@ func Run(ctx context.Context, cfg Config, term Term, log *zap.Logger) error {
 					started.Store(true)
 					defer close(termDone)
 					log.Info("Leading", zap.String("lease", cfg.Namespace+"/"+cfg.Name), zap.String("identity", identity))
-					term(leading.Done(), ctx.Done())
+					lost := make(chan struct{})
+					ended := make(chan struct{})
+					defer close(ended)
+					go lock.watch(leading, ended, lost, cfg.RenewDeadline, cfg.RetryPeriod, log)
+					term(lost, ctx.Done())
+					// The term is over: stop renewing (a term ended by the
+					// watchdog would otherwise hold the Lease without ticking)
+					// and campaign again.
+					cancelElector()
 				},
 				OnStoppedLeading: func() {
 					if ctx.Err() == nil {
@@ -91,11 +100,65 @@ func Run(ctx context.Context, cfg Config, term Term, log *zap.Logger) error {
 			}
 		}()
 		elector.Run(electorCtx) // returns when the Lease is lost, or after the stop
-		if started.Load() {
+		// A successful write of the Lease means the elector started a term
+		// (perhaps not yet running): wait for it to end.
+		if started.Load() || lock.acquired() {
 			<-termDone
 		}
 		close(campaignDone)
 		cancelElector()
 	}
 	return nil
+}
+
+// renewals is the Lease lock, remembering when this replica last wrote the
+// Lease successfully.
+type renewals struct {
+	resourcelock.Interface
+	last atomic.Int64 // UnixNano of the last successful Create or Update
+}
+
+func (r *renewals) Create(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+	err := r.Interface.Create(ctx, rec)
+	if err == nil {
+		r.last.Store(time.Now().UnixNano())
+	}
+	return err
+}
+
+func (r *renewals) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+	err := r.Interface.Update(ctx, rec)
+	if err == nil {
+		r.last.Store(time.Now().UnixNano())
+	}
+	return err
+}
+
+// acquired reports whether this replica ever wrote the Lease.
+func (r *renewals) acquired() bool { return r.last.Load() != 0 }
+
+// watch closes lost when the elector ends the term (leading is done), or
+// as soon as the Lease has not been renewed for renewDeadline: a renewal
+// that hangs (an API server that accepts connections but does not answer)
+// must not keep this replica ticking past the moment another may take the
+// Lease (the lease duration after the last renewal). It returns when the
+// term has ended.
+func (r *renewals) watch(leading context.Context, ended <-chan struct{}, lost chan<- struct{}, renewDeadline, every time.Duration, log *zap.Logger) {
+	ticker := time.NewTicker(every / 2)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ended:
+			return
+		case <-leading.Done():
+			close(lost)
+			return
+		case <-ticker.C:
+			if since := time.Since(time.Unix(0, r.last.Load())); since > renewDeadline {
+				log.Warn("The lease was not renewed within the renew deadline; stopping ticks", zap.Duration("since", since))
+				close(lost)
+				return
+			}
+		}
+	}
 }

@@ -133,7 +133,7 @@ func (r *Reconciler) prune(ctx context.Context, app *plumbv1.App, applier Applie
 		}
 		log.Info("Pruned objects", zap.Int("stale", len(stale)), zap.Int("kept", len(guarded)))
 	}
-	r.reportKept(app, kept, "")
+	r.reportKept(app, kept)
 	return kept, nil
 }
 
@@ -154,9 +154,8 @@ func keptObject(obj *unstructured.Unstructured, guard ssa.Guard) plumbv1.KeptObj
 }
 
 // reportKept records a NotPruned Event naming each object the prune guard
-// keeps that the App's status did not list as kept yet, and why. context
-// says when ("" for a tick).
-func (r *Reconciler) reportKept(app *plumbv1.App, kept []plumbv1.KeptObject, context string) {
+// keeps that the App's status did not list as kept yet, and why.
+func (r *Reconciler) reportKept(app *plumbv1.App, kept []plumbv1.KeptObject) {
 	before := map[objectID]bool{}
 	for _, k := range app.Status.Kept {
 		before[idOfRef(k.ObjectRef)] = true
@@ -173,8 +172,8 @@ func (r *Reconciler) reportKept(app *plumbv1.App, kept []plumbv1.KeptObject, con
 	if len(parts) > maxListed {
 		parts = append(parts[:maxListed], fmt.Sprintf("and %d more", len(parts)-maxListed))
 	}
-	r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonNotPruned, "%skept what left Git, still labelled as this App's: %s",
-		context, strings.Join(parts, "; "))
+	r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonNotPruned, "kept what left Git, still labelled as this App's: %s",
+		strings.Join(parts, "; "))
 }
 
 // reportUnserved records an Event naming the objects prune found nothing

@@ -34,7 +34,7 @@ spec:
 func TestAFieldOneManagerKeepsChangingIsLeftToItAndOnlyThatField(t *testing.T) {
 	ctx := context.Background()
 	c := admin(t)
-	_, repo := newRepo(t, map[string]string{"deploy/web.yaml": fightDeployment})
+	w, repo := newRepo(t, map[string]string{"deploy/web.yaml": fightDeployment})
 	app := newApp(t, repo, nil)
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
@@ -83,5 +83,40 @@ func TestAFieldOneManagerKeepsChangingIsLeftToItAndOnlyThatField(t *testing.T) {
 	}
 	if d.Spec.Template.Spec.Containers[0].Image != "nginx:1.27" || d.Spec.Replicas == nil || *d.Spec.Replicas != 5 {
 		t.Errorf("image %s, replicas %v; want the image healed and the replicas left at 5", d.Spec.Template.Spec.Containers[0].Image, d.Spec.Replicas)
+	}
+
+	replicasAndImage := func() (int32, string) {
+		t.Helper()
+		d := &appsv1.Deployment{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "web"}, d); err != nil {
+			t.Fatal(err)
+		}
+		return *d.Spec.Replicas, d.Spec.Template.Spec.Containers[0].Image
+	}
+	conflictAgain := func() {
+		t.Helper()
+		for range maxHeals + 1 {
+			change("autoscaler", scale)
+			h.tick(t, key, queue.TriggerEvent)
+		}
+		if replicas, _ := replicasAndImage(); replicas != 5 {
+			t.Fatalf("replicas %d: the field was not left to the autoscaler", replicas)
+		}
+	}
+
+	// Git changes the object: the conflict ends, Git's replicas are applied.
+	pushed(t, w, map[string]string{"deploy/web.yaml": strings.Replace(fightDeployment, "nginx:1.27", "nginx:1.28", 1)})
+	ready(t, h.tick(t, key, queue.TriggerTimer))
+	if replicas, image := replicasAndImage(); replicas != 2 || image != "nginx:1.28" {
+		t.Errorf("after Git changed the object: replicas %d, image %s; want 2 and nginx:1.28", replicas, image)
+	}
+
+	// Another manager takes the field from the autoscaler: the conflict
+	// ends, and that change is healed.
+	conflictAgain()
+	change("kubectl-scale", func(d *appsv1.Deployment) { seven := int32(7); d.Spec.Replicas = &seven })
+	ready(t, h.tick(t, key, queue.TriggerEvent))
+	if replicas, _ := replicasAndImage(); replicas != 2 {
+		t.Errorf("another manager's change of the left field: replicas %d, want it healed to 2", replicas)
 	}
 }

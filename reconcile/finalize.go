@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -17,8 +18,8 @@ import (
 
 // finalize runs when an App is being deleted: with prune on it deletes the
 // App's objects (those that still carry its labels) except those the prune
-// guard keeps, which a NotPruned Event names; otherwise it leaves them
-// (orphans). Then it removes the finalizer and forgets the App.
+// guard keeps, which lose the App's labels (no deleted App claims them) and
+// which a NotPruned Event names; otherwise it leaves them (orphans). Then it removes the finalizer and forgets the App.
 func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Logger) (time.Duration, error) {
 	if !slices.Contains(app.Finalizers, plumbv1.Finalizer) {
 		return queue.Forget, nil
@@ -32,20 +33,16 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 				r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonPruneFailed, "pruning the deleted App's objects: %v", err)
 				return interval, fmt.Errorf("pruning the objects of deleted App %s/%s: %w", app.Namespace, app.Name, err)
 			}
-			cs, guarded, err := applier.Prune(ctx, stale, ssa.Owner{Name: app.Name, Namespace: app.Namespace})
+			owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
+			cs, guarded, err := applier.Prune(ctx, stale, owner)
 			if cs != nil {
 				r.reportUnserved(app, cs)
 			}
-			kept := make([]plumbv1.KeptObject, 0, len(guarded))
-			for _, k := range guarded {
-				kept = append(kept, keptObject(k.Object, k.Guard))
-			}
-			app.Status.Kept = nil // name every one: the App is going away
-			r.reportKept(app, kept, "the App is deleted; ")
 			if err != nil {
 				r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonPruneFailed, "pruning the deleted App's objects: %v", err)
 				return interval, fmt.Errorf("pruning the objects of deleted App %s/%s: %w", app.Namespace, app.Name, err)
 			}
+			r.disownKept(ctx, app, applier, owner, guarded, log)
 			log.Info("Pruned the deleted App's objects", zap.String("changes", changeSummary(cs)))
 		}
 	} else {
@@ -63,4 +60,29 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 	}
 	r.memory.forgetApp(client.ObjectKeyFromObject(app))
 	return queue.Forget, nil
+}
+
+// disownKept removes the deleted App's labels from the objects the prune
+// guard kept, so that no App claims them any more, and names them in one
+// NotPruned Event. An object whose labels cannot be removed keeps them (it
+// stays claimed by the deleted App: another App needs a takeover
+// annotation); that does not hold the App's deletion up.
+func (r *Reconciler) disownKept(ctx context.Context, app *plumbv1.App, applier Applier, owner ssa.Owner, kept []ssa.Kept, log *zap.Logger) {
+	if len(kept) == 0 {
+		return
+	}
+	var parts []string
+	for _, k := range kept {
+		part := fmt.Sprintf("%s (%s)", idOf(k.Object), k.Guard.Message)
+		if err := applier.Disown(ctx, k.Object, owner); err != nil {
+			log.Warn("Could not remove a deleted App's labels from an object it kept", zap.Error(err))
+			part += fmt.Sprintf(" [still labelled as this App's: %v]", err)
+		}
+		parts = append(parts, part)
+	}
+	if len(parts) > maxListed {
+		parts = append(parts[:maxListed], fmt.Sprintf("and %d more", len(parts)-maxListed))
+	}
+	r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonNotPruned,
+		"the App is deleted; kept what the prune guard protects, without the App's labels: %s", truncate(strings.Join(parts, "; "), 1000))
 }

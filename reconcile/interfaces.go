@@ -39,6 +39,7 @@ type Applier interface {
 	ApplyDirect(ctx context.Context, objects []*unstructured.Unstructured, opts ssa.DirectOptions) ([]ssa.Applied, *fluxssa.ChangeSet, error)
 	RemoveAdditions(ctx context.Context, obj *unstructured.Unstructured, patch []byte) (*unstructured.Unstructured, error)
 	Prune(ctx context.Context, stale []*unstructured.Unstructured, owner ssa.Owner) (*fluxssa.ChangeSet, []ssa.Kept, error)
+	Disown(ctx context.Context, obj *unstructured.Unstructured, owner ssa.Owner) error
 }
 
 // Credentials serves the Secrets Apps name for Git credentials (package

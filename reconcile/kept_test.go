@@ -2,11 +2,15 @@ package reconcile
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -16,7 +20,7 @@ import (
 func TestANamespaceThePruneGuardKeepsIsNamedWithWhyAndPrunedOnceAnnotated(t *testing.T) {
 	ctx := context.Background()
 	c := admin(t)
-	nsName := "kept-" + strings.ToLower(strings.ReplaceAll(t.Name(), "_", "-"))[:20]
+	nsName := fmt.Sprintf("kept-%d-%d", time.Now().UnixNano()%1e9, repos.Add(1))
 	w, repo := newRepo(t, map[string]string{
 		"deploy/ns.yaml": "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + nsName + "\n",
 		"deploy/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: stays\n",
@@ -143,4 +147,39 @@ func countContaining(list []string, parts ...string) int {
 		}
 	}
 	return n
+}
+
+func TestADeletedAppsKeptNamespaceLosesItsLabels(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	nsName := fmt.Sprintf("kept-%d-%d", time.Now().UnixNano()%1e9, repos.Add(1))
+	_, repo := newRepo(t, map[string]string{
+		"deploy/ns.yaml": "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + nsName + "\n",
+		"deploy/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: goes\n",
+	})
+	app := newApp(t, repo, nil)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	ready(t, h.tick(t, key, queue.TriggerTimer))
+	if err := c.Delete(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	h.recorded()
+	var events []string
+	eventually(t, func() bool { // once the App cache has seen the deletion
+		_, _ = h.r.Tick(ctx, key, queue.TriggerTimer)
+		events = append(events, h.recorded()...)
+		return apierrors.IsNotFound(c.Get(ctx, key, &plumbv1.App{}))
+	})
+	if n := countContaining(events, "Normal NotPruned", "Namespace/"+nsName, "plumb.dev/prune: enabled", "without the App's labels"); n != 1 {
+		t.Errorf("NotPruned Events naming the kept Namespace = %d, want 1; all: %q", n, events)
+	}
+	ns := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: nsName}, ns); err != nil || ns.DeletionTimestamp != nil {
+		t.Fatalf("the guarded Namespace was deleted with the App: %v", err)
+	}
+	if _, claimed := ns.Labels[plumbv1.LabelAppName]; claimed {
+		t.Errorf("the kept Namespace still claims the deleted App: %v", ns.Labels)
+	}
+	waitGone(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "goes"}})
 }

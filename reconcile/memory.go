@@ -31,9 +31,9 @@ type appMemory struct {
 	records  map[objectID]diff.Record
 	written  map[objectID]string // resourceVersion of plumb's last write of the object
 	episodes map[objectID]*episode
-	// fieldDrifts are the times, within conflictWindow, that another
-	// manager changed a field plumb applied, by object and "path\x00manager".
-	fieldDrifts map[objectID]map[string][]time.Time
+	// fieldDrifts are the changes, within conflictWindow, that another
+	// manager made to a field plumb applied, by object and "path\x00manager".
+	fieldDrifts map[objectID]map[string][]fieldChange
 	// conflicts are the fields left to a manager that kept changing them.
 	conflicts map[objectID]*objectConflicts
 	// writing is non-nil while the tick writes objects: events for the App
@@ -94,7 +94,7 @@ func (m *memory) app(key types.NamespacedName) *appMemory {
 	a := m.apps[key]
 	if a == nil {
 		a = &appMemory{records: map[objectID]diff.Record{}, written: map[objectID]string{}, episodes: map[objectID]*episode{},
-			fieldDrifts: map[objectID]map[string][]time.Time{}, conflicts: map[objectID]*objectConflicts{}}
+			fieldDrifts: map[objectID]map[string][]fieldChange{}, conflicts: map[objectID]*objectConflicts{}}
 		m.apps[key] = a
 	}
 	return a
@@ -225,24 +225,58 @@ func (m *memory) drifted(key types.NamespacedName, id objectID) (newEpisode bool
 	return newEpisode
 }
 
-// fieldDrifted records that manager changed the field path of an object at
-// now, and returns how many times it did within conflictWindow.
-func (m *memory) fieldDrifted(key types.NamespacedName, id objectID, path, manager string, now time.Time) int {
+// fieldChange is one change of a field by another manager: when plumb saw
+// it, and the live object's resourceVersion that showed it.
+type fieldChange struct {
+	at              time.Time
+	resourceVersion string
+}
+
+// maxFieldKeys bounds the fields and managers remembered per object: a
+// writer that takes a new manager name for every change cannot grow it.
+const maxFieldKeys = 64
+
+// fieldDrifted records that manager changed the field path of an object, as
+// the live object at resourceVersion shows, and returns how many distinct
+// changes it made within conflictWindow. The same live object seen again (a
+// heal that failed and is retried) is not a new change.
+func (m *memory) fieldDrifted(key types.NamespacedName, id objectID, path, manager, resourceVersion string, now time.Time) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a := m.app(key)
-	if a.fieldDrifts[id] == nil {
-		a.fieldDrifts[id] = map[string][]time.Time{}
+	fields := a.fieldDrifts[id]
+	if fields == nil {
+		fields = map[string][]fieldChange{}
+		a.fieldDrifts[id] = fields
 	}
-	k := path + "\x00" + manager
-	kept := a.fieldDrifts[id][k][:0]
-	for _, t := range a.fieldDrifts[id][k] {
-		if now.Sub(t) < conflictWindow {
-			kept = append(kept, t)
+	// Forget what is older than the window, for every field of the object.
+	oldestKey, oldest := "", now
+	for k, changes := range fields {
+		kept := changes[:0]
+		for _, c := range changes {
+			if now.Sub(c.at) < conflictWindow {
+				kept = append(kept, c)
+			}
+		}
+		if len(kept) == 0 {
+			delete(fields, k)
+			continue
+		}
+		fields[k] = kept
+		if last := kept[len(kept)-1].at; last.Before(oldest) {
+			oldestKey, oldest = k, last
 		}
 	}
-	a.fieldDrifts[id][k] = append(kept, now)
-	return len(a.fieldDrifts[id][k])
+	k := path + "\x00" + manager
+	changes := fields[k]
+	if n := len(changes); n > 0 && changes[n-1].resourceVersion == resourceVersion {
+		return n
+	}
+	if _, known := fields[k]; !known && len(fields) >= maxFieldKeys && oldestKey != "" {
+		delete(fields, oldestKey)
+	}
+	fields[k] = append(changes, fieldChange{at: now, resourceVersion: resourceVersion})
+	return len(fields[k])
 }
 
 // leave leaves a field of an object, whose content in Git is hash, to
@@ -384,4 +418,17 @@ func (m *memory) statusWritten(key types.NamespacedName) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.app(key).unwritten = 0
+}
+
+// newTerm forgets drift episodes and conflicts, which another replica may
+// have ended or changed while this one did not lead. Records and plumb's
+// own writes are kept: they are checked against the live objects anyway.
+func (m *memory) newTerm() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, a := range m.apps {
+		a.episodes = map[objectID]*episode{}
+		a.fieldDrifts = map[objectID]map[string][]fieldChange{}
+		a.conflicts = map[objectID]*objectConflicts{}
+	}
 }

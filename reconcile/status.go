@@ -186,7 +186,10 @@ func changeSummary(changes *fluxssa.ChangeSet) string {
 // is still drifted after this tick (left by the alert policy, or left to
 // another manager): a healed object is not. It is always there, a count of
 // 0 saying "none".
-func (r *Reconciler) recordDrift(app *plumbv1.App, p *plan) {
+//
+// healFailed says the Apply phase failed: what it was to put back may
+// still be drifted, so it is counted and reported as drifted, not healed.
+func (r *Reconciler) recordDrift(app *plumbv1.App, p *plan, healFailed bool) {
 	now := r.now()
 	summary := &plumbv1.DriftSummary{}
 	if previous := app.Status.Drift; previous != nil {
@@ -217,13 +220,20 @@ func (r *Reconciler) recordDrift(app *plumbv1.App, p *plan) {
 	for _, id := range sorted {
 		d, drifted := p.drifted[id]
 		fields, managers := []string{}, []string{}
+		hasDrift := drifted && (len(d.changes)+len(d.additions) > 0 || d.deleted)
 		switch {
-		case p.left[id]:
+		case p.left[id] || (healFailed && hasDrift):
 			left = append(left, describeDrift(id, d))
 			for _, c := range d.changes {
 				fields, managers = append(fields, c.Path), appendOnce(managers, c.Manager)
 			}
-		case drifted && len(d.changes)+len(d.additions) > 0 || d.deleted:
+			for _, a := range d.additions {
+				fields = append(fields, a.Path)
+			}
+			if d.deleted {
+				fields = append(fields, "(deleted)")
+			}
+		case hasDrift:
 			healed = append(healed, describeDrift(id, d))
 		}
 		var lefts []string
@@ -253,6 +263,8 @@ func (r *Reconciler) recordDrift(app *plumbv1.App, p *plan) {
 	case len(conflicts) > 0:
 		setCondition(app, plumbv1.ConditionDrifted, true, "DriftConflict",
 			"fields another manager keeps changing back, left to it: "+strings.Join(conflicts, "; "), now)
+	case len(left) > 0 && healFailed:
+		setCondition(app, plumbv1.ConditionDrifted, true, "DriftDetected", "changed outside Git, not put back (the Apply phase failed): "+strings.Join(left, "; "), now)
 	case len(left) > 0:
 		setCondition(app, plumbv1.ConditionDrifted, true, "DriftDetected", "changed outside Git (policy alert): "+strings.Join(left, "; "), now)
 	default:

@@ -70,6 +70,11 @@ type Reconciler struct {
 	memory memory // records, drift episodes and reads between ticks
 }
 
+// StartTerm is called when this replica starts leading (again): what it
+// remembers of drift episodes and conflicts may be stale, since another
+// replica may have ticked meanwhile, and is forgotten.
+func (r *Reconciler) StartTerm() { r.memory.newTerm() }
+
 // Phase names a phase of the tick, for logs, status and Events.
 type Phase string
 
@@ -271,10 +276,10 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 	}
 	markSuccess(app, PhaseDiff, r.now())
 	phaseStart = r.timed(PhaseDiff, phaseStart)
-	r.recordDrift(app, plan)
 
 	// Apply.
 	changes, err := r.apply(ctx, app, applier, plan, desired, live, pending, log)
+	r.recordDrift(app, plan, err != nil)
 	if err != nil {
 		return changes, err
 	}

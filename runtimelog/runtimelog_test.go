@@ -2,6 +2,8 @@ package runtimelog
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,5 +39,50 @@ func TestAnOutageLogsOneShortLinePerKindOfFailure(t *testing.T) {
 	last := logs.All()[logs.Len()-1]
 	if logs.Len() != 3 || last.ContextMap()["suppressed"] != int64(49) {
 		t.Errorf("after the interval: %d lines, the last with %v suppressed; want 3 lines and 49", logs.Len(), last.ContextMap()["suppressed"])
+	}
+}
+
+func TestFailuresWithOneMessageAndDifferentCausesAreEachLogged(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	log := New(zapr.NewLogger(zap.New(core)), 30*time.Second, nil)
+	for range 10 {
+		log.Error(errors.New("watch of ConfigMaps: connection refused"), "Unhandled Error")
+		log.Error(errors.New("the cache of Apps: forbidden"), "Unhandled Error")
+	}
+	if logs.Len() != 2 {
+		t.Errorf("%d lines for two causes under one message, want 2", logs.Len())
+	}
+}
+
+func TestPanicsAreLoggedEveryTimeWithTheirStack(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	log := New(zapr.NewLogger(zap.New(core)), 30*time.Second, nil)
+	stack := strings.Repeat("goroutine 1 [running]:\n", 50)
+	for range 3 {
+		log.Error(errors.New("boom"), "Observed a panic", "stacktrace", stack)
+	}
+	if logs.Len() != 3 {
+		t.Fatalf("%d lines for 3 panics, want 3", logs.Len())
+	}
+	if got := logs.All()[0].ContextMap()["stacktrace"]; got != stack {
+		t.Errorf("the stack was cut to %d bytes", len(fmt.Sprint(got)))
+	}
+}
+
+func TestALongErrorIsCut(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	log := New(zapr.NewLogger(zap.New(core)), 30*time.Second, nil)
+	log.Error(errors.New(strings.Repeat("x", 5000)), "Unable to write event")
+	if got := logs.All()[0].ContextMap()["error"]; len(fmt.Sprint(got)) > maxErrorLength+10 {
+		t.Errorf("an error of %d bytes was logged", len(fmt.Sprint(got)))
+	}
+}
+
+func TestTheCallerIsRuntimelogsCaller(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	log := New(zapr.NewLogger(zap.New(core, zap.AddCaller())), 30*time.Second, nil)
+	log.Info("hello")
+	if caller := logs.All()[0].Caller.File; !strings.HasSuffix(caller, "runtimelog_test.go") {
+		t.Errorf("caller %s, want the test file", caller)
 	}
 }

@@ -7,12 +7,15 @@ package ssa
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
 	fluxssa "github.com/fluxcd/pkg/ssa"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -179,6 +182,30 @@ func (m *Manager) Prune(ctx context.Context, stale []*unstructured.Unstructured,
 		changes.Append(deleted.Entries)
 	}
 	return changes, kept, err
+}
+
+// Disown removes the owner's labels from obj (identified by its kind,
+// namespace and name), with a JSON patch that tests they are still the
+// owner's: no App claims the object any more. A deleted App leaves the
+// objects the prune guard keeps so.
+func (m *Manager) Disown(ctx context.Context, obj *unstructured.Unstructured, owner Owner) error {
+	escape := func(key string) string { return strings.NewReplacer("~", "~0", "/", "~1").Replace(key) }
+	var ops []map[string]string
+	for _, key := range []string{plumbv1.LabelAppName, plumbv1.LabelAppNamespace} {
+		ops = append(ops, map[string]string{"op": "test", "path": "/metadata/labels/" + escape(key), "value": owner.Labels()[key]})
+	}
+	for _, key := range []string{plumbv1.LabelAppName, plumbv1.LabelAppNamespace} {
+		ops = append(ops, map[string]string{"op": "remove", "path": "/metadata/labels/" + escape(key)})
+	}
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		return err
+	}
+	target := obj.DeepCopy()
+	if err := m.client.Patch(ctx, target, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(plumbv1.FieldManager)); err != nil {
+		return fmt.Errorf("%s: removing the App's labels: %w", describe(obj), err)
+	}
+	return nil
 }
 
 func describe(obj *unstructured.Unstructured) string {

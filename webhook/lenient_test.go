@@ -89,3 +89,37 @@ func TestASignedRequestThatIsRefusedIsLogged(t *testing.T) {
 		t.Errorf("logged %+v, want one warning naming provider, delivery and reason", entries)
 	}
 }
+
+func TestOnlyAPushEventIsReadLeniently(t *testing.T) {
+	rcv, tr := newTestReceiver(t, app("github", "git@github.com:binkkatal/sample_app.git", plumbv1.GitRef{Branch: "master"}, "", false))
+	body := rewritten(t, "github/push.json", func(p map[string]any) {
+		p["repository"].(map[string]any)["created_at"] = "2026-11-30T12:00:00Z"
+	})
+	for _, event := range []string{"made-up-event", "issues", ""} {
+		r := signed(GitHub, event, body)
+		if event == "" {
+			r.Header.Del("X-GitHub-Event")
+		}
+		w := httptest.NewRecorder()
+		rcv.Handler().ServeHTTP(w, r)
+		if strings.Contains(w.Body.String(), "matched") {
+			t.Errorf("event %q with a push's payload was taken for a push: %d %q", event, w.Code, w.Body.String())
+		}
+	}
+	if got := tr.names(); len(got) != 0 {
+		t.Errorf("triggered %v", got)
+	}
+}
+
+func TestAWrongSignatureGets401WhateverTheEvent(t *testing.T) {
+	rcv, _ := newTestReceiver(t)
+	for _, event := range []string{"push", "issues", "ping", "made-up-event"} {
+		r := signed(GitHub, event, fixture(t, "github/issues.json"))
+		r.Header.Set("X-Hub-Signature-256", "sha256="+strings.Repeat("0", 64))
+		w := httptest.NewRecorder()
+		rcv.Handler().ServeHTTP(w, r)
+		if w.Code != http.StatusUnauthorized {
+			t.Errorf("a %s event with a wrong signature got %d %q, want 401", event, w.Code, w.Body.String())
+		}
+	}
+}

@@ -168,7 +168,8 @@ func (rcv *Receiver) handle(provider Provider, parse parser) http.Handler {
 		r.Body = io.NopCloser(bytes.NewReader(data))
 		ev, push, err := parse(r)
 		event = ev
-		if err != nil && !errors.Is(err, errPing) && !errors.Is(err, errUnauthorized) && !errors.Is(err, errIgnored) {
+		if err != nil && isPushEvent(provider, eventOf(provider, r.Header)) &&
+			!errors.Is(err, errPing) && !errors.Is(err, errUnauthorized) && !errors.Is(err, errIgnored) {
 			// Verified, but the typed decoding refused it: read what plumb
 			// uses, leniently.
 			if lenient, lenientErr := lenientPush(provider, data); lenientErr == nil {
@@ -182,6 +183,10 @@ func (rcv *Receiver) handle(provider Provider, parse parser) http.Handler {
 			code = http.StatusOK
 			_, _ = io.WriteString(w, "pong\n")
 		case errors.Is(err, errUnauthorized):
+			// plumb verified the signature, the library did not (a signature
+			// in upper-case hex, say): say so in the log, not to the sender.
+			rcv.opts.Log.Warn("Refused a verified webhook", zap.String("provider", string(provider)),
+				zap.String("event", event), zap.String("delivery", deliveryID(r.Header)), zap.String("reason", err.Error()))
 			reply(http.StatusUnauthorized, "unauthorized") // no detail on why
 		case errors.Is(err, errIgnored):
 			code = http.StatusAccepted

@@ -56,6 +56,20 @@ func eventOf(provider Provider, h http.Header) string {
 	return h.Get(name)
 }
 
+// isPushEvent reports whether an event header names a push (or tag push):
+// only those are read leniently when the typed decoding refuses them.
+func isPushEvent(provider Provider, event string) bool {
+	switch provider {
+	case GitHub, Gitea, Gogs:
+		return event == "push"
+	case GitLab:
+		return event == "Push Hook" || event == "Tag Push Hook"
+	case BitbucketServer:
+		return event == "repo:refs_changed"
+	}
+	return false
+}
+
 // deliveryID is the provider's id of a delivery, for logs.
 func deliveryID(h http.Header) string {
 	for _, name := range []string{"X-GitHub-Delivery", "X-Gitea-Delivery", "X-Gogs-Delivery", "X-Gitlab-Event-UUID", "X-Request-Id"} {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -50,7 +51,17 @@ func TestAHealThatFailsIsNotReportedAsHealed(t *testing.T) {
 	h := newHarnessAs(t, restrictedController(t), Policy{})
 	ready(t, h.tick(t, key, queue.TriggerTimer))
 
-	// Someone edits the object, and the App loses the right to put it back.
+	// The App loses the right to put the object back (once the authorizer
+	// has seen the RoleBinding go), then someone edits it.
+	if err := c.Delete(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "deployer"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "system:serviceaccount:" + app.Namespace + ":deployer", Groups: []string{"system:serviceaccounts"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: app.Namespace, Verb: "patch", Resource: "configmaps", Name: "a"}}}
+		return c.Create(ctx, review) == nil && !review.Status.Allowed
+	})
 	cm := &corev1.ConfigMap{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "a"}, cm); err != nil {
 		t.Fatal(err)
@@ -59,16 +70,11 @@ func TestAHealThatFailsIsNotReportedAsHealed(t *testing.T) {
 	if err := c.Update(ctx, cm, client.FieldOwner("kubectl-edit")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Delete(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "deployer"}}); err != nil {
-		t.Fatal(err)
-	}
 	waitCached(t, h, cm)
-	var got *plumbv1.App
-	eventually(t, func() bool { // once the authorizer has seen the RoleBinding go
-		got = h.tick(t, key, queue.TriggerEvent)
-		cond := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionReady)
-		return cond != nil && cond.Reason == plumbv1.ReasonApplyFailed
-	})
+	got := h.tick(t, key, queue.TriggerEvent)
+	if cond := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionReady); cond == nil || cond.Reason != plumbv1.ReasonApplyFailed {
+		t.Fatalf("Ready = %+v, want ApplyFailed (the heal is forbidden)", cond)
+	}
 	cond := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionDrifted)
 	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != "DriftDetected" {
 		t.Errorf("Drifted = %+v after a heal that failed, want True DriftDetected", cond)

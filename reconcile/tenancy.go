@@ -8,10 +8,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/impersonation"
+	"github.com/plumb-dev/plumb/source/git"
+	"github.com/plumb-dev/plumb/ssa"
 )
 
 // Policy is what the controller lets an App do beyond what RBAC decides
@@ -62,6 +65,9 @@ func (r *Reconciler) applierFor(ctx context.Context, app *plumbv1.App) (Applier,
 	fail := func(detail string, err error) error {
 		return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Detail: detail, Err: err}
 	}
+	if problems := validation.IsDNS1123Subdomain(sa); len(problems) > 0 {
+		return nil, fail("ServiceAccountUnavailable", fmt.Errorf("%q is not a ServiceAccount name: %s", sa, strings.Join(problems, "; ")))
+	}
 	if r.Identities == nil {
 		return nil, fail("ServiceAccountUnavailable", fmt.Errorf("the App acts as ServiceAccount %s/%s, but this controller cannot impersonate", app.Namespace, sa))
 	}
@@ -78,7 +84,7 @@ func (r *Reconciler) applierFor(ctx context.Context, app *plumbv1.App) (Applier,
 // refuseFileSource refuses a file:// repository unless the controller
 // allows them: it would be read from the controller's own disk.
 func (r *Reconciler) refuseFileSource(app *plumbv1.App) error {
-	if r.Policy.AllowFileSources || !strings.HasPrefix(strings.ToLower(app.Spec.Source.URL), "file:") {
+	if r.Policy.AllowFileSources || !git.IsLocal(app.Spec.Source.URL) {
 		return nil
 	}
 	return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: "SourceRefused", Terminal: true,
@@ -113,4 +119,54 @@ func (r *Reconciler) checkNamespaces(app *plumbv1.App, desired []*unstructured.U
 	return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: "PolicyViolation",
 		Err: fmt.Errorf("%s at %s breaks --no-cross-namespace (an App may place objects only in its own namespace %s and no cluster-scoped objects); "+
 			"nothing was applied or pruned. %d objects: %s", displayPath(app.Spec.Source.Path), revision, app.Namespace, count, strings.Join(offending, ", "))}
+}
+
+// authorize asks, before the first write of a tick that acts as a
+// ServiceAccount, whether it may make every write the tick plans: the
+// applies (patch, and create for a new object), the patches that remove
+// additions, and the prunes. One refusal fails the tick before anything is
+// applied or pruned, so that a commit is never half applied because RBAC
+// refuses a part of it. A tick that writes nothing asks nothing.
+func (r *Reconciler) authorize(ctx context.Context, app *plumbv1.App, applier Applier, serviceAccount string, p *plan,
+	desired []*unstructured.Unstructured, live map[objectID]*unstructured.Unstructured, pending pendingKinds) error {
+	var writes, deletes []ssa.Access
+	for _, obj := range p.apply {
+		writes = append(writes, ssa.Access{Verb: "patch", Object: obj})
+		if live[idOf(obj)] == nil {
+			writes = append(writes, ssa.Access{Verb: "create", Object: obj})
+		}
+	}
+	for id, d := range p.drifted {
+		if !p.left[id] && len(d.additions) > 0 && d.live != nil {
+			writes = append(writes, ssa.Access{Verb: "patch", Object: d.live})
+		}
+	}
+	if app.Spec.PruneEnabled() {
+		owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
+		for _, obj := range r.staleObjects(app.Status.Inventory, desired, pending) {
+			if _, kept := r.keptInCache(obj, owner); !kept {
+				deletes = append(deletes, ssa.Access{Verb: "delete", Object: obj})
+			}
+		}
+	}
+	user := impersonation.Username(app.Namespace, serviceAccount)
+	for _, check := range []struct {
+		accesses []ssa.Access
+		reason   string
+	}{{writes, plumbv1.ReasonApplyFailed}, {deletes, plumbv1.ReasonPruneFailed}} {
+		if len(check.accesses) == 0 {
+			continue
+		}
+		denied, err := applier.Denied(ctx, user, check.accesses)
+		if err != nil {
+			return &PhaseError{Phase: PhaseApply, Reason: check.reason, Err: err}
+		}
+		if len(denied) > 0 {
+			if len(denied) > maxListed {
+				denied = append(denied[:maxListed], fmt.Sprintf("and %d more", len(denied)-maxListed))
+			}
+			return &PhaseError{Phase: PhaseApply, Reason: check.reason, Err: fmt.Errorf("%s; nothing was applied or pruned", strings.Join(denied, "; "))}
+		}
+	}
+	return nil
 }

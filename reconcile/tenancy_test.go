@@ -123,6 +123,7 @@ func TestAnAppActsAsItsServiceAccountAndGetsNoMoreRightsThanIt(t *testing.T) {
 	w, repo := newRepo(t, map[string]string{
 		"deploy/api.yaml":    deploymentYAML,
 		"deploy/config.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: config\ndata: {k: v}\n",
+		"deploy/old.yaml":    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: old\n",
 	})
 	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.ServiceAccountName = "deployer" })
 	key := client.ObjectKeyFromObject(app)
@@ -145,16 +146,22 @@ func TestAnAppActsAsItsServiceAccountAndGetsNoMoreRightsThanIt(t *testing.T) {
 	ready(t, h.tick(t, key, queue.TriggerTimer))
 	h.counter.Reset()
 	ready(t, h.tick(t, key, queue.TriggerEvent))
-	if reqs := append(h.counter.Matching("/configmaps"), h.counter.Matching("/deployments")...); len(reqs) != 0 {
+	if reqs := append(h.counter.Matching("/configmaps"), append(h.counter.Matching("/deployments"), h.counter.Matching("accessreviews")...)...); len(reqs) != 0 {
 		t.Errorf("an unchanged tick as the ServiceAccount made requests about its objects: %v", reqs)
 	}
 
-	// The same render now grants cluster-admin to everyone.
-	pushed(t, w, map[string]string{"deploy/escalate.yaml": escalationYAML})
+	// One commit changes the ConfigMap, removes another, and grants
+	// cluster-admin to everyone: nothing of it is applied or pruned.
+	escalation := map[string]string{
+		"deploy/config.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: config\ndata: {k: changed}\n",
+		"deploy/old.yaml":      "",
+		"deploy/escalate.yaml": escalationYAML,
+	}
+	pushed(t, w, escalation)
 	h.counter.Reset()
 	got := h.tick(t, key, queue.TriggerTimer)
 	msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, plumbv1.ReasonApplyFailed)
-	for _, want := range []string{"clusterrolebindings", "system:serviceaccount:" + app.Namespace + ":deployer", "forbidden"} {
+	for _, want := range []string{"clusterrolebindings", "system:serviceaccount:" + app.Namespace + ":deployer", "forbidden", "nothing was applied or pruned"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("Ready message %q does not name %q", msg, want)
 		}
@@ -165,11 +172,31 @@ func TestAnAppActsAsItsServiceAccountAndGetsNoMoreRightsThanIt(t *testing.T) {
 	}
 	after := &corev1.ConfigMap{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(before), after); err != nil || after.ResourceVersion != before.ResourceVersion {
-		t.Errorf("the ConfigMap changed (resourceVersion %s → %s, %v)", before.ResourceVersion, after.ResourceVersion, err)
+		t.Errorf("the ConfigMap changed (resourceVersion %s → %s, %v): the commit was half applied", before.ResourceVersion, after.ResourceVersion, err)
 	}
-	if deletes := h.counter.Matching("DELETE "); len(deletes) != 0 {
-		t.Errorf("the failed tick pruned: %v", deletes)
+	if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "old"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("the ConfigMap that left Git was pruned by the refused tick: %v", err)
 	}
+	if writes := append(h.counter.Matching("PATCH /api/"), append(h.counter.Matching("PATCH /apis/rbac"), h.counter.Matching("DELETE ")...)...); len(writes) != 0 {
+		t.Errorf("the refused tick wrote %v", writes)
+	}
+	if inventoryHas(got, "ClusterRoleBinding", "tenant-is-cluster-admin") {
+		t.Error("the refused ClusterRoleBinding entered the inventory: no later tick could prune it")
+	}
+
+	// Git drops the escalation: the rest of the commit converges, and the
+	// App can still be deleted (its finalizer prunes as the ServiceAccount).
+	pushed(t, w, map[string]string{"deploy/escalate.yaml": ""})
+	ready(t, h.tick(t, key, queue.TriggerTimer))
+	waitGone(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "old"}})
+	if err := c.Delete(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		_, _ = h.r.Tick(ctx, key, queue.TriggerTimer)
+		return apierrors.IsNotFound(c.Get(ctx, key, &plumbv1.App{}))
+	})
+	waitGone(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "config"}})
 }
 
 func TestTheDefaultServiceAccountAndNoCrossNamespaceHoldAnAppInItsNamespace(t *testing.T) {
@@ -180,7 +207,7 @@ func TestTheDefaultServiceAccountAndNoCrossNamespaceHoldAnAppInItsNamespace(t *t
 		t.Fatal(err)
 	}
 	secretYAML := "apiVersion: v1\nkind: Secret\nmetadata:\n  name: planted\n  namespace: " + other.Name + "\nstringData: {k: v}\n"
-	_, repo := newRepo(t, map[string]string{
+	w, repo := newRepo(t, map[string]string{
 		"deploy/mine.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: mine\n",
 		"deploy/theirs.yaml": secretYAML,
 	})
@@ -223,6 +250,23 @@ func TestTheDefaultServiceAccountAndNoCrossNamespaceHoldAnAppInItsNamespace(t *t
 		failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "PolicyViolation")
 		if reqs := aboutObjects(); len(reqs) != 0 {
 			t.Errorf("an unchanged refused tick made requests about the App's objects: %v", reqs)
+		}
+	})
+
+	t.Run("an accepted render's unchanged tick asks nothing", func(t *testing.T) {
+		h := newHarnessAs(t, controllerUser, Policy{DefaultServiceAccount: "tenant", NoCrossNamespace: true})
+		pushed(t, w, map[string]string{"deploy/theirs.yaml": ""})
+		ready(t, h.tick(t, key, queue.TriggerTimer))
+		mine := &corev1.ConfigMap{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "mine"}, mine); err != nil {
+			t.Fatal(err)
+		}
+		waitCached(t, h, mine)
+		ready(t, h.tick(t, key, queue.TriggerTimer))
+		h.counter.Reset()
+		ready(t, h.tick(t, key, queue.TriggerEvent))
+		if reqs := h.counter.Take(); len(reqs) != 0 {
+			t.Errorf("an unchanged tick made %d requests: %v", len(reqs), reqs)
 		}
 	})
 
@@ -308,7 +352,8 @@ func TestAMissingServiceAccountFailsNamingItUntilItExists(t *testing.T) {
 func TestFileSourcesAreRefusedUnlessTheControllerAllowsThem(t *testing.T) {
 	app := newApp(t, "unused", func(a *plumbv1.App) { a.Spec.Source.URL = "file:///var/lib/other-tenant/repo.git" })
 	key := client.ObjectKeyFromObject(app)
-	got := newHarness(t).tick(t, key, queue.TriggerTimer)
+	controllerUser := restrictedController(t)
+	got := newHarnessAs(t, controllerUser, Policy{}).tick(t, key, queue.TriggerTimer)
 	msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "SourceRefused")
 	if !strings.Contains(msg, "--allow-file-sources") {
 		t.Errorf("Ready message %q does not name the flag", msg)
@@ -316,8 +361,48 @@ func TestFileSourcesAreRefusedUnlessTheControllerAllowsThem(t *testing.T) {
 	if cond := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionStalled); cond == nil || cond.Status != metav1.ConditionTrue {
 		t.Errorf("Stalled = %+v: a refused source needs a change of spec or flags, not retries", cond)
 	}
-	allowed := newHarnessAs(t, cluster.Config, Policy{AllowFileSources: true}).tick(t, key, queue.TriggerTimer)
+	// Spellings that Git reads from the local disk too (the API server
+	// refuses the last; the controller does not count on that).
+	for _, url := range []string{"FILE:///var/lib/other-tenant/repo.git", `git@host:\/../../var/lib/other-tenant/repo.git`} {
+		r := &Reconciler{}
+		if err := r.refuseFileSource(&plumbv1.App{Spec: plumbv1.AppSpec{Source: plumbv1.Source{URL: url}}}); err == nil {
+			t.Errorf("%s was not refused", url)
+		}
+	}
+	allowed := newHarnessAs(t, controllerUser, Policy{AllowFileSources: true}).tick(t, key, queue.TriggerTimer)
 	if ps := phaseStatus(allowed, PhaseRead); ps.Reason == "SourceRefused" {
 		t.Errorf("with --allow-file-sources the source is still refused: %s", ps.LastError)
+	}
+}
+
+func TestADeletedAppWhoseServiceAccountIsGoneLeavesItsObjects(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	_, repo := newRepo(t, map[string]string{"deploy/a.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"})
+	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.ServiceAccountName = "deployer" })
+	key := client.ObjectKeyFromObject(app)
+	serviceAccount(t, app.Namespace, "deployer", allVerbs...)
+	h := newHarnessAs(t, restrictedController(t), Policy{})
+	ready(t, h.tick(t, key, queue.TriggerTimer))
+
+	// As when its namespace is deleted: the ServiceAccount goes first.
+	if err := c.Delete(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "deployer"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	h.recorded()
+	var events []string
+	eventually(t, func() bool {
+		_, _ = h.r.Tick(ctx, key, queue.TriggerTimer)
+		events = append(events, h.recorded()...)
+		return apierrors.IsNotFound(c.Get(ctx, key, &plumbv1.App{}))
+	})
+	if n := countContaining(events, "Warning Orphaned", app.Namespace+"/deployer"); n != 1 {
+		t.Errorf("Orphaned Events naming the ServiceAccount = %d, want 1; all: %q", n, events)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "a"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("the App's object is gone: it was pruned without its ServiceAccount (%v)", err)
 	}
 }

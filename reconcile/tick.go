@@ -126,6 +126,9 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 		if apierrors.IsNotFound(err) {
 			r.Observer.Release(key)
 			r.Credentials.Release(key)
+			if r.Identities != nil {
+				r.Identities.Release(key)
+			}
 			r.memory.forgetApp(key)
 			log.Debug("Forgot deleted App")
 			return queue.Forget, nil

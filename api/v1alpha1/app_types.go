@@ -242,7 +242,7 @@ type Source struct {
 	// scp-like user@host:org/repo, or file://.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="self.matches('^(https?|ssh)://[^/ ]+(/[^ ]*)?$') || self.matches('^file://[^ ]+$') || self.matches('^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^ ]+$')",message="url must be https://, http://, ssh://, file:// or scp-like user@host:org/repo"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(https?|ssh)://[^/ ]+(/[^ ]*)?$') || self.matches('^file://[^ ]+$') || self.matches('^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[A-Za-z0-9._~/-][^ ]*$')",message="url must be https://, http://, ssh://, file:// or scp-like user@host:org/repo"
 	URL string `json:"url"`
 
 	// Ref is the branch, tag, semver range or commit to follow.

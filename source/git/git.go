@@ -202,6 +202,17 @@ func cleanURL(rawURL string) (string, *transport.Endpoint, error) {
 	return ep.String(), &withCreds, nil
 }
 
+// IsLocal reports whether Git would read rawURL from the local disk (a
+// file:// URL, or anything else go-git takes for a path), whatever its
+// spelling.
+func IsLocal(rawURL string) bool {
+	if strings.HasPrefix(strings.ToLower(strings.TrimSpace(rawURL)), "file:") {
+		return true
+	}
+	ep, err := transport.NewEndpoint(rawURL)
+	return err != nil || ep.Protocol == "file"
+}
+
 // effectiveAuth is auth, or the credentials written into an https URL when
 // the secret has none.
 func effectiveAuth(ep *transport.Endpoint, auth Auth) Auth {

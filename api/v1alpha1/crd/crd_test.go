@@ -181,6 +181,10 @@ func TestInvalidAppsAreRejectedWithAClearMessage(t *testing.T) {
 		mutate:      func(a *plumbv1.App) { a.Spec.Source.URL = "ftp://x" },
 		wantMessage: "url must be https://, http://, ssh://, file:// or scp-like user@host:org/repo",
 	}, {
+		name:        "scp-like url whose path go-git would read from the local disk",
+		mutate:      func(a *plumbv1.App) { a.Spec.Source.URL = `git@host:\/../../var/lib/other/repo.git` },
+		wantMessage: "url must be https://, http://, ssh://, file:// or scp-like user@host:org/repo",
+	}, {
 		name:        "commit that is not a full sha1",
 		mutate:      func(a *plumbv1.App) { a.Spec.Source.Ref = plumbv1.GitRef{Commit: "abc123"} },
 		wantMessage: `spec.source.ref.commit: Invalid value: "abc123": spec.source.ref.commit in body should match '^[0-9a-f]{40}$'`,

@@ -112,16 +112,18 @@ func Run(ctx context.Context, cfg Config, term Term, log *zap.Logger) error {
 }
 
 // renewals is the Lease lock, remembering when this replica last wrote the
-// Lease successfully.
+// Lease successfully (a time.Time with its monotonic reading, so that a
+// step of the wall clock does not move the watchdog).
 type renewals struct {
 	resourcelock.Interface
-	last atomic.Int64 // UnixNano of the last successful Create or Update
+	last atomic.Pointer[time.Time] // the last successful Create or Update
 }
 
 func (r *renewals) Create(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
 	err := r.Interface.Create(ctx, rec)
 	if err == nil {
-		r.last.Store(time.Now().UnixNano())
+		now := time.Now()
+		r.last.Store(&now)
 	}
 	return err
 }
@@ -129,13 +131,14 @@ func (r *renewals) Create(ctx context.Context, rec resourcelock.LeaderElectionRe
 func (r *renewals) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
 	err := r.Interface.Update(ctx, rec)
 	if err == nil {
-		r.last.Store(time.Now().UnixNano())
+		now := time.Now()
+		r.last.Store(&now)
 	}
 	return err
 }
 
 // acquired reports whether this replica ever wrote the Lease.
-func (r *renewals) acquired() bool { return r.last.Load() != 0 }
+func (r *renewals) acquired() bool { return r.last.Load() != nil }
 
 // watch closes lost when the elector ends the term (leading is done), or
 // as soon as the Lease has not been renewed for renewDeadline: a renewal
@@ -154,7 +157,7 @@ func (r *renewals) watch(leading context.Context, ended <-chan struct{}, lost ch
 			close(lost)
 			return
 		case <-ticker.C:
-			if since := time.Since(time.Unix(0, r.last.Load())); since > renewDeadline {
+			if since := time.Since(*r.last.Load()); since > renewDeadline {
 				log.Warn("The lease was not renewed within the renew deadline; stopping ticks", zap.Duration("since", since))
 				close(lost)
 				return

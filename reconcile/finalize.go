@@ -10,6 +10,8 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -32,13 +34,18 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 		if len(stale) > 0 {
 			applier, err := r.applierFor(ctx, app)
 			switch {
-			case errors.Is(err, impersonation.ErrServiceAccountNotFound):
+			case errors.Is(err, impersonation.ErrServiceAccountNotFound) && r.serviceAccountGone(ctx, app):
 				// Its namespace is being deleted, most likely: orphan the
 				// objects rather than hold the App (and the namespace) up,
 				// and never prune with the controller's own rights.
+				names := make([]string, 0, len(stale))
+				for _, obj := range stale {
+					names = append(names, idOf(obj).String())
+				}
 				r.Events.Eventf(app, corev1.EventTypeWarning, "Orphaned",
-					"the App is deleted but its ServiceAccount is gone, so its %d objects are left in place, not pruned: %v", len(stale), err)
-				log.Warn("Orphaned the deleted App's objects: its ServiceAccount is gone", zap.Int("objects", len(stale)), zap.Error(err))
+					"the App is deleted but its ServiceAccount is gone, so its %d objects are left in place, not pruned: %v; %s",
+					len(stale), err, truncate(strings.Join(names, ", "), 800))
+				log.Warn("Orphaned the deleted App's objects: its ServiceAccount is gone", zap.Strings("objects", names), zap.Error(err))
 			case err != nil:
 				r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonPruneFailed, "pruning the deleted App's objects: %v", err)
 				return interval, fmt.Errorf("pruning the objects of deleted App %s/%s: %w", app.Namespace, app.Name, err)
@@ -96,4 +103,17 @@ func (r *Reconciler) disownKept(ctx context.Context, app *plumbv1.App, applier A
 	}
 	r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonNotPruned,
 		"the App is deleted; kept what the prune guard protects, without the App's labels: %s", truncate(strings.Join(parts, "; "), 1000))
+}
+
+// serviceAccountGone confirms with the API server (not a cache that may
+// lag) that the App's ServiceAccount does not exist, before its objects are
+// orphaned for good.
+func (r *Reconciler) serviceAccountGone(ctx context.Context, app *plumbv1.App) bool {
+	if r.APIReader == nil {
+		return true
+	}
+	sa := &metav1.PartialObjectMetadata{}
+	sa.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: r.serviceAccountOf(app)}, sa)
+	return apierrors.IsNotFound(err)
 }

@@ -226,21 +226,23 @@ func (m *memory) drifted(key types.NamespacedName, id objectID) (newEpisode bool
 }
 
 // fieldChange is one change of a field by another manager: when plumb saw
-// it, and the live object's resourceVersion that showed it.
+// it, and the resourceVersion of plumb's own last write of the object then.
 type fieldChange struct {
-	at              time.Time
-	resourceVersion string
+	at       time.Time
+	healedAt string
 }
 
 // maxFieldKeys bounds the fields and managers remembered per object: a
 // writer that takes a new manager name for every change cannot grow it.
 const maxFieldKeys = 64
 
-// fieldDrifted records that manager changed the field path of an object, as
-// the live object at resourceVersion shows, and returns how many distinct
-// changes it made within conflictWindow. The same live object seen again (a
-// heal that failed and is retried) is not a new change.
-func (m *memory) fieldDrifted(key types.NamespacedName, id objectID, path, manager, resourceVersion string, now time.Time) int {
+// fieldDrifted records that manager changed the field path of an object,
+// and returns how many distinct changes it made within conflictWindow. A
+// change counts only when plumb wrote the object since the last one counted
+// (healedAt, the resourceVersion of plumb's last write, differs): the same
+// change seen again while a heal keeps failing, whatever else changes on
+// the object meanwhile (its status), is not a new one.
+func (m *memory) fieldDrifted(key types.NamespacedName, id objectID, path, manager, healedAt string, now time.Time) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a := m.app(key)
@@ -263,19 +265,19 @@ func (m *memory) fieldDrifted(key types.NamespacedName, id objectID, path, manag
 			continue
 		}
 		fields[k] = kept
-		if last := kept[len(kept)-1].at; last.Before(oldest) {
+		if last := kept[len(kept)-1].at; oldestKey == "" || last.Before(oldest) {
 			oldestKey, oldest = k, last
 		}
 	}
 	k := path + "\x00" + manager
 	changes := fields[k]
-	if n := len(changes); n > 0 && changes[n-1].resourceVersion == resourceVersion {
+	if n := len(changes); n > 0 && changes[n-1].healedAt == healedAt {
 		return n
 	}
 	if _, known := fields[k]; !known && len(fields) >= maxFieldKeys && oldestKey != "" {
 		delete(fields, oldestKey)
 	}
-	fields[k] = append(changes, fieldChange{at: now, resourceVersion: resourceVersion})
+	fields[k] = append(changes, fieldChange{at: now, healedAt: healedAt})
 	return len(fields[k])
 }
 

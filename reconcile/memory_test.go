@@ -12,7 +12,7 @@ func TestAFieldChangeSeenAgainIsNotCountedAgain(t *testing.T) {
 	var m memory
 	key, id := types.NamespacedName{Namespace: "ns", Name: "app"}, objectID{Kind: "ConfigMap", Namespace: "ns", Name: "a"}
 	now := time.Unix(1_000_000, 0)
-	for i := range 5 { // a heal that fails, retried five times on the same live object
+	for i := range 5 { // a heal that fails, retried five times: plumb has not written the object since
 		if n := m.fieldDrifted(key, id, ".data.k", "editor", "100", now.Add(time.Duration(i)*time.Second)); n != 1 {
 			t.Fatalf("retry %d: %d changes counted, want 1", i, n)
 		}
@@ -29,8 +29,8 @@ func TestTheFieldsRememberedPerObjectAreBounded(t *testing.T) {
 	var m memory
 	key, id := types.NamespacedName{Namespace: "ns", Name: "app"}, objectID{Kind: "ConfigMap", Namespace: "ns", Name: "a"}
 	now := time.Unix(1_000_000, 0)
-	for i := range 10 * maxFieldKeys { // a new manager name for every change
-		m.fieldDrifted(key, id, ".data.k", fmt.Sprintf("manager-%d", i), fmt.Sprint(i), now.Add(time.Duration(i)*time.Millisecond))
+	for i := range 10 * maxFieldKeys { // a new manager name for every change, all at one moment
+		m.fieldDrifted(key, id, ".data.k", fmt.Sprintf("manager-%d", i), fmt.Sprint(i), now)
 	}
 	if n := len(m.app(key).fieldDrifts[id]); n > maxFieldKeys {
 		t.Errorf("%d fields and managers remembered for one object, want at most %d", n, maxFieldKeys)

@@ -108,7 +108,7 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 				if c.Manager == "unknown" || len(c.FieldPath) == 0 {
 					continue // a removal has no owner to leave the field to
 				}
-				if r.memory.fieldDrifted(key, id, c.Path, c.Manager, l.GetResourceVersion(), r.now()) > maxHeals &&
+				if r.memory.fieldDrifted(key, id, c.Path, c.Manager, r.memory.writtenRV(key, id), r.now()) > maxHeals &&
 					r.memory.leave(key, id, gitHash, c.FieldPath, c.Manager) {
 					newConflict = true
 				}

@@ -144,6 +144,10 @@ func (r *Reconciler) authorize(ctx context.Context, app *plumbv1.App, applier Ap
 	if app.Spec.PruneEnabled() {
 		owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 		for _, obj := range r.staleObjects(app.Status.Inventory, desired, pending) {
+			cached, err := r.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+			if err == nil && (cached == nil || !owner.Owns(cached)) {
+				continue // gone, or not the App's any more: Prune only drops it from the inventory
+			}
 			if _, kept := r.keptInCache(obj, owner); !kept {
 				deletes = append(deletes, ssa.Access{Verb: "delete", Object: obj})
 			}

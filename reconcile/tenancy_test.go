@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -404,5 +405,33 @@ func TestADeletedAppWhoseServiceAccountIsGoneLeavesItsObjects(t *testing.T) {
 	}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "a"}, &corev1.ConfigMap{}); err != nil {
 		t.Errorf("the App's object is gone: it was pruned without its ServiceAccount (%v)", err)
+	}
+}
+
+func TestAnEntryThatIsGoneNeedsNoRightToDeleteIt(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	cm := func(name string) string { return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\n" }
+	w, repo := newRepo(t, map[string]string{"deploy/a.yaml": cm("a"), "deploy/b.yaml": cm("b")})
+	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.ServiceAccountName = "no-delete" })
+	key := client.ObjectKeyFromObject(app)
+	serviceAccount(t, app.Namespace, "no-delete", "get", "list", "watch", "create", "update", "patch")
+	h := newHarnessAs(t, restrictedController(t), Policy{})
+	ready(t, h.tick(t, key, queue.TriggerTimer))
+
+	// Someone deletes b by hand, then Git drops it: nothing is left to delete.
+	b := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "b"}}
+	if err := c.Delete(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		got, _ := h.r.Observer.Get(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, app.Namespace, "b")
+		return got == nil
+	})
+	pushed(t, w, map[string]string{"deploy/b.yaml": ""})
+	got := h.tick(t, key, queue.TriggerTimer)
+	ready(t, got)
+	if inventoryHas(got, "ConfigMap", "b") {
+		t.Error("the entry of the object that is gone stayed in the inventory")
 	}
 }

@@ -104,11 +104,18 @@ func (l *limiter) allow(kind string) (int, bool) {
 		l.suppressed[kind]++
 		return 0, false
 	}
-	if len(l.last) >= maxKinds {
+	if _, known := l.last[kind]; !known && len(l.last) >= maxKinds {
 		for k, last := range l.last {
 			if now.Sub(last) >= l.every {
 				delete(l.last, k)
 				delete(l.suppressed, k)
+			}
+		}
+		if len(l.last) >= maxKinds {
+			kind = "\x00other kinds" // every kind beyond the bound shares one limit
+			if last, ok := l.last[kind]; ok && now.Sub(last) < l.every {
+				l.suppressed[kind]++
+				return 0, false
 			}
 		}
 	}

@@ -86,3 +86,14 @@ func TestTheCallerIsRuntimelogsCaller(t *testing.T) {
 		t.Errorf("caller %s, want the test file", caller)
 	}
 }
+
+func TestTheKindsOfErrorRememberedAreBounded(t *testing.T) {
+	core, logs := observer.New(zap.DebugLevel)
+	log := New(zapr.NewLogger(zap.New(core)), 30*time.Second, nil)
+	for i := range 3 * maxKinds { // every error unique (it names an object), all within the interval
+		log.Error(fmt.Errorf("events %q is forbidden", fmt.Sprint("x.", i)), "Server rejected event")
+	}
+	if logs.Len() > maxKinds+1 {
+		t.Errorf("%d lines for %d unique errors within the interval, want at most %d", logs.Len(), 3*maxKinds, maxKinds+1)
+	}
+}

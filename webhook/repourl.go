@@ -69,6 +69,9 @@ func NormalizeURL(raw string) (string, error) {
 	if !validPath.MatchString(path) || !validHost.MatchString(host) {
 		return "", fmt.Errorf("repository URL %q has characters no repository host or path uses", raw)
 	}
+	if strings.Contains(host, ":") && net.ParseIP(host) == nil {
+		return "", fmt.Errorf("repository URL %q: host %q is neither a name nor an IP address", raw, host)
+	}
 	canonical := strings.ToLower(host)
 	switch {
 	case port != "":

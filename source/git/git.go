@@ -210,7 +210,7 @@ func IsLocal(rawURL string) bool {
 		return true
 	}
 	ep, err := transport.NewEndpoint(rawURL)
-	return err != nil || ep.Protocol == "file"
+	return err == nil && ep.Protocol == "file" // a URL that does not parse is refused by the Read itself
 }
 
 // effectiveAuth is auth, or the credentials written into an https URL when

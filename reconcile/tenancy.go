@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -130,10 +132,18 @@ func (r *Reconciler) checkNamespaces(app *plumbv1.App, desired []*unstructured.U
 func (r *Reconciler) authorize(ctx context.Context, app *plumbv1.App, applier Applier, serviceAccount string, p *plan,
 	desired []*unstructured.Unstructured, live map[objectID]*unstructured.Unstructured, pending pendingKinds) error {
 	var writes, deletes []ssa.Access
+	plurals := pluralsOf(desired)
 	for _, obj := range p.apply {
-		writes = append(writes, ssa.Access{Verb: "patch", Object: obj})
+		access := ssa.Access{Verb: "patch", Object: obj}
+		if scope, ok := pending[obj.GroupVersionKind()]; ok {
+			// Its CRD comes with this apply: ask with the CRD's names.
+			access.Resource = plurals[obj.GroupVersionKind().GroupKind()]
+			access.Namespaced = scope == meta.RESTScopeNameNamespace
+		}
+		writes = append(writes, access)
 		if live[idOf(obj)] == nil {
-			writes = append(writes, ssa.Access{Verb: "create", Object: obj})
+			access.Verb = "create"
+			writes = append(writes, access)
 		}
 	}
 	for id, d := range p.drifted {
@@ -173,4 +183,20 @@ func (r *Reconciler) authorize(ctx context.Context, app *plumbv1.App, applier Ap
 		}
 	}
 	return nil
+}
+
+// pluralsOf maps the kinds that the CRDs in a render define to their
+// resource names.
+func pluralsOf(desired []*unstructured.Unstructured) map[schema.GroupKind]string {
+	out := map[schema.GroupKind]string{}
+	for _, o := range desired {
+		if !isCRD(o) {
+			continue
+		}
+		group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
+		kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
+		plural, _, _ := unstructured.NestedString(o.Object, "spec", "names", "plural")
+		out[schema.GroupKind{Group: group, Kind: kind}] = plural
+	}
+	return out
 }

@@ -43,6 +43,7 @@ func restrictedController(t *testing.T) *rest.Config {
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets", "namespaces"}, Verbs: read},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: read},
 		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterrolebindings"}, Verbs: read},
+		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: read},
 	}}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
@@ -433,5 +434,57 @@ func TestAnEntryThatIsGoneNeedsNoRightToDeleteIt(t *testing.T) {
 	ready(t, got)
 	if inventoryHas(got, "ConfigMap", "b") {
 		t.Error("the entry of the object that is gone stayed in the inventory")
+	}
+}
+
+const widgetCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.tenancy.plumb.dev
+spec:
+  group: tenancy.plumb.dev
+  names: {kind: Widget, plural: widgets}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+`
+
+func TestAnObjectWhoseCRDComesAlongIsAskedAboutBeforeTheCRDIsApplied(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	_, repo := newRepo(t, map[string]string{
+		"deploy/crd.yaml":    widgetCRD,
+		"deploy/widget.yaml": "apiVersion: tenancy.plumb.dev/v1\nkind: Widget\nmetadata:\n  name: w\n",
+	})
+	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.ServiceAccountName = "crd-only" })
+	serviceAccount(t, app.Namespace, "crd-only", allVerbs...)
+	// The ServiceAccount may manage CRDs, not Widgets.
+	name := "crd-only-" + app.Namespace
+	for _, obj := range []client.Object{
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: allVerbs}}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: app.Namespace, Name: "crd-only"}}},
+	} {
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := newHarnessAs(t, restrictedController(t), Policy{})
+	got := h.tick(t, client.ObjectKeyFromObject(app), queue.TriggerTimer)
+	msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, plumbv1.ReasonApplyFailed)
+	if !strings.Contains(msg, `cannot create resource "widgets" in API group "tenancy.plumb.dev"`) {
+		t.Errorf("Ready message %q does not name the refused Widget", msg)
+	}
+	crd := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"}}
+	if err := c.Get(ctx, client.ObjectKey{Name: "widgets.tenancy.plumb.dev"}, crd); !apierrors.IsNotFound(err) {
+		t.Errorf("the CRD was applied although the Widget of the same commit is refused (%v): half applied", err)
 	}
 }

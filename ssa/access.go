@@ -10,9 +10,14 @@ import (
 )
 
 // Access is one request a tick is about to make: a verb on an object.
+// Resource and Namespaced name the object's resource where the server does
+// not serve its kind yet (its CRD comes with the same apply); otherwise the
+// RESTMapper does.
 type Access struct {
-	Verb   string
-	Object *unstructured.Unstructured
+	Verb       string
+	Object     *unstructured.Unstructured
+	Resource   string
+	Namespaced bool
 }
 
 // Denied asks the API server's authorizer, with one SelfSubjectAccessReview
@@ -25,17 +30,21 @@ func (m *Manager) Denied(ctx context.Context, user string, accesses []Access) ([
 	var denied []string
 	for _, a := range accesses {
 		gvk := a.Object.GroupVersionKind()
-		mapping, err := m.client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
-		if meta.IsNoMatchError(err) {
-			continue
-		}
-		if err != nil {
-			return nil, err
+		resourceName, namespaced := a.Resource, a.Namespaced
+		if resourceName == "" {
+			mapping, err := m.client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+			if meta.IsNoMatchError(err) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			resourceName, namespaced = mapping.Resource.Resource, mapping.Scope.Name() == meta.RESTScopeNameNamespace
 		}
 		attrs := &authorizationv1.ResourceAttributes{Verb: a.Verb, Group: gvk.Group, Version: gvk.Version,
-			Resource: mapping.Resource.Resource, Name: a.Object.GetName()}
+			Resource: resourceName, Name: a.Object.GetName()}
 		where := "at the cluster scope"
-		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		if namespaced {
 			attrs.Namespace = a.Object.GetNamespace()
 			where = fmt.Sprintf("in the namespace %q", attrs.Namespace)
 		}
@@ -46,12 +55,12 @@ func (m *Manager) Denied(ctx context.Context, user string, accesses []Access) ([
 		if review.Status.Allowed {
 			continue
 		}
-		resource := mapping.Resource.Resource
+		resource := resourceName
 		if gvk.Group != "" {
 			resource += "." + gvk.Group
 		}
 		denied = append(denied, fmt.Sprintf("%s %q is forbidden: User %q cannot %s resource %q in API group %q %s",
-			resource, a.Object.GetName(), user, a.Verb, mapping.Resource.Resource, gvk.Group, where))
+			resource, a.Object.GetName(), user, a.Verb, resourceName, gvk.Group, where))
 	}
 	return denied, nil
 }

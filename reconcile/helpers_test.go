@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -87,4 +88,31 @@ func eventually(t *testing.T, cond func() bool) {
 	if err != nil {
 		t.Fatal("the condition did not hold within a minute")
 	}
+}
+
+// crdYAML is a CustomResourceDefinition of group, kind and plural with one
+// served version, v1, that keeps unknown fields.
+func crdYAML(group, kind, plural, scope string) string {
+	return fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: %[3]s.%[1]s
+spec:
+  group: %[1]s
+  names: {kind: %[2]s, plural: %[3]s}
+  scope: %[4]s
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+`, group, kind, plural, scope)
+}
+
+// configMapYAML is a ConfigMap named name, without data.
+func configMapYAML(name string) string {
+	return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\n"
 }

@@ -15,23 +15,7 @@ import (
 	"github.com/plumb-dev/plumb/queue"
 )
 
-const clusterScopedCRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: gadgets.scope.plumb.dev
-spec:
-  group: scope.plumb.dev
-  names: {kind: Gadget, plural: gadgets}
-  scope: Cluster
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
-`
+var clusterScopedCRD = crdYAML("scope.plumb.dev", "Gadget", "gadgets", "Cluster")
 
 func TestAClusterScopedCustomResourceWhoseCRDComesAlongIsNeverPruned(t *testing.T) {
 	_, repo := newRepo(t, map[string]string{

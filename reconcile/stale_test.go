@@ -45,7 +45,7 @@ func (s *staleApps) freeze(app *plumbv1.App) {
 func TestATickAfterItsOwnStatusWriteDoesNotStartFromAStaleApp(t *testing.T) {
 	ctx := context.Background()
 	c := admin(t)
-	cm := func(name string) string { return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\n" }
+	cm := configMapYAML
 	w, repo := newRepo(t, map[string]string{"deploy/keep.yaml": cm("keep")})
 	app := newApp(t, repo, nil)
 	key := client.ObjectKeyFromObject(app)

@@ -18,6 +18,7 @@ import (
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/queue"
+	"github.com/plumb-dev/plumb/source/git/gittest"
 )
 
 // The tests of this file run the tick as a restricted controller user: it
@@ -287,13 +288,8 @@ func TestTheDefaultServiceAccountAndNoCrossNamespaceHoldAnAppInItsNamespace(t *t
 func TestPruneAndTheFinalizersPruneActAsTheServiceAccount(t *testing.T) {
 	ctx := context.Background()
 	c := admin(t)
-	cm := func(name string) string { return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\n" }
-	w, repo := newRepo(t, map[string]string{"deploy/a.yaml": cm("a"), "deploy/b.yaml": cm("b")})
-	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.ServiceAccountName = "no-delete" })
+	w, app, h := convergedWithoutDelete(t)
 	key := client.ObjectKeyFromObject(app)
-	serviceAccount(t, app.Namespace, "no-delete", "get", "list", "watch", "create", "update", "patch")
-	h := newHarnessAs(t, restrictedController(t), Policy{})
-	ready(t, h.tick(t, key, queue.TriggerTimer))
 
 	pushed(t, w, map[string]string{"deploy/b.yaml": ""})
 	got := h.tick(t, key, queue.TriggerTimer)
@@ -412,13 +408,8 @@ func TestADeletedAppWhoseServiceAccountIsGoneLeavesItsObjects(t *testing.T) {
 func TestAnEntryThatIsGoneNeedsNoRightToDeleteIt(t *testing.T) {
 	ctx := context.Background()
 	c := admin(t)
-	cm := func(name string) string { return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\n" }
-	w, repo := newRepo(t, map[string]string{"deploy/a.yaml": cm("a"), "deploy/b.yaml": cm("b")})
-	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.ServiceAccountName = "no-delete" })
+	w, app, h := convergedWithoutDelete(t)
 	key := client.ObjectKeyFromObject(app)
-	serviceAccount(t, app.Namespace, "no-delete", "get", "list", "watch", "create", "update", "patch")
-	h := newHarnessAs(t, restrictedController(t), Policy{})
-	ready(t, h.tick(t, key, queue.TriggerTimer))
 
 	// Someone deletes b by hand, then Git drops it: nothing is left to delete.
 	b := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "b"}}
@@ -437,23 +428,7 @@ func TestAnEntryThatIsGoneNeedsNoRightToDeleteIt(t *testing.T) {
 	}
 }
 
-const widgetCRD = `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: widgets.tenancy.plumb.dev
-spec:
-  group: tenancy.plumb.dev
-  names: {kind: Widget, plural: widgets}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
-`
+var widgetCRD = crdYAML("tenancy.plumb.dev", "Widget", "widgets", "Namespaced")
 
 func TestAnObjectWhoseCRDComesAlongIsAskedAboutBeforeTheCRDIsApplied(t *testing.T) {
 	ctx := context.Background()
@@ -487,4 +462,17 @@ func TestAnObjectWhoseCRDComesAlongIsAskedAboutBeforeTheCRDIsApplied(t *testing.
 	if err := c.Get(ctx, client.ObjectKey{Name: "widgets.tenancy.plumb.dev"}, crd); !apierrors.IsNotFound(err) {
 		t.Errorf("the CRD was applied although the Widget of the same commit is refused (%v): half applied", err)
 	}
+}
+
+// convergedWithoutDelete is an App with ConfigMaps a and b that acts as
+// ServiceAccount "no-delete" (every verb but delete on them), ticked once by
+// a restricted controller.
+func convergedWithoutDelete(t *testing.T) (*gittest.Workdir, *plumbv1.App, *harness) {
+	t.Helper()
+	w, repo := newRepo(t, map[string]string{"deploy/a.yaml": configMapYAML("a"), "deploy/b.yaml": configMapYAML("b")})
+	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.ServiceAccountName = "no-delete" })
+	serviceAccount(t, app.Namespace, "no-delete", "get", "list", "watch", "create", "update", "patch")
+	h := newHarnessAs(t, restrictedController(t), Policy{})
+	ready(t, h.tick(t, client.ObjectKeyFromObject(app), queue.TriggerTimer))
+	return w, app, h
 }

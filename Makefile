@@ -46,7 +46,15 @@ fuzz: ## Run each native fuzz target for FUZZTIME executions (default 50000x).
 	done
 
 .PHONY: bench
-bench: ## Run the benchmarks, each beside its baseline.
+bench: controlplane bench-micro ## Measure plumb beside Flux-style, Argo-style and naive baselines (full sizes), and the micro-benchmarks.
+	go run ./bench --json
+
+.PHONY: bench-quick
+bench-quick: controlplane ## The performance harness at smaller sizes (a few minutes).
+	go run ./bench --quick --json
+
+.PHONY: bench-micro
+bench-micro: ## The Go micro-benchmarks of source/, each beside its baseline.
 	go test -run '^$$' -bench . -benchmem ./source/...
 
 .PHONY: build

@@ -109,6 +109,16 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	runtimeLog := runtimelog.New(zapr.NewLogger(log.Named("runtime")), 30*time.Second, nil)
 	ctrllog.SetLogger(runtimeLog)
 	klog.SetLogger(runtimeLog)
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	loopMetrics, err := metrics.NewMetrics(registry)
+	if err != nil {
+		return err
+	}
+	// Every client below is built from cfg (impersonated ones from copies
+	// of it), so every request the controller makes is counted.
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(loopMetrics.InstrumentTransport)
 	if opts.LeaderElectionNamespace == "" {
 		opts.LeaderElectionNamespace = inClusterNamespace()
 	}
@@ -161,12 +171,6 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		return fmt.Errorf("creating the dynamic client: %w", err)
 	}
 
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	loopMetrics, err := metrics.NewMetrics(registry)
-	if err != nil {
-		return err
-	}
 	discoveryClient, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, mgr.GetHTTPClient())
 	if err != nil {
 		return fmt.Errorf("creating the discovery client: %w", err)

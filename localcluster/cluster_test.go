@@ -114,6 +114,20 @@ func TestSeveralClustersRunAtOnceAndStopCleanly(t *testing.T) {
 	if _, err := second.CoreV1().Namespaces().Get(ctx, ns.Name, metav1.GetOptions{}); err == nil {
 		t.Errorf("namespace %s created in the first cluster is visible in the second", ns.Name)
 	}
+	// Each cluster finds its own etcd and kube-apiserver, not the other's.
+	seen := map[int]bool{}
+	for i, c := range clusters {
+		pids, err := c.PIDs()
+		if err != nil {
+			t.Fatalf("cluster %d: PIDs: %v", i, err)
+		}
+		for _, name := range []string{"etcd", "kube-apiserver"} {
+			if pids[name] == 0 || seen[pids[name]] {
+				t.Errorf("cluster %d: %s PID %d (all: %v), want one of its own", i, name, pids[name], pids)
+			}
+			seen[pids[name]] = true
+		}
+	}
 	for i, c := range clusters {
 		dir := c.Dir
 		clientset := kubernetes.NewForConfigOrDie(c.Config)

@@ -32,6 +32,7 @@ type Metrics struct {
 	changes       *prometheus.CounterVec
 	webhooks      *prometheus.CounterVec
 	matched       prometheus.Histogram
+	apiRequests   *prometheus.CounterVec
 }
 
 // webhookEvents bounds the event label: payload headers are attacker input.
@@ -74,8 +75,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Apps matched per verified push.",
 			Buckets: []float64{0, 1, 2, 5, 10, 25, 100},
 		}),
+		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plumb_api_requests_total",
+			Help: "Requests the controller made to the Kubernetes API server, by verb and whether they were dry runs.",
+		}, []string{"verb", "dry_run"}),
 	}
-	for _, c := range []prometheus.Collector{m.ticks, m.phaseFailures, m.tickDuration, m.phaseDuration, m.changes, m.webhooks, m.matched} {
+	for _, c := range []prometheus.Collector{m.ticks, m.phaseFailures, m.tickDuration, m.phaseDuration, m.changes, m.webhooks, m.matched, m.apiRequests} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -92,6 +97,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, action := range actions {
 		m.changes.WithLabelValues(action)
 	}
+	for _, verb := range apiVerbs {
+		m.apiRequests.WithLabelValues(verb, "false")
+	}
+	m.apiRequests.WithLabelValues("apply", "true")
 	return m, nil
 }
 

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"testing"
+)
+
+// TestSmallestScenarioCountsWhatItShould runs the quick harness's per-tick
+// scenarios once on a small App, against the real control plane and Git
+// server, and asserts the counts they report (never times): an unchanged
+// timer tick of plumb makes no request, by its own count and by
+// kube-apiserver's, while flux_style and naive make two per object; a
+// drift tick asks Git nothing; a commit that changes 5 objects writes those
+// 5 and rewrites nothing else.
+func TestSmallestScenarioCountsWhatItShould(t *testing.T) {
+	ctx := context.Background()
+	const objects = 40
+	w, err := newWorld(ctx, t.Logf)
+	if err != nil {
+		t.Fatalf("starting the bench's world: %v", err)
+	}
+	defer w.close()
+	s, err := newSteadyApp(ctx, w, objects, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("controller log:\n%s", s.ctl.tail(40))
+		}
+		s.close()
+	}()
+
+	noop, err := measureNoop(ctx, s, 1, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := noop.requests["plumb"]; len(got) != 1 || got[0] != 0 {
+		t.Errorf("plumb's unchanged tick: %v requests per object by its own count, want [0]", got)
+	}
+	if got := noop.serverRequests["plumb"]; len(got) != 1 || got[0] != 0 {
+		t.Errorf("plumb's unchanged tick: %v requests per object by kube-apiserver's count, want [0]", got)
+	}
+	for _, name := range []string{"flux_style", "naive"} {
+		client, server := noop.requests[name], noop.serverRequests[name]
+		if len(client) != 1 || client[0] < 2 {
+			t.Errorf("%s's unchanged tick: %v requests per object, want at least 2 (a GET and a dry-run each)", name, client)
+		}
+		if len(server) != 1 || len(client) != 1 || server[0] != client[0] {
+			t.Errorf("%s: kube-apiserver counted %v requests per object, the client %v", name, server, client)
+		}
+	}
+	if got := noop.requests["argo_style"]; len(got) != 1 || got[0] != 0 {
+		t.Errorf("argo_style's tick from its cache: %v requests per object, want [0]", got)
+	}
+
+	drift, err := measureDrift(ctx, s, 2, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(drift.gitRequests) != 2 || drift.gitRequests[0] != 0 || drift.gitRequests[1] != 0 {
+		t.Errorf("Git requests of drift ticks = %v, want [0 0]", drift.gitRequests)
+	}
+	if len(drift.healSeconds) != 2 {
+		t.Errorf("%d heal latencies for 2 drifts", len(drift.healSeconds))
+	}
+
+	writes, err := measureWrites(ctx, s, 1, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"plumb", "flux_style", "naive"} {
+		if got := writes.writesPerChanged[name]; len(got) != 1 || got[0] != 1 {
+			t.Errorf("%s: %v writes per changed object, want [1]", name, got)
+		}
+		if got := writes.rewritten[name]; len(got) != 1 || got[0] != 0 {
+			t.Errorf("%s: %v unchanged objects rewritten, want [0]", name, got)
+		}
+	}
+}

@@ -1,0 +1,113 @@
+// Command bench is plumb's performance harness: it starts its own local
+// control plane (etcd and kube-apiserver) and Git server, runs plumb's
+// controller as its own process, and measures it scenario by scenario beside
+// baselines that do what other tools do per tick (flux_style: Flux's
+// ApplyAllStaged over every object; argo_style: an unfiltered cache of every
+// object of every watched kind; naive: LIST, GET and dry-run per object), run
+// in the same process against the same cluster and data. It prints a
+// markdown table of medians with the runs' range, and with --json one JSON
+// object on the last line.
+//
+//	go run ./bench            # full: 1,000 objects per App, 5 runs
+//	go run ./bench --quick    # smaller sizes, fewer runs
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// sizes are what a run measures.
+type sizes struct {
+	// Objects is the size of the App of the per-tick scenarios.
+	Objects int
+	// Runs repeats each measured tick; Drifts is how many drifts are healed.
+	Runs, Drifts int
+}
+
+var (
+	fullSizes  = sizes{Objects: 1000, Runs: 5, Drifts: 20}
+	quickSizes = sizes{Objects: 200, Runs: 3, Drifts: 10}
+)
+
+func main() {
+	quick := flag.Bool("quick", false, "smaller sizes and fewer runs (a few minutes)")
+	asJSON := flag.Bool("json", false, "end with one JSON line: each figure's key and plumb's median")
+	quiet := flag.Bool("quiet", false, "no progress lines on stderr")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	size, label := fullSizes, "full"
+	if *quick {
+		size, label = quickSizes, "quick (smaller sizes: not the figures the README quotes)"
+	}
+	if err := run(ctx, os.Stdout, size, label, *asJSON, logTo(!*quiet)); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// run measures every scenario and writes the report.
+func run(ctx context.Context, out io.Writer, size sizes, label string, asJSON bool, logf func(string, ...any)) error {
+	log.SetOutput(io.Discard) // the Git test server logs every request through the standard logger
+	began := time.Now()
+	w, err := newWorld(ctx, logf)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	results, err := measureSteady(ctx, w, size, logf)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "plumb bench, %s run: %d objects per App, %d runs per figure; medians with (min–max); %s on %s\n\n",
+		label, size.Objects, size.Runs, time.Since(began).Round(time.Second), hostDescription())
+	writeTable(out, results)
+	if asJSON {
+		fmt.Fprintln(out)
+		return writeJSON(out, results)
+	}
+	return nil
+}
+
+// measureSteady runs scenarios 1 to 5 and 7 on one App.
+func measureSteady(ctx context.Context, w *world, size sizes, logf func(string, ...any)) ([]result, error) {
+	s, err := newSteadyApp(ctx, w, size.Objects, logf)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	noop, err := measureNoop(ctx, s, size.Runs, logf)
+	if err != nil {
+		return nil, fmt.Errorf("unchanged ticks: %w", err)
+	}
+	drift, err := measureDrift(ctx, s, size.Drifts, logf)
+	if err != nil {
+		return nil, fmt.Errorf("drift: %w", err)
+	}
+	writes, err := measureWrites(ctx, s, size.Runs, logf)
+	if err != nil {
+		return nil, fmt.Errorf("changed objects: %w", err)
+	}
+	restart, err := measureRestart(ctx, s, size.Runs, logf)
+	if err != nil {
+		return nil, fmt.Errorf("restart: %w", err)
+	}
+	results := noop.results(size.Objects)
+	results = append(results, drift.results(size.Drifts)...)
+	results = append(results, writes.results(size.Objects)...)
+	results = append(results, restartResult(restart, size.Objects))
+	return results, nil
+}
+
+// hostDescription names the machine's CPU count.
+func hostDescription() string {
+	return fmt.Sprintf("%d CPUs", numCPU())
+}

@@ -1,0 +1,78 @@
+package metrics
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestAPIVerb(t *testing.T) {
+	for _, tt := range []struct {
+		method, url, contentType, want string
+	}{
+		{"GET", "/api", "", "discovery"},
+		{"GET", "/apis/apps/v1", "", "discovery"},
+		{"GET", "/version", "", "discovery"},
+		{"GET", "/api/v1/namespaces", "", "list"},
+		{"GET", "/api/v1/namespaces/team-a", "", "get"},
+		{"GET", "/api/v1/namespaces/team-a/configmaps", "", "list"},
+		{"GET", "/api/v1/namespaces/team-a/configmaps?watch=true&resourceVersion=5", "", "watch"},
+		{"GET", "/api/v1/namespaces/team-a/configmaps/settings", "", "get"},
+		{"GET", "/apis/apps/v1/namespaces/team-a/deployments/web/status", "", "get"},
+		{"GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles", "", "list"},
+		{"GET", "/apis/rbac.authorization.k8s.io/v1/clusterroles/admin", "", "get"},
+		{"PATCH", "/api/v1/namespaces/team-a/configmaps/settings?fieldManager=plumb", "application/apply-patch+yaml", "apply"},
+		{"PATCH", "/apis/plumb.dev/v1alpha1/namespaces/team-a/apps/web/status", "application/merge-patch+json", "patch"},
+		{"POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "application/json", "create"},
+		{"PUT", "/apis/coordination.k8s.io/v1/namespaces/default/leases/plumb", "application/json", "update"},
+		{"DELETE", "/api/v1/namespaces/team-a/configmaps/old", "", "delete"},
+		{"DELETE", "/api/v1/namespaces/team-a/configmaps", "", "deletecollection"},
+	} {
+		req := httptest.NewRequest(tt.method, tt.url, nil)
+		req.Header.Set("Content-Type", tt.contentType)
+		if got := APIVerb(req); got != tt.want {
+			t.Errorf("%s %s: verb %q, want %q", tt.method, tt.url, got, tt.want)
+		}
+	}
+}
+
+func TestInstrumentTransportCountsEveryRequest(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer server.Close()
+	client := &http.Client{Transport: m.InstrumentTransport(http.DefaultTransport)}
+	send := func(method, path, contentType string) {
+		req, _ := http.NewRequest(method, server.URL+path, strings.NewReader("{}"))
+		req.Header.Set("Content-Type", contentType)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	send("PATCH", "/api/v1/namespaces/a/configmaps/x?dryRun=All&fieldManager=plumb", "application/apply-patch+yaml")
+	send("PATCH", "/api/v1/namespaces/a/configmaps/x?fieldManager=plumb", "application/apply-patch+yaml")
+	send("PATCH", "/api/v1/namespaces/a/configmaps/y?fieldManager=plumb", "application/apply-patch+yaml")
+	send("GET", "/api/v1/namespaces/a/configmaps/x", "")
+	for _, tt := range []struct {
+		verb, dryRun string
+		want         float64
+	}{
+		{"apply", "true", 1}, {"apply", "false", 2}, {"get", "false", 1}, {"list", "false", 0},
+	} {
+		if got := testutil.ToFloat64(m.apiRequests.WithLabelValues(tt.verb, tt.dryRun)); got != tt.want {
+			t.Errorf("verb=%s dry_run=%s: %v requests, want %v", tt.verb, tt.dryRun, got, tt.want)
+		}
+	}
+	if got := testutil.CollectAndCount(m.apiRequests); got != len(apiVerbs)+1 {
+		t.Errorf("%d series, want one per verb at zero plus dry-run applies (%d)", got, len(apiVerbs)+1)
+	}
+}

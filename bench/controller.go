@@ -23,8 +23,8 @@ type controllerProcess struct {
 	cmd         *exec.Cmd
 	dir         string
 	metricsAddr string
-	webhookAddr string
-	exited      chan error
+	exited      chan struct{} // closed when the process has exited
+	exitErr     error         // set before exited closes
 }
 
 // buildPlumb builds plumb's binary into dir.
@@ -92,12 +92,12 @@ func startController(ctx context.Context, bin, kubeconfig, dir, webhookSecret st
 		logFile.Close()
 		return nil, err
 	}
-	p := &controllerProcess{cmd: cmd, dir: dir, metricsAddr: metricsAddr, webhookAddr: webhookAddr, exited: make(chan error, 1)}
-	go func() { p.exited <- cmd.Wait(); logFile.Close() }()
+	p := &controllerProcess{cmd: cmd, dir: dir, metricsAddr: metricsAddr, exited: make(chan struct{})}
+	go func() { p.exitErr = cmd.Wait(); logFile.Close(); close(p.exited) }()
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		select {
-		case err := <-p.exited:
-			return false, fmt.Errorf("the controller exited: %v\n%s", err, p.tail(30))
+		case <-p.exited:
+			return false, fmt.Errorf("the controller exited: %v\n%s", p.exitErr, p.tail(30))
 		default:
 		}
 		_, err := p.metrics(ctx)
@@ -120,14 +120,14 @@ func (p *controllerProcess) metrics(ctx context.Context) (map[string]*dto.Metric
 
 // counters is what the controller has counted so far.
 type counters struct {
-	// Ticks is every tick run (success and failure).
+	// Ticks is every tick run (success and failure). The counter moves
+	// just before the tick's status write, so a status write (a heartbeat
+	// every tenth unchanged tick) may fall after the window it ends.
 	Ticks float64
 	// Requests is every API request; TickRequests leaves out the list,
 	// watch and discovery requests that informers and the REST mapper make
 	// once per kind, not per tick.
 	Requests, TickRequests float64
-	// Writes is every request that is neither a read nor a dry run.
-	Writes float64
 }
 
 // counters reads the controller's counters.
@@ -141,9 +141,6 @@ func (p *controllerProcess) counters(ctx context.Context) (counters, error) {
 		Requests: sumWhere(fams, "plumb_api_requests_total", nil),
 		TickRequests: sumWhere(fams, "plumb_api_requests_total", func(l map[string]string) bool {
 			return l["verb"] != "list" && l["verb"] != "watch" && l["verb"] != "discovery"
-		}),
-		Writes: sumWhere(fams, "plumb_api_requests_total", func(l map[string]string) bool {
-			return l["dry_run"] == "false" && l["verb"] != "get" && l["verb"] != "list" && l["verb"] != "watch" && l["verb"] != "discovery"
 		}),
 	}, nil
 }

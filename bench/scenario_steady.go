@@ -152,16 +152,17 @@ func measureWrites(ctx context.Context, s *steadyApp, runs int, logf func(string
 	}
 	for run := range runs {
 		logf("Commit %d/%d changing %d of %d objects", run+1, runs, changedObjects, s.objects)
-		files := configMaps(s.objects, payloadBytes, value(run))
-		hash, err := s.repo.push(files)
-		if err != nil {
-			return nil, err
-		}
+		// Counted from before the push: a timer tick may apply the commit
+		// before the sync request does.
 		before, err := s.resourceVersions(ctx, s.ns)
 		if err != nil {
 			return nil, err
 		}
 		writesBefore, err := s.serverWrites(ctx)
+		if err != nil {
+			return nil, err
+		}
+		hash, err := s.repo.push(configMaps(s.objects, payloadBytes, value(run)))
 		if err != nil {
 			return nil, err
 		}
@@ -274,6 +275,22 @@ func measureRestart(ctx context.Context, s *steadyApp, runs int, logf func(strin
 		return nil, err
 	}
 	defer s.ctl.resume()
+	// Put the baselines' copy back to what s.desired says (scenario 4 left
+	// it changed), so that their fresh ticks are unchanged ones too.
+	settle, err := newFluxStyle(s.w.cluster.Config, s.w.clientOptions())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := settle.tick(ctx, s.desired); err != nil {
+		return nil, err
+	}
+	naiveSettle, err := newNaive(s.w.cluster.Config, s.w.clientOptions())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := naiveSettle.tick(ctx, s.desired); err != nil {
+		return nil, err
+	}
 	for run := range runs {
 		flux, err := newFluxStyle(s.w.cluster.Config, s.w.clientOptions())
 		if err != nil {

@@ -36,10 +36,14 @@ var configMapsResource = schema.GroupVersionResource{Version: "v1", Resource: "c
 
 // newSteadyApp pushes n ConfigMaps, starts a controller and waits until the
 // App is Ready and its timer ticks change nothing.
-func newSteadyApp(ctx context.Context, w *world, n int, logf func(string, ...any)) (*steadyApp, error) {
+func newSteadyApp(ctx context.Context, w *world, n int, logf func(string, ...any)) (_ *steadyApp, err error) {
 	s := &steadyApp{w: w, objects: n, name: "steady"}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
 	s.files = configMaps(n, payloadBytes, func(int) string { return "one" })
-	var err error
 	var hash string
 	if s.repo, hash, err = w.newRepo(s.files); err != nil {
 		return nil, err

@@ -23,9 +23,24 @@ func (c *Cluster) PIDs() (map[string]int, error) {
 		if err != nil || len(args) == 0 {
 			continue // gone, or not ours to read
 		}
-		if strings.Contains(strings.Join(args[1:], " "), c.Dir) {
+		if namesFolder(args[1:], c.Dir) {
 			pids[filepath.Base(args[0])] = p.PID
 		}
 	}
 	return pids, nil
+}
+
+// namesFolder reports whether an argument is dir or a path inside it (as a
+// whole, or as the value of a --flag=value), so that /tmp/x-1 does not match
+// /tmp/x-12.
+func namesFolder(args []string, dir string) bool {
+	for _, arg := range args {
+		if _, value, ok := strings.Cut(arg, "="); ok && strings.HasPrefix(arg, "-") {
+			arg = value
+		}
+		if arg == dir || strings.HasPrefix(arg, dir+string(filepath.Separator)) {
+			return true
+		}
+	}
+	return false
 }

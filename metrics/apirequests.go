@@ -78,7 +78,7 @@ func namesObject(path string) (named, ok bool) {
 	}
 	// namespaces/NS/RESOURCE… is a namespaced resource; namespaces[/NS] is
 	// the Namespace kind itself.
-	if len(rest) >= 3 && rest[0] == "namespaces" {
+	if len(rest) >= 3 && rest[0] == "namespaces" && rest[2] != "status" && rest[2] != "finalize" {
 		rest = rest[2:]
 	}
 	return len(rest) >= 2, true

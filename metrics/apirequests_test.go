@@ -19,6 +19,8 @@ func TestAPIVerb(t *testing.T) {
 		{"GET", "/version", "", "discovery"},
 		{"GET", "/api/v1/namespaces", "", "list"},
 		{"GET", "/api/v1/namespaces/team-a", "", "get"},
+		{"GET", "/api/v1/namespaces/team-a/status", "", "get"},
+		{"PUT", "/api/v1/namespaces/team-a/finalize", "application/json", "update"},
 		{"GET", "/api/v1/namespaces/team-a/configmaps", "", "list"},
 		{"GET", "/api/v1/namespaces/team-a/configmaps?watch=true&resourceVersion=5", "", "watch"},
 		{"GET", "/api/v1/namespaces/team-a/configmaps/settings", "", "get"},

@@ -83,11 +83,7 @@ func measureNoop(ctx context.Context, s *steadyApp, runs int, logf func(string, 
 		return nil, err
 	}
 	defer s.ctl.resume()
-	flux, err := newFluxStyle(s.w.cluster.Config, s.w.clientOptions())
-	if err != nil {
-		return nil, err
-	}
-	naive, err := newNaive(s.w.cluster.Config, s.w.clientOptions())
+	flux, naive, err := s.writingBaselines()
 	if err != nil {
 		return nil, err
 	}

@@ -188,11 +188,7 @@ func measureWrites(ctx context.Context, s *steadyApp, runs int, logf func(string
 		return nil, err
 	}
 	defer s.ctl.resume()
-	flux, err := newFluxStyle(s.w.cluster.Config, s.w.clientOptions())
-	if err != nil {
-		return nil, err
-	}
-	naive, err := newNaive(s.w.cluster.Config, s.w.clientOptions())
+	flux, naive, err := s.writingBaselines()
 	if err != nil {
 		return nil, err
 	}
@@ -277,18 +273,14 @@ func measureRestart(ctx context.Context, s *steadyApp, runs int, logf func(strin
 	defer s.ctl.resume()
 	// Put the baselines' copy back to what s.desired says (scenario 4 left
 	// it changed), so that their fresh ticks are unchanged ones too.
-	settle, err := newFluxStyle(s.w.cluster.Config, s.w.clientOptions())
+	settleFlux, settleNaive, err := s.writingBaselines()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := settle.tick(ctx, s.desired); err != nil {
+	if _, err := settleFlux.tick(ctx, s.desired); err != nil {
 		return nil, err
 	}
-	naiveSettle, err := newNaive(s.w.cluster.Config, s.w.clientOptions())
-	if err != nil {
-		return nil, err
-	}
-	if _, err := naiveSettle.tick(ctx, s.desired); err != nil {
+	if _, err := settleNaive.tick(ctx, s.desired); err != nil {
 		return nil, err
 	}
 	for run := range runs {

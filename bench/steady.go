@@ -79,6 +79,20 @@ func newSteadyApp(ctx context.Context, w *world, n int, logf func(string, ...any
 	return s, nil
 }
 
+// writingBaselines builds the two baselines that write (flux_style and
+// naive), each with a fresh client that counts its requests.
+func (s *steadyApp) writingBaselines() (*fluxStyle, *naive, error) {
+	flux, err := newFluxStyle(s.w.cluster.Config, s.w.clientOptions())
+	if err != nil {
+		return nil, nil, err
+	}
+	naive, err := newNaive(s.w.cluster.Config, s.w.clientOptions())
+	if err != nil {
+		return nil, nil, err
+	}
+	return flux, naive, nil
+}
+
 func (s *steadyApp) close() {
 	if s.ctl != nil {
 		s.ctl.stop()

@@ -22,6 +22,7 @@ import (
 	"github.com/plumb-dev/plumb/api/v1alpha1/crd"
 	"github.com/plumb-dev/plumb/localcluster"
 	"github.com/plumb-dev/plumb/source/git/gittest"
+	"github.com/plumb-dev/plumb/syncrequest"
 )
 
 // webhookSecret signs the GitHub pushes the bench sends.
@@ -206,16 +207,7 @@ func (w *world) readyAt(ctx context.Context, ns, name, hash string, timeout time
 // requestSync asks for the App's next tick now, as a webhook or `plumb
 // sync` does (the sync annotation).
 func (w *world) requestSync(ctx context.Context, ns, name string) error {
-	app := &plumbv1.App{}
-	if err := w.k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, app); err != nil {
-		return err
-	}
-	patch := client.MergeFrom(app.DeepCopy())
-	if app.Annotations == nil {
-		app.Annotations = map[string]string{}
-	}
-	app.Annotations[plumbv1.AnnotationSyncRequestedAt] = time.Now().Format(time.RFC3339Nano)
-	return w.k8s.Patch(ctx, app, patch)
+	return syncrequest.Annotate(ctx, w.k8s, client.ObjectKey{Namespace: ns, Name: name}, time.Now())
 }
 
 // clientOptions are the options of a client that knows plumb's types.

@@ -17,9 +17,7 @@ package diff
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -96,25 +94,6 @@ type PatchOp struct {
 	Value any    `json:"value,omitempty"`
 }
 
-// Hash is a stable hash of an object's content, without the revision and
-// content-hash annotations (they follow the content, see package v1alpha1).
-func Hash(obj *unstructured.Unstructured) (string, error) {
-	c := obj.DeepCopy()
-	annotations := c.GetAnnotations()
-	delete(annotations, plumbv1.AnnotationRevision)
-	delete(annotations, plumbv1.AnnotationContentHash)
-	if len(annotations) == 0 {
-		annotations = nil
-	}
-	c.SetAnnotations(annotations)
-	data, err := json.Marshal(c.Object) // map keys are sorted: stable
-	if err != nil {
-		return "", fmt.Errorf("hashing %s: %w", c.GetName(), err)
-	}
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:]), nil
-}
-
 // PlumbFields returns the fields the plumb manager owns on a live object
 // (its Apply entry on the main resource, not status).
 func PlumbFields(live *unstructured.Unstructured) (*fieldpath.Set, error) {
@@ -149,6 +128,19 @@ func RecordOf(desired, live *unstructured.Unstructured) (Record, error) {
 // an ignored pointer, and fields at or under a path in left (fields plumb
 // leaves to a manager that keeps changing them), never count as drift.
 func Compare(desired, live *unstructured.Unstructured, rec *Record, ignore Ignore, left *fieldpath.Set) (Result, error) {
+	if live == nil || rec == nil {
+		return CompareHashed(desired, "", live, rec, ignore, left) // no hash needed
+	}
+	hash, err := Hash(desired)
+	if err != nil {
+		return Result{}, err
+	}
+	return CompareHashed(desired, hash, live, rec, ignore, left)
+}
+
+// CompareHashed is Compare for a caller that has the Hash of desired at
+// hand already.
+func CompareHashed(desired *unstructured.Unstructured, hash string, live *unstructured.Unstructured, rec *Record, ignore Ignore, left *fieldpath.Set) (Result, error) {
 	if live == nil {
 		if rec != nil {
 			return Result{Kind: Deleted}, nil
@@ -157,10 +149,6 @@ func Compare(desired, live *unstructured.Unstructured, rec *Record, ignore Ignor
 	}
 	if rec == nil {
 		return Result{Kind: Ambiguous}, nil
-	}
-	hash, err := Hash(desired)
-	if err != nil {
-		return Result{}, err
 	}
 	if hash != rec.DesiredHash {
 		return Result{Kind: Update}, nil

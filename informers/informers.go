@@ -56,7 +56,10 @@ type Cache struct {
 
 	mu    sync.Mutex
 	types map[schema.GroupVersionResource]*typeInformer // guarded by mu
-	users map[types.NamespacedName]map[schema.GroupVersionResource]bool
+	// resources remembers, for each kind Ensure mapped, its resource, so
+	// that Get (once per object and tick) need not ask the RESTMapper.
+	resources map[schema.GroupVersionKind]schema.GroupVersionResource // guarded by mu
+	users     map[types.NamespacedName]map[schema.GroupVersionResource]bool
 }
 
 // typeInformer is the informer of one resource type.
@@ -77,11 +80,12 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, opts Options) *Cache 
 		opts.OnEvent = func(types.NamespacedName) {}
 	}
 	return &Cache{
-		client: client,
-		mapper: mapper,
-		opts:   opts,
-		types:  map[schema.GroupVersionResource]*typeInformer{},
-		users:  map[types.NamespacedName]map[schema.GroupVersionResource]bool{},
+		client:    client,
+		mapper:    mapper,
+		opts:      opts,
+		types:     map[schema.GroupVersionResource]*typeInformer{},
+		resources: map[schema.GroupVersionKind]schema.GroupVersionResource{},
+		users:     map[types.NamespacedName]map[schema.GroupVersionResource]bool{},
 	}
 }
 
@@ -109,6 +113,7 @@ func (c *Cache) Ensure(app types.NamespacedName, gvks []schema.GroupVersionKind)
 	next := map[schema.GroupVersionResource]bool{}
 	for gvr, gvk := range wanted {
 		next[gvr] = true
+		c.resources[gvk] = gvr
 		if t, ok := c.types[gvr]; ok && !t.stopped() {
 			continue
 		}
@@ -148,6 +153,11 @@ func (c *Cache) releaseLocked(gvr schema.GroupVersionResource) {
 		t.stop()
 		delete(c.types, gvr)
 	}
+	for gvk, r := range c.resources {
+		if r == gvr {
+			delete(c.resources, gvk)
+		}
+	}
 }
 
 // Stop stops every informer (the controller is shutting down).
@@ -160,6 +170,7 @@ func (c *Cache) Stop() {
 		delete(c.types, gvr)
 	}
 	c.users = map[types.NamespacedName]map[schema.GroupVersionResource]bool{}
+	c.resources = map[schema.GroupVersionKind]schema.GroupVersionResource{}
 }
 
 // start creates and runs the informer of one type. c.mu is held.
@@ -364,6 +375,12 @@ func (t *typeInformer) syncError(cause error) error {
 }
 
 func (c *Cache) typeOf(gvk schema.GroupVersionKind) (*typeInformer, error) {
+	c.mu.Lock()
+	t, ok := c.types[c.resources[gvk]]
+	c.mu.Unlock()
+	if ok {
+		return t, nil
+	}
 	mapping, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
 		if meta.IsNoMatchError(err) {
@@ -372,7 +389,7 @@ func (c *Cache) typeOf(gvk schema.GroupVersionKind) (*typeInformer, error) {
 		return nil, err
 	}
 	c.mu.Lock()
-	t, ok := c.types[mapping.Resource]
+	t, ok = c.types[mapping.Resource]
 	c.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("no informer for %s: call Ensure first", gvk)

@@ -28,7 +28,7 @@ import (
 // arrive meanwhile are held and, when one was not plumb's write after all,
 // the App is enqueued again.
 func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applier, p *plan, desired []*unstructured.Unstructured,
-	live map[objectID]*unstructured.Unstructured, pending pendingKinds, log *zap.Logger) (*fluxssa.ChangeSet, error) {
+	live map[objectID]*unstructured.Unstructured, kinds *tickKinds, log *zap.Logger) (*fluxssa.ChangeSet, error) {
 	key := client.ObjectKeyFromObject(app)
 	r.memory.beginWrites(key)
 	defer func() {
@@ -38,7 +38,7 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applie
 	}()
 	changes := fluxssa.NewChangeSet()
 	if sa := r.serviceAccountOf(app); sa != "" {
-		if err := r.authorize(ctx, app, applier, sa, p, desired, live, pending); err != nil {
+		if err := r.authorize(ctx, app, applier, sa, p, desired, live, kinds); err != nil {
 			return changes, err
 		}
 	}
@@ -97,7 +97,7 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applie
 		r.memory.wrote(key, id, patched.GetResourceVersion())
 		changes.Add(fluxssa.ChangeSetEntry{Subject: id.String(), Action: fluxssa.ConfiguredAction})
 	}
-	kept, err := r.prune(ctx, app, applier, desired, pending, changes, log)
+	kept, err := r.prune(ctx, app, applier, desired, kinds, changes, log)
 	if err != nil {
 		return changes, err
 	}
@@ -122,14 +122,14 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applie
 // kept is read from the informer cache (it still carries the App's labels):
 // an unchanged tick asks the API server nothing about it.
 func (r *Reconciler) prune(ctx context.Context, app *plumbv1.App, applier Applier, desired []*unstructured.Unstructured,
-	pending pendingKinds, changes *fluxssa.ChangeSet, log *zap.Logger) ([]plumbv1.KeptObject, error) {
+	kinds *tickKinds, changes *fluxssa.ChangeSet, log *zap.Logger) ([]plumbv1.KeptObject, error) {
 	if !app.Spec.PruneEnabled() {
 		return nil, nil
 	}
 	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 	var kept []plumbv1.KeptObject
 	var stale []*unstructured.Unstructured
-	for _, obj := range r.staleObjects(app.Status.Inventory, desired, pending) {
+	for _, obj := range r.staleObjects(app.Status.Inventory, desired, kinds) {
 		if guard, ok := r.keptInCache(obj, owner); ok {
 			kept = append(kept, keptObject(obj, guard))
 			changes.Add(fluxssa.ChangeSetEntry{Subject: idOf(obj).String(), Action: ssa.KeptAction})
@@ -218,7 +218,7 @@ func (r *Reconciler) reportUnserved(app *plumbv1.App, cs *fluxssa.ChangeSet) {
 // scope its kind has (the server's, or the scope a CRD in the render
 // declares): an object that is desired under any spelling of its ID (a
 // cluster-scoped one recorded with a namespace, say) is never stale.
-func (r *Reconciler) staleObjects(inv *plumbv1.Inventory, desired []*unstructured.Unstructured, pending pendingKinds) []*unstructured.Unstructured {
+func (r *Reconciler) staleObjects(inv *plumbv1.Inventory, desired []*unstructured.Unstructured, kinds *tickKinds) []*unstructured.Unstructured {
 	if inv == nil {
 		return nil
 	}
@@ -235,7 +235,7 @@ func (r *Reconciler) staleObjects(inv *plumbv1.Inventory, desired []*unstructure
 			continue // desired; a cluster-scoped one may have been recorded with a namespace
 		}
 		gvk := schema.GroupVersionKind{Group: ref.Group, Version: ref.Version, Kind: ref.Kind}
-		if r.clusterScoped(gvk, pending) {
+		if kinds.clusterScoped(gvk) {
 			id.Namespace = ""
 		}
 		u := &unstructured.Unstructured{}
@@ -249,11 +249,11 @@ func (r *Reconciler) staleObjects(inv *plumbv1.Inventory, desired []*unstructure
 
 // clusterScoped reports a kind the server (or a CRD in the render) says is
 // cluster-scoped.
-func (r *Reconciler) clusterScoped(gvk schema.GroupVersionKind, pending pendingKinds) bool {
-	if scope, ok := pending[gvk]; ok {
+func (k *tickKinds) clusterScoped(gvk schema.GroupVersionKind) bool {
+	if scope, ok := k.pending[gvk]; ok {
 		return scope == meta.RESTScopeNameRoot
 	}
-	scope, err := r.scopeOf(gvk)
+	scope, err := k.served(gvk)
 	return err == nil && scope == meta.RESTScopeNameRoot
 }
 

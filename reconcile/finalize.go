@@ -30,7 +30,7 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 	}
 	interval := app.Spec.IntervalOrDefault()
 	if app.Spec.PruneEnabled() && !app.Spec.Suspend {
-		stale := r.staleObjects(app.Status.Inventory, nil, nil)
+		stale := r.staleObjects(app.Status.Inventory, nil, newTickKinds(r.Mapper))
 		if len(stale) > 0 {
 			applier, err := r.applierFor(ctx, app)
 			switch {

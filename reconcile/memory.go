@@ -14,8 +14,9 @@ import (
 )
 
 // memory is what the controller remembers between ticks, per App: for each
-// object the diff Record of what plumb last applied and the resourceVersion
-// its last write produced, drift episodes, the last successful read, and
+// object the diff Record of what plumb last applied, the resourceVersion
+// its last write produced and the inputs of its last Unchanged verdict,
+// drift episodes, the last successful read, and
 // the App's resourceVersion after plumb's last write to it. It is lost on
 // restart; the tick then asks the API server once per object
 // (diff.Ambiguous) and reads Git afresh. Ticks of one App never run at
@@ -28,7 +29,10 @@ type memory struct {
 
 // appMemory is what memory keeps about one App.
 type appMemory struct {
-	records  map[objectID]diff.Record
+	records map[objectID]diff.Record
+	// verified are the objects whose live state the Diff phase last found
+	// Unchanged against their record (see verification).
+	verified map[objectID]verification
 	written  map[objectID]string // resourceVersion of plumb's last write of the object
 	episodes map[objectID]*episode
 	// fieldDrifts are the changes, within conflictWindow, that another
@@ -93,7 +97,7 @@ func (m *memory) app(key types.NamespacedName) *appMemory {
 	}
 	a := m.apps[key]
 	if a == nil {
-		a = &appMemory{records: map[objectID]diff.Record{}, written: map[objectID]string{}, episodes: map[objectID]*episode{},
+		a = &appMemory{records: map[objectID]diff.Record{}, verified: map[objectID]verification{}, written: map[objectID]string{}, episodes: map[objectID]*episode{},
 			fieldDrifts: map[objectID]map[string][]fieldChange{}, conflicts: map[objectID]*objectConflicts{}}
 		m.apps[key] = a
 	}
@@ -113,7 +117,34 @@ func (m *memory) record(key types.NamespacedName, id objectID) *diff.Record {
 func (m *memory) remember(key types.NamespacedName, id objectID, rec diff.Record) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.app(key).records[id] = rec
+	a := m.app(key)
+	a.records[id] = rec
+	delete(a.verified, id) // found Unchanged against another record
+}
+
+// verification is what an Unchanged verdict of the Diff phase depended on:
+// the live object's resourceVersion, the hash of the desired object and the
+// App's generation (its ignore rules). While all three stay the same, the
+// verdict does too, and the tick need not compare the object again.
+type verification struct {
+	liveRV     string
+	hash       string
+	generation int64
+}
+
+// verify records that the object was found Unchanged under v.
+func (m *memory) verify(key types.NamespacedName, id objectID, v verification) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.app(key).verified[id] = v
+}
+
+// isVerified reports whether the object was found Unchanged under v.
+func (m *memory) isVerified(key types.NamespacedName, id objectID, v verification) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	got, ok := m.app(key).verified[id]
+	return ok && got == v
 }
 
 // wrote records the resourceVersion that plumb's write of an object produced.
@@ -183,6 +214,11 @@ func (m *memory) keepOnly(key types.NamespacedName, ids map[objectID]bool) {
 	for id := range a.written {
 		if !ids[id] {
 			delete(a.written, id)
+		}
+	}
+	for id := range a.verified {
+		if !ids[id] {
+			delete(a.verified, id)
 		}
 	}
 	for id := range a.episodes {

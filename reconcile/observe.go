@@ -17,33 +17,75 @@ import (
 	"github.com/plumb-dev/plumb/source"
 )
 
-// pendingKinds are the kinds the API server does not serve yet because
-// their CRDs come with this very render, with the scope each CRD declares.
-// Objects of these kinds are neither observed nor dry-run.
-type pendingKinds map[schema.GroupVersionKind]meta.RESTScopeName
+// tickKinds is what one tick knows about the kinds it handles: the
+// RESTMapper's answer for each kind, asked once per kind and tick rather
+// than once per object, and the kinds the API server does not serve yet
+// because their CRDs come with this very render, with the scope each CRD
+// declares (pending). Objects of pending kinds are neither observed nor
+// dry-run. A tickKinds lives for one tick: a later tick asks afresh, so
+// that CRDs added or removed meanwhile count.
+type tickKinds struct {
+	mapper  meta.RESTMapper
+	pending map[schema.GroupVersionKind]meta.RESTScopeName
+	answers map[schema.GroupVersionKind]scopeAnswer
+}
+
+// scopeAnswer is the RESTMapper's answer for one kind.
+type scopeAnswer struct {
+	scope meta.RESTScopeName
+	err   error
+}
+
+func newTickKinds(mapper meta.RESTMapper) *tickKinds {
+	return &tickKinds{mapper: mapper, pending: map[schema.GroupVersionKind]meta.RESTScopeName{},
+		answers: map[schema.GroupVersionKind]scopeAnswer{}}
+}
+
+// served returns the scope of a kind the API server serves, asking the
+// RESTMapper the first time the tick needs it.
+func (k *tickKinds) served(gvk schema.GroupVersionKind) (meta.RESTScopeName, error) {
+	if a, ok := k.answers[gvk]; ok {
+		return a.scope, a.err
+	}
+	var a scopeAnswer
+	mapping, err := k.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		a.err = err
+	} else {
+		a.scope = mapping.Scope.Name()
+	}
+	k.answers[gvk] = a
+	return a.scope, a.err
+}
+
+// isPending reports a kind whose CRD comes with this render.
+func (k *tickKinds) isPending(gvk schema.GroupVersionKind) bool {
+	_, ok := k.pending[gvk]
+	return ok
+}
 
 // prepare copies the rendered objects (they are shared with the render
 // cache) and gives them the namespace the server will: none for a
 // cluster-scoped kind, the target namespace for a namespaced object that
 // names none.
-func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstructured.Unstructured, pendingKinds, error) {
+func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstructured.Unstructured, *tickKinds, error) {
 	defaultNamespace := app.Namespace
 	if app.Spec.TargetNamespace != "" {
 		defaultNamespace = app.Spec.TargetNamespace
 	}
 	defined := definedKinds(result)
-	pending := pendingKinds{}
+	kinds := newTickKinds(r.Mapper)
 	desired := make([]*unstructured.Unstructured, 0, len(result.Objects))
 	for _, o := range result.Objects {
 		obj := o.DeepCopy()
 		diff.Normalize(obj)
 		gvk := obj.GroupVersionKind()
-		scope, err := r.scopeOf(gvk)
+		scope, err := kinds.served(gvk)
 		if meta.IsNoMatchError(err) {
 			if s, ok := defined[gvk.GroupKind()]; ok {
 				// Its CRD is in this very render and is applied first.
 				scope, err = s, nil
-				pending[gvk] = s
+				kinds.pending[gvk] = s
 				if r.Cluster != nil {
 					r.Cluster.Invalidate() // the next read's .Capabilities will include it
 				}
@@ -62,16 +104,7 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 		ignoreFor(app, obj).Strip(obj)
 		desired = append(desired, obj)
 	}
-	return desired, pending, nil
-}
-
-// scopeOf asks the RESTMapper whether a kind is namespaced.
-func (r *Reconciler) scopeOf(gvk schema.GroupVersionKind) (meta.RESTScopeName, error) {
-	mapping, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return "", err
-	}
-	return mapping.Scope.Name(), nil
+	return desired, kinds, nil
 }
 
 // ignoreFor collects the App's ignore rules that select obj.
@@ -117,20 +150,20 @@ const catchUpTimeout = 5 * time.Second
 // waits for the informer to catch up, so that a lagging cache is not taken
 // for a deletion or a change by someone else.
 func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app *plumbv1.App, desired []*unstructured.Unstructured,
-	pending pendingKinds, log *zap.Logger) (map[objectID]*unstructured.Unstructured, error) {
+	tk *tickKinds, log *zap.Logger) (map[objectID]*unstructured.Unstructured, error) {
 	fail := func(detail string, err error) error {
 		return &PhaseError{Phase: PhaseObserve, Reason: plumbv1.ReasonObserveFailed, Detail: detail, Err: err}
 	}
 	kinds := map[schema.GroupVersionKind]bool{}
 	for _, obj := range desired {
-		if _, ok := pending[obj.GroupVersionKind()]; !ok {
+		if !tk.isPending(obj.GroupVersionKind()) {
 			kinds[obj.GroupVersionKind()] = true
 		}
 	}
 	if app.Status.Inventory != nil {
 		for _, ref := range app.Status.Inventory.Entries {
 			gvk := schema.GroupVersionKind{Group: ref.Group, Version: ref.Version, Kind: ref.Kind}
-			if _, err := r.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err == nil {
+			if _, err := tk.served(gvk); err == nil {
 				kinds[gvk] = true
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/diff"
@@ -55,7 +56,7 @@ const maxHeals = 3
 // An object another App owns is not taken over: the tick fails with a
 // Conflict before anything is applied.
 func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier, desired []*unstructured.Unstructured,
-	live map[objectID]*unstructured.Unstructured, pending pendingKinds, revision string) (*plan, error) {
+	live map[objectID]*unstructured.Unstructured, kinds *tickKinds, revision string) (*plan, error) {
 	key := client.ObjectKeyFromObject(app)
 	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 	if err := ownershipConflicts(owner, desired, live); err != nil {
@@ -72,28 +73,25 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 		id := idOf(obj)
 		l := live[id]
 		current := revision
-		if l != nil {
-			if rev := l.GetAnnotations()[plumbv1.AnnotationRevision]; rev != "" {
-				current = rev
-			}
+		if rev := annotationOf(l, plumbv1.AnnotationRevision); rev != "" {
+			current = rev
 		}
 		if err := ssa.Stamp(obj, owner, current); err != nil {
 			return nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 		}
 		// Fields left to a manager that keeps changing them are neither
 		// applied nor drift, until Git changes the object.
-		gitHash := obj.GetAnnotations()[plumbv1.AnnotationContentHash]
+		gitHash := annotationOf(obj, plumbv1.AnnotationContentHash)
 		left, conflicts := r.memory.leftFields(key, id, gitHash, l)
-		diff.StripPaths(obj, left)
 		ignore := ignoreFor(app, obj)
-		result, err := diff.Compare(obj, l, r.memory.record(key, id), ignore, left)
+		result, err := r.compare(key, app, obj, gitHash, l, ignore, left)
 		if err != nil {
-			return nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+			return nil, err
 		}
 		if result.Kind == diff.Create && inInventory(app, obj) {
 			result.Kind = diff.Deleted // applied before, gone now: someone deleted it
 		}
-		if _, ok := pending[obj.GroupVersionKind()]; ok && result.Kind == diff.Ambiguous {
+		if kinds.isPending(obj.GroupVersionKind()) && result.Kind == diff.Ambiguous {
 			result.Kind = diff.Create // its CRD comes with this apply
 		}
 		if result.Kind == diff.Ambiguous && !newNamespaces[obj.GetNamespace()] {
@@ -115,9 +113,8 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 			}
 			if newConflict {
 				left, conflicts = r.memory.leftFields(key, id, gitHash, l)
-				diff.StripPaths(obj, left)
-				if result, err = diff.Compare(obj, l, r.memory.record(key, id), ignore, left); err != nil {
-					return nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+				if result, err = r.compare(key, app, obj, gitHash, l, ignore, left); err != nil {
+					return nil, err
 				}
 			}
 		}
@@ -151,6 +148,49 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 		}
 	}
 	return p, nil
+}
+
+// compare classifies one stamped desired object (whose content hash is
+// gitHash) against its live state: at once when the live object has not
+// changed since the tick that last found it Unchanged, else with
+// diff.Compare. Fields left to others are stripped from obj first.
+func (r *Reconciler) compare(key types.NamespacedName, app *plumbv1.App, obj *unstructured.Unstructured, gitHash string,
+	live *unstructured.Unstructured, ignore diff.Ignore, left *fieldpath.Set) (diff.Result, error) {
+	id := idOf(obj)
+	hash := gitHash
+	if left != nil {
+		diff.StripPaths(obj, left)
+		var err error
+		if hash, err = diff.Hash(obj); err != nil {
+			return diff.Result{}, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+		}
+	}
+	rec := r.memory.record(key, id)
+	var v verification
+	if live != nil && rec != nil {
+		v = verification{liveRV: live.GetResourceVersion(), hash: hash, generation: app.Generation}
+		if r.memory.isVerified(key, id, v) {
+			return diff.Result{Kind: diff.Unchanged}, nil
+		}
+	}
+	result, err := diff.CompareHashed(obj, hash, live, rec, ignore, left)
+	if err != nil {
+		return diff.Result{}, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+	}
+	if result.Kind == diff.Unchanged && v.liveRV != "" {
+		r.memory.verify(key, id, v)
+	}
+	return result, nil
+}
+
+// annotationOf reads one annotation of obj (nil: none) without copying
+// the object's annotations.
+func annotationOf(obj *unstructured.Unstructured, name string) string {
+	if obj == nil {
+		return ""
+	}
+	value, _, _ := unstructured.NestedString(obj.Object, "metadata", "annotations", name)
+	return value
 }
 
 // setRevision moves the revision annotation of an object whose content

@@ -130,12 +130,12 @@ func (r *Reconciler) checkNamespaces(app *plumbv1.App, desired []*unstructured.U
 // applied or pruned, so that a commit is never half applied because RBAC
 // refuses a part of it. A tick that writes nothing asks nothing.
 func (r *Reconciler) authorize(ctx context.Context, app *plumbv1.App, applier Applier, serviceAccount string, p *plan,
-	desired []*unstructured.Unstructured, live map[objectID]*unstructured.Unstructured, pending pendingKinds) error {
+	desired []*unstructured.Unstructured, live map[objectID]*unstructured.Unstructured, kinds *tickKinds) error {
 	var writes, deletes []ssa.Access
 	plurals := pluralsOf(desired)
 	for _, obj := range p.apply {
 		access := ssa.Access{Verb: "patch", Object: obj}
-		if scope, ok := pending[obj.GroupVersionKind()]; ok {
+		if scope, ok := kinds.pending[obj.GroupVersionKind()]; ok {
 			// Its CRD comes with this apply: ask with the CRD's names.
 			access.Resource = plurals[obj.GroupVersionKind().GroupKind()]
 			access.Namespaced = scope == meta.RESTScopeNameNamespace
@@ -153,7 +153,7 @@ func (r *Reconciler) authorize(ctx context.Context, app *plumbv1.App, applier Ap
 	}
 	if app.Spec.PruneEnabled() {
 		owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
-		for _, obj := range r.staleObjects(app.Status.Inventory, desired, pending) {
+		for _, obj := range r.staleObjects(app.Status.Inventory, desired, kinds) {
 			cached, err := r.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
 			if err == nil && (cached == nil || !owner.Owns(cached)) {
 				continue // gone, or not the App's any more: Prune only drops it from the inventory

@@ -251,7 +251,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 				displayPath(app.Spec.Source.Path), revision, inventoryLen(app))}
 	}
 
-	desired, pending, err := r.prepare(app, result)
+	desired, kinds, err := r.prepare(app, result)
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +265,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 	}
 
 	// Observe.
-	live, err := r.observe(ctx, key, app, desired, pending, log)
+	live, err := r.observe(ctx, key, app, desired, kinds, log)
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +273,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 	phaseStart = r.timed(PhaseObserve, phaseStart)
 
 	// Diff.
-	plan, err := r.diff(ctx, app, applier, desired, live, pending, revision)
+	plan, err := r.diff(ctx, app, applier, desired, live, kinds, revision)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +281,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 	phaseStart = r.timed(PhaseDiff, phaseStart)
 
 	// Apply.
-	changes, err := r.apply(ctx, app, applier, plan, desired, live, pending, log)
+	changes, err := r.apply(ctx, app, applier, plan, desired, live, kinds, log)
 	r.recordDrift(app, plan, err != nil)
 	if err != nil {
 		return changes, err

@@ -1,0 +1,111 @@
+package reconcile
+
+import (
+	"fmt"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/diff"
+)
+
+// liveConfigMap is a ConfigMap as the informer cache holds it: data a and
+// b, at resourceVersion rv, with managers owning the data fields given.
+func liveConfigMap(t *testing.T, rv string, owners map[string][]string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "cm", "namespace": "ns", "resourceVersion": rv},
+		"data":     map[string]any{"a": "1", "b": "2"},
+	}}
+	var entries []metav1.ManagedFieldsEntry
+	for manager, fields := range owners {
+		raw := `{"f:data":{`
+		for i, f := range fields {
+			if i > 0 {
+				raw += ","
+			}
+			raw += fmt.Sprintf(`"f:%s":{}`, f)
+		}
+		raw += "}}"
+		op := metav1.ManagedFieldsOperationUpdate
+		if manager == plumbv1.FieldManager {
+			op = metav1.ManagedFieldsOperationApply
+		}
+		entries = append(entries, metav1.ManagedFieldsEntry{Manager: manager, Operation: op, APIVersion: "v1",
+			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(raw)}})
+	}
+	u.SetManagedFields(entries)
+	return u
+}
+
+// TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay checks the shortcut
+// of the Diff phase: an object found Unchanged is not compared again while
+// its live resourceVersion, its desired hash, its record and the App's
+// generation stay the same — and is compared again as soon as one moves.
+func TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay(t *testing.T) {
+	r := &Reconciler{}
+	key := types.NamespacedName{Namespace: "ns", Name: "app"}
+	app := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Generation: 1}}
+	desired := liveConfigMap(t, "", nil)
+	desired.SetManagedFields(nil)
+	unstructured.RemoveNestedField(desired.Object, "metadata", "resourceVersion")
+	hash, err := diff.Hash(desired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := idOf(desired)
+	plumbOwns := func(fields ...string) diff.Record {
+		rec, err := diff.RecordOf(desired, liveConfigMap(t, "1", map[string][]string{plumbv1.FieldManager: fields}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	r.memory.remember(key, id, plumbOwns("a", "b"))
+	kind := func(live *unstructured.Unstructured) diff.Kind {
+		t.Helper()
+		result, err := r.compare(key, app, desired.DeepCopy(), hash, live, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return result.Kind
+	}
+
+	if got := kind(liveConfigMap(t, "5", map[string][]string{plumbv1.FieldManager: {"a", "b"}})); got != diff.Unchanged {
+		t.Fatalf("first compare: %s, want unchanged", got)
+	}
+	if !r.memory.isVerified(key, id, verification{liveRV: "5", hash: hash, generation: 1}) {
+		t.Fatal("an Unchanged verdict was not remembered")
+	}
+	// Someone takes field b: the resourceVersion moves, the shortcut must not hide it.
+	if got := kind(liveConfigMap(t, "6", map[string][]string{plumbv1.FieldManager: {"a"}, "kubectl-edit": {"b"}})); got != diff.Drifted {
+		t.Errorf("after another manager took a field: %s, want drifted", got)
+	}
+
+	// A new record (here: plumb owns b, which the live object at the
+	// verified resourceVersion 7 leaves to someone else) is compared afresh.
+	r.memory.remember(key, id, plumbOwns("a"))
+	liveAt7 := liveConfigMap(t, "7", map[string][]string{plumbv1.FieldManager: {"a"}, "kubectl-edit": {"b"}})
+	if got := kind(liveAt7); got != diff.Unchanged {
+		t.Fatalf("with a record of field a only: %s, want unchanged", got)
+	}
+	r.memory.remember(key, id, plumbOwns("a", "b"))
+	if got := kind(liveAt7); got != diff.Drifted {
+		t.Errorf("same live object, new record that owns b: %s, want drifted (a verdict outlived its record)", got)
+	}
+
+	// Another generation of the App is compared afresh too.
+	r.memory.remember(key, id, plumbOwns("a"))
+	if got := kind(liveAt7); got != diff.Unchanged {
+		t.Fatal(got)
+	}
+	app.Generation = 2
+	kind(liveAt7)
+	if !r.memory.isVerified(key, id, verification{liveRV: "7", hash: hash, generation: 2}) {
+		t.Error("a new generation did not compare the object again")
+	}
+}

@@ -17,7 +17,9 @@ package diff
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -56,6 +58,10 @@ type Record struct {
 	DesiredHash string
 	// Fields are the fields the plumb manager owned afterwards.
 	Fields *fieldpath.Set
+	// FieldsDigest is a short digest of Fields, kept in the App's inventory
+	// so that a restarted controller can rebuild the Record from the live
+	// object (see RecordFromLive).
+	FieldsDigest string
 }
 
 // Change is one field that someone else changed.
@@ -116,11 +122,24 @@ func RecordOf(desired, live *unstructured.Unstructured) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
+	return RecordFromLive(hash, live)
+}
+
+// RecordFromLive makes a Record from the fields plumb owns on a live object
+// now, for desired content whose Hash is desiredHash. It is the Record of
+// plumb's last write only when its FieldsDigest equals the one recorded
+// then: nobody has taken a field from plumb since.
+func RecordFromLive(desiredHash string, live *unstructured.Unstructured) (Record, error) {
 	fields, err := PlumbFields(live)
 	if err != nil {
 		return Record{}, err
 	}
-	return Record{DesiredHash: hash, Fields: fields}, nil
+	data, err := fields.ToJSON()
+	if err != nil {
+		return Record{}, fmt.Errorf("digesting plumb's managed fields of %s: %w", live.GetName(), err)
+	}
+	sum := sha256.Sum256(data)
+	return Record{DesiredHash: desiredHash, Fields: fields, FieldsDigest: hex.EncodeToString(sum[:8])}, nil
 }
 
 // Compare classifies desired against its cached live state (nil when the

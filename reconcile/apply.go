@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -75,7 +76,7 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applie
 					refs = append(refs, refOf(d))
 				}
 			}
-			setInventory(app, mergeRefs(app.Status.Inventory, refs))
+			setInventory(app, mergeRefs(app.Status.Inventory, refs), r.appliedFields(key))
 			return changes, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
 		}
 		log.Info("Applied objects", zap.Int("changed", len(p.apply)))
@@ -105,7 +106,7 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applie
 	for _, k := range kept {
 		refs = append(refs, k.ObjectRef)
 	}
-	setInventory(app, refs)
+	setInventory(app, refs, r.appliedFields(key))
 	app.Status.Kept = kept
 	ids := map[objectID]bool{}
 	for _, d := range desired {
@@ -227,7 +228,8 @@ func (r *Reconciler) staleObjects(inv *plumbv1.Inventory, desired []*unstructure
 		want[idOf(d)] = true
 	}
 	var stale []*unstructured.Unstructured
-	for _, ref := range inv.Entries {
+	for _, e := range inv.Entries {
+		ref := e.ObjectRef
 		id := idOfRef(ref)
 		nameOnly := id
 		nameOnly.Namespace = ""
@@ -259,4 +261,15 @@ func (k *tickKinds) clusterScoped(gvk schema.GroupVersionKind) bool {
 
 func isCRD(u *unstructured.Unstructured) bool {
 	return u.GetKind() == "CustomResourceDefinition" && u.GroupVersionKind().Group == "apiextensions.k8s.io"
+}
+
+// appliedFields looks up, for the inventory, the digest of the fields plumb
+// owned after its last write or confirmation of an object of the App.
+func (r *Reconciler) appliedFields(key types.NamespacedName) func(objectID) string {
+	return func(id objectID) string {
+		if rec := r.memory.record(key, id); rec != nil {
+			return rec.FieldsDigest
+		}
+		return ""
+	}
 }

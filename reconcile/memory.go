@@ -18,8 +18,9 @@ import (
 // its last write produced and the inputs of its last Unchanged verdict,
 // drift episodes, the last successful read, and
 // the App's resourceVersion after plumb's last write to it. It is lost on
-// restart; the tick then asks the API server once per object
-// (diff.Ambiguous) and reads Git afresh. Ticks of one App never run at
+// restart; the tick then rebuilds the record of each object that is as
+// plumb left it (see Reconciler.compare), asks the API server once about
+// each other object (diff.Ambiguous) and reads Git afresh. Ticks of one App never run at
 // once, but ticks of different Apps and the informers' event handlers do,
 // hence the lock.
 type memory struct {

@@ -63,6 +63,7 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 		return nil, err
 	}
 	p := &plan{drifted: map[objectID]drift{}, left: map[objectID]bool{}, conflicts: map[objectID][]fieldConflict{}}
+	applied := appliedFieldsOf(app.Status.Inventory)
 	newNamespaces := map[string]bool{} // Namespaces this tick creates
 	for _, obj := range desired {
 		if obj.GroupVersionKind().Group == "" && obj.GetKind() == "Namespace" && live[idOf(obj)] == nil {
@@ -84,7 +85,7 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 		gitHash := annotationOf(obj, plumbv1.AnnotationContentHash)
 		left, conflicts := r.memory.leftFields(key, id, gitHash, l)
 		ignore := ignoreFor(app, obj)
-		result, err := r.compare(key, app, obj, gitHash, l, ignore, left)
+		result, err := r.compare(key, app, obj, gitHash, l, applied[id], ignore, left)
 		if err != nil {
 			return nil, err
 		}
@@ -113,7 +114,7 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 			}
 			if newConflict {
 				left, conflicts = r.memory.leftFields(key, id, gitHash, l)
-				if result, err = r.compare(key, app, obj, gitHash, l, ignore, left); err != nil {
+				if result, err = r.compare(key, app, obj, gitHash, l, applied[id], ignore, left); err != nil {
 					return nil, err
 				}
 			}
@@ -154,8 +155,13 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 // gitHash) against its live state: at once when the live object has not
 // changed since the tick that last found it Unchanged, else with
 // diff.Compare. Fields left to others are stripped from obj first.
+//
+// Without a record (after a restart) it rebuilds one from the live object
+// when the live object carries this very content hash and plumb owns the
+// fields it owned after its last write (appliedFields, from the
+// inventory): the object is then as plumb left it, and needs no dry-run.
 func (r *Reconciler) compare(key types.NamespacedName, app *plumbv1.App, obj *unstructured.Unstructured, gitHash string,
-	live *unstructured.Unstructured, ignore diff.Ignore, left *fieldpath.Set) (diff.Result, error) {
+	live *unstructured.Unstructured, appliedFields string, ignore diff.Ignore, left *fieldpath.Set) (diff.Result, error) {
 	id := idOf(obj)
 	hash := gitHash
 	if left != nil {
@@ -166,6 +172,12 @@ func (r *Reconciler) compare(key types.NamespacedName, app *plumbv1.App, obj *un
 		}
 	}
 	rec := r.memory.record(key, id)
+	if rec == nil && live != nil && left == nil && appliedFields != "" && annotationOf(live, plumbv1.AnnotationContentHash) == hash {
+		if restored, err := diff.RecordFromLive(hash, live); err == nil && restored.FieldsDigest == appliedFields {
+			r.memory.remember(key, id, restored)
+			rec = &restored
+		}
+	}
 	var v verification
 	if live != nil && rec != nil {
 		v = verification{liveRV: live.GetResourceVersion(), hash: hash, generation: app.Generation}

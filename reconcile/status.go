@@ -357,8 +357,8 @@ func mergeRefs(inv *plumbv1.Inventory, refs []plumbv1.ObjectRef) []plumbv1.Objec
 		}
 	}
 	if inv != nil {
-		for _, r := range inv.Entries {
-			add(r)
+		for _, e := range inv.Entries {
+			add(e.ObjectRef)
 		}
 	}
 	for _, r := range refs {
@@ -367,13 +367,37 @@ func mergeRefs(inv *plumbv1.Inventory, refs []plumbv1.ObjectRef) []plumbv1.Objec
 	return out
 }
 
-// setInventory stores refs in a stable order.
-func setInventory(app *plumbv1.App, refs []plumbv1.ObjectRef) {
-	sort.Slice(refs, func(i, j int) bool {
-		a, b := refs[i], refs[j]
-		return fmt.Sprint(a.Group, "/", a.Kind, "/", a.Namespace, "/", a.Name) < fmt.Sprint(b.Group, "/", b.Kind, "/", b.Namespace, "/", b.Name)
+// setInventory stores refs in a stable order, each with the digest of the
+// fields plumb owned after its last write of it (appliedFields; "" when
+// none is known).
+func setInventory(app *plumbv1.App, refs []plumbv1.ObjectRef, appliedFields func(objectID) string) {
+	entries := make([]plumbv1.InventoryEntry, len(refs))
+	keys := make(map[objectID]string, len(refs))
+	for i, ref := range refs {
+		id := idOfRef(ref)
+		entries[i] = plumbv1.InventoryEntry{ObjectRef: ref, AppliedFields: appliedFields(id)}
+		keys[id] = ref.Group + "/" + ref.Kind + "/" + ref.Namespace + "/" + ref.Name
+	}
+	sort.Slice(entries, func(i, j int) bool {
+		return keys[idOfRef(entries[i].ObjectRef)] < keys[idOfRef(entries[j].ObjectRef)]
 	})
-	app.Status.Inventory = &plumbv1.Inventory{Entries: refs}
+	app.Status.Inventory = &plumbv1.Inventory{Entries: entries}
+}
+
+// appliedFieldsOf is the digest of the fields plumb owned after its last
+// write of each object of the App, from the inventory (after a restart,
+// the only memory of it).
+func appliedFieldsOf(inv *plumbv1.Inventory) map[objectID]string {
+	out := map[objectID]string{}
+	if inv == nil {
+		return out
+	}
+	for _, e := range inv.Entries {
+		if e.AppliedFields != "" {
+			out[idOfRef(e.ObjectRef)] = e.AppliedFields
+		}
+	}
+	return out
 }
 
 func inventoryLen(app *plumbv1.App) int {
@@ -388,8 +412,8 @@ func inInventory(app *plumbv1.App, obj *unstructured.Unstructured) bool {
 		return false
 	}
 	id := idOf(obj)
-	for _, r := range app.Status.Inventory.Entries {
-		if idOfRef(r) == id {
+	for _, e := range app.Status.Inventory.Entries {
+		if idOfRef(e.ObjectRef) == id {
 			return true
 		}
 	}

@@ -68,7 +68,7 @@ func TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay(t *testing.T) {
 	r.memory.remember(key, id, plumbOwns("a", "b"))
 	kind := func(live *unstructured.Unstructured) diff.Kind {
 		t.Helper()
-		result, err := r.compare(key, app, desired.DeepCopy(), hash, live, nil, nil)
+		result, err := r.compare(key, app, desired.DeepCopy(), hash, live, "", nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,5 +107,58 @@ func TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay(t *testing.T) {
 	kind(liveAt7)
 	if !r.memory.isVerified(key, id, verification{liveRV: "7", hash: hash, generation: 2}) {
 		t.Error("a new generation did not compare the object again")
+	}
+}
+
+// TestARestartedControllerTrustsAnObjectAsItLeftIt checks how the Diff
+// phase rebuilds its record after a restart from the inventory's digest of
+// the fields plumb owned: only an object that carries the desired content
+// hash and whose plumb-owned fields are those of the digest is taken as
+// Unchanged without asking the API server; anything else stays Ambiguous
+// (one dry-run).
+func TestARestartedControllerTrustsAnObjectAsItLeftIt(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ns", Name: "app"}
+	app := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Generation: 1}}
+	desired := liveConfigMap(t, "", nil)
+	desired.SetManagedFields(nil)
+	unstructured.RemoveNestedField(desired.Object, "metadata", "resourceVersion")
+	hash, err := diff.Hash(desired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stamped := func(u *unstructured.Unstructured, contentHash string) *unstructured.Unstructured {
+		u.SetAnnotations(map[string]string{plumbv1.AnnotationContentHash: contentHash})
+		return u
+	}
+	asLeft := stamped(liveConfigMap(t, "9", map[string][]string{plumbv1.FieldManager: {"a", "b"}}), hash)
+	rec, err := diff.RecordOf(desired, asLeft)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := rec.FieldsDigest
+	if len(digest) != 16 {
+		t.Fatalf("digest %q, want 16 hex digits", digest)
+	}
+	cases := []struct {
+		name          string
+		live          *unstructured.Unstructured
+		appliedFields string
+		want          diff.Kind
+	}{
+		{"as plumb left it", asLeft, digest, diff.Unchanged},
+		{"no digest in the inventory (written by an older plumb)", asLeft, "", diff.Ambiguous},
+		{"another manager took a field meanwhile",
+			stamped(liveConfigMap(t, "10", map[string][]string{plumbv1.FieldManager: {"a"}, "kubectl-edit": {"b"}}), hash), digest, diff.Ambiguous},
+		{"the live object carries other content", stamped(liveConfigMap(t, "9", map[string][]string{plumbv1.FieldManager: {"a", "b"}}), "other"), digest, diff.Ambiguous},
+	}
+	for _, c := range cases {
+		r := &Reconciler{} // a restarted controller: no memory
+		result, err := r.compare(key, app, desired.DeepCopy(), hash, c.live, c.appliedFields, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if result.Kind != c.want {
+			t.Errorf("%s: %s, want %s", c.name, result.Kind, c.want)
+		}
 	}
 }

@@ -413,7 +413,20 @@ type Inventory struct {
 	// Entries are the objects, in a stable order.
 	// +listType=atomic
 	// +optional
-	Entries []ObjectRef `json:"entries,omitempty"`
+	Entries []InventoryEntry `json:"entries,omitempty"`
+}
+
+// InventoryEntry is one object of the inventory.
+type InventoryEntry struct {
+	ObjectRef `json:",inline"`
+
+	// AppliedFields is a digest of the fields plumb owned on the object
+	// right after it last wrote or confirmed it (its server-side apply
+	// entry in managedFields). A restarted controller that finds plumb
+	// owning the same fields, and the object's content hash unchanged,
+	// knows the object is as plumb left it without asking the API server.
+	// +optional
+	AppliedFields string `json:"appliedFields,omitempty"`
 }
 
 // ObjectRef identifies one Kubernetes object.

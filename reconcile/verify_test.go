@@ -42,12 +42,10 @@ func liveConfigMap(t *testing.T, rv string, owners map[string][]string) *unstruc
 	return u
 }
 
-// TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay checks the shortcut
-// of the Diff phase: an object found Unchanged is not compared again while
-// its live resourceVersion, its desired hash, its record and the App's
-// generation stay the same — and is compared again as soon as one moves.
-func TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay(t *testing.T) {
-	r := &Reconciler{}
+// compareFixture is an App (generation 1) and a desired ConfigMap with its
+// hash, as the Diff phase has them.
+func compareFixture(t *testing.T) (types.NamespacedName, *plumbv1.App, *unstructured.Unstructured, string) {
+	t.Helper()
 	key := types.NamespacedName{Namespace: "ns", Name: "app"}
 	app := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Generation: 1}}
 	desired := liveConfigMap(t, "", nil)
@@ -57,6 +55,16 @@ func TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return key, app, desired, hash
+}
+
+// TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay checks the shortcut
+// of the Diff phase: an object found Unchanged is not compared again while
+// its live resourceVersion, its desired hash, its record and the App's
+// generation stay the same — and is compared again as soon as one moves.
+func TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay(t *testing.T) {
+	r := &Reconciler{}
+	key, app, desired, hash := compareFixture(t)
 	id := idOf(desired)
 	plumbOwns := func(fields ...string) diff.Record {
 		rec, err := diff.RecordOf(desired, liveConfigMap(t, "1", map[string][]string{plumbv1.FieldManager: fields}))
@@ -117,15 +125,7 @@ func TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay(t *testing.T) {
 // Unchanged without asking the API server; anything else stays Ambiguous
 // (one dry-run).
 func TestARestartedControllerTrustsAnObjectAsItLeftIt(t *testing.T) {
-	key := types.NamespacedName{Namespace: "ns", Name: "app"}
-	app := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Generation: 1}}
-	desired := liveConfigMap(t, "", nil)
-	desired.SetManagedFields(nil)
-	unstructured.RemoveNestedField(desired.Object, "metadata", "resourceVersion")
-	hash, err := diff.Hash(desired)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, app, desired, hash := compareFixture(t)
 	stamped := func(u *unstructured.Unstructured, contentHash string) *unstructured.Unstructured {
 		u.SetAnnotations(map[string]string{plumbv1.AnnotationContentHash: contentHash})
 		return u

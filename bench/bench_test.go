@@ -11,7 +11,9 @@ import (
 // timer tick of plumb makes no request, by its own count and by
 // kube-apiserver's, while flux_style and naive make two per object; a
 // drift tick asks Git nothing; a commit that changes 5 objects writes those
-// 5 and rewrites nothing else.
+// 5 and rewrites nothing else; a restarted controller asks nothing about
+// unchanged objects; webhooks after pushes are matched and applied; a cold
+// sync of several Apps creates every object.
 func TestSmallestScenarioCountsWhatItShould(t *testing.T) {
 	ctx := context.Background()
 	const objects = 40
@@ -70,5 +72,32 @@ func TestSmallestScenarioCountsWhatItShould(t *testing.T) {
 		if got := writes.rewritten[name]; len(got) != 1 || got[0] != 0 {
 			t.Errorf("%s: %v unchanged objects rewritten, want [0]", name, got)
 		}
+	}
+
+	restart, err := measureRestart(ctx, s, 1, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// None per object: what may come is the App's own status write (a
+	// restarted controller cannot vouch for the status it finds, and writes
+	// it once) and the odd request of its start.
+	if got := restart["plumb"]; len(got) != 1 || got[0]*objects > 2 {
+		t.Errorf("the first tick after a restart: %v requests per object (%d objects), want at most 2 in all", got, objects)
+	}
+
+	// Each push must be announced to, and matched by, the controller
+	// (sendGitHubPush fails otherwise) and applied in full.
+	seconds, err := measureWebhook(ctx, w, s.ctl, 2, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seconds) != 2 {
+		t.Errorf("%d pushes measured, want 2", len(seconds))
+	}
+
+	// Every object of the cold sync must be created (measureColdSync
+	// waits for each).
+	if _, err := measureColdSync(ctx, s, 5, 2, t.Logf); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -23,6 +23,7 @@ type controllerProcess struct {
 	cmd         *exec.Cmd
 	dir         string
 	metricsAddr string
+	webhookAddr string
 	exited      chan struct{} // closed when the process has exited
 	exitErr     error         // set before exited closes
 }
@@ -92,7 +93,7 @@ func startController(ctx context.Context, bin, kubeconfig, dir, webhookSecret st
 		logFile.Close()
 		return nil, err
 	}
-	p := &controllerProcess{cmd: cmd, dir: dir, metricsAddr: metricsAddr, exited: make(chan struct{})}
+	p := &controllerProcess{cmd: cmd, dir: dir, metricsAddr: metricsAddr, webhookAddr: webhookAddr, exited: make(chan struct{})}
 	go func() { p.exitErr = cmd.Wait(); logFile.Close(); close(p.exited) }()
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		select {

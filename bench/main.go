@@ -30,11 +30,26 @@ type sizes struct {
 	Objects int
 	// Runs repeats each measured tick; Drifts is how many drifts are healed.
 	Runs, Drifts int
+	// Pushes is how many commits are announced by webhook.
+	Pushes int
+	// Unmanaged is how many objects no App manages are added to the cluster.
+	Unmanaged int
+	// ColdApps Apps of 4 objects each are synced from nothing.
+	ColdApps int
+	// FleetApps Apps tick every FleetInterval.
+	FleetApps     int
+	FleetInterval time.Duration
 }
 
+// fleetPeriods is how many intervals of the fleet are watched.
+const fleetPeriods = 3
+
+// coldObjectsPerApp is the size of each App of the cold sync (scenario 8).
+const coldObjectsPerApp = 4
+
 var (
-	fullSizes  = sizes{Objects: 1000, Runs: 5, Drifts: 20}
-	quickSizes = sizes{Objects: 200, Runs: 3, Drifts: 10}
+	fullSizes  = sizes{Objects: 1000, Runs: 5, Drifts: 20, Pushes: 20, Unmanaged: 10000, ColdApps: 250, FleetApps: 1000, FleetInterval: time.Minute}
+	quickSizes = sizes{Objects: 200, Runs: 3, Drifts: 10, Pushes: 10, Unmanaged: 2000, ColdApps: 50, FleetApps: 200, FleetInterval: 20 * time.Second}
 )
 
 func main() {
@@ -67,6 +82,11 @@ func run(ctx context.Context, out io.Writer, size sizes, label string, asJSON bo
 	if err != nil {
 		return err
 	}
+	fleet, err := measureFleet(ctx, w, size.FleetApps, size.FleetInterval, fleetPeriods, logf)
+	if err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	results = append(results, fleet.results()...)
 	fmt.Fprintf(out, "plumb bench, %s run: %d objects per App, %d runs per figure; medians with (min–max); %s on %s\n\n",
 		label, size.Objects, size.Runs, time.Since(began).Round(time.Second), hostDescription())
 	writeTable(out, results)
@@ -77,7 +97,8 @@ func run(ctx context.Context, out io.Writer, size sizes, label string, asJSON bo
 	return nil
 }
 
-// measureSteady runs scenarios 1 to 5 and 7 on one App.
+// measureSteady runs scenarios 1 to 5 and 7 on one App, scenario 6 on
+// another App of the same controller, and scenarios 10 and 8 beside them.
 func measureSteady(ctx context.Context, w *world, size sizes, logf func(string, ...any)) ([]result, error) {
 	s, err := newSteadyApp(ctx, w, size.Objects, logf)
 	if err != nil {
@@ -100,10 +121,25 @@ func measureSteady(ctx context.Context, w *world, size sizes, logf func(string, 
 	if err != nil {
 		return nil, fmt.Errorf("restart: %w", err)
 	}
+	webhook, err := measureWebhook(ctx, w, s.ctl, size.Pushes, logf)
+	if err != nil {
+		return nil, fmt.Errorf("webhook: %w", err)
+	}
+	unmanaged, err := measureUnmanaged(ctx, s, size.Unmanaged, logf)
+	if err != nil {
+		return nil, fmt.Errorf("unmanaged objects: %w", err)
+	}
+	cold, err := measureColdSync(ctx, s, size.ColdApps, coldObjectsPerApp, logf)
+	if err != nil {
+		return nil, fmt.Errorf("cold sync: %w", err)
+	}
 	results := noop.results(size.Objects)
 	results = append(results, drift.results(size.Drifts)...)
 	results = append(results, writes.results(size.Objects)...)
 	results = append(results, restartResult(restart, size.Objects))
+	results = append(results, webhookResults(webhook)...)
+	results = append(results, cold.results()...)
+	results = append(results, unmanaged.results())
 	return results, nil
 }
 

@@ -19,7 +19,8 @@ type result struct {
 	// Plumb is plumb's figure; Baselines the others', by name.
 	Plumb     Spread
 	Baselines map[string]Spread
-	// Goal says what plumb must reach ("≤ 0.01"); Met decides it.
+	// Goal says what plumb must reach ("≤ 0.01"); Met decides it. A
+	// figure without a goal of its own has neither.
 	Goal string
 	Met  func(median float64) bool
 	// Note is what the reader needs to know to trust the figure.
@@ -90,11 +91,14 @@ func writeTable(out io.Writer, results []result) {
 		for _, name := range baselineNames {
 			row = append(row, formatSpread(r.Baselines[name]))
 		}
-		met := "no"
-		if r.Met(r.Plumb.Median) {
-			met = "yes"
+		goal, met := "none", "n/a"
+		if r.Met != nil {
+			goal, met = r.Goal, "no"
+			if r.Met(r.Plumb.Median) {
+				met = "yes"
+			}
 		}
-		row = append(row, ratio(r), r.Goal, met)
+		row = append(row, ratio(r), goal, met)
 		fmt.Fprintf(out, "| %s |\n", strings.Join(row, " | "))
 	}
 	fmt.Fprintln(out)

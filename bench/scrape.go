@@ -19,8 +19,9 @@ func families(in io.Reader) (map[string]*dto.MetricFamily, error) {
 	return parser.TextToMetricFamilies(in)
 }
 
-// sumWhere adds up the values of a counter or gauge family's series whose
-// labels keep accepts (nil accepts all); a family that is absent sums to 0.
+// sumWhere adds up the values of a counter or gauge family's series (the
+// sums of the observations, for a histogram) whose labels keep accepts
+// (nil accepts all); a family that is absent sums to 0.
 func sumWhere(fams map[string]*dto.MetricFamily, name string, keep func(labels map[string]string) bool) float64 {
 	fam, ok := fams[name]
 	if !ok {
@@ -42,6 +43,8 @@ func sumWhere(fams map[string]*dto.MetricFamily, name string, keep func(labels m
 			total += m.GetGauge().GetValue()
 		case m.Untyped != nil:
 			total += m.GetUntyped().GetValue()
+		case m.Histogram != nil:
+			total += m.GetHistogram().GetSampleSum()
 		}
 	}
 	return total

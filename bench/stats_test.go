@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -144,5 +146,38 @@ func TestRewrittenLeavesOutTheChangedObjects(t *testing.T) {
 	after := map[string]string{"a": "5", "b": "2", "c": "6"}
 	if got := rewritten(before, after, map[string]bool{"a": true}); got != 1 {
 		t.Errorf("rewritten = %d, want 1 (c)", got)
+	}
+}
+
+func TestInParallelCallsEachOnceAndStopsAtAnError(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[int]int{}
+	if err := inParallel(100, 4, func(i int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[i]++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if seen[i] != 1 {
+			t.Fatalf("item %d done %d times, want once", i, seen[i])
+		}
+	}
+	boom := errors.New("boom")
+	calls := 0
+	err := inParallel(1000, 1, func(i int) error {
+		calls++
+		if i == 3 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) {
+		t.Errorf("error %v, want boom", err)
+	}
+	if calls > 5 {
+		t.Errorf("%d calls after the failure at the fourth, want the work to stop", calls)
 	}
 }

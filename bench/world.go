@@ -159,8 +159,8 @@ func (w *world) newNamespace(ctx context.Context, prefix string) (string, error)
 }
 
 // createApp creates an App named name in ns that reads r's deploy/ folder
-// with credentials, every interval.
-func (w *world) createApp(ctx context.Context, ns, name string, r *repo, interval time.Duration) error {
+// with credentials, every interval; mutate changes the App before.
+func (w *world) createApp(ctx context.Context, ns, name string, r *repo, interval time.Duration, mutate ...func(*plumbv1.App)) error {
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-git"},
 		StringData: map[string]string{"username": gittest.Username, "password": gittest.Password},
@@ -177,6 +177,9 @@ func (w *world) createApp(ctx context.Context, ns, name string, r *repo, interva
 			},
 			Interval: &metav1.Duration{Duration: interval},
 		},
+	}
+	for _, m := range mutate {
+		m(app)
 	}
 	return w.k8s.Create(ctx, app)
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"sync"
 	"time"
 
@@ -110,7 +111,13 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	ctrllog.SetLogger(runtimeLog)
 	klog.SetLogger(runtimeLog)
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry.MustRegister(
+		// Besides the default series, the live heap as of the last garbage
+		// collection (go_gc_heap_live_bytes): what the controller's caches
+		// retain, without the garbage that RSS also holds.
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	loopMetrics, err := metrics.NewMetrics(registry)
 	if err != nil {
 		return err

@@ -12,7 +12,10 @@ package queue
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -87,6 +90,14 @@ type Options[K comparable] struct {
 	Clock clock.WithTicker
 	// Rand returns a number in [0, 1) for the jitter; tests make it fixed.
 	Rand func() float64
+	// Phase places a key's first fallback timer: after the key's first
+	// tick (since it was added, or since this queue started) its timer
+	// comes due after Phase(key) of its interval, a number in (0, 1];
+	// later ones at the jittered interval. Keys added together — a fleet of
+	// Apps created at once, or every App when the controller starts — thus
+	// spread their timer ticks over the interval instead of ticking in
+	// step. The default is a hash of the key, the same in every replica.
+	Phase func(K) float64
 	// OnScheduled, when set, is told after each tick when the key's next
 	// tick is due (after is Forget when it was dropped) and how many times
 	// in a row it has failed. It must not block.
@@ -120,6 +131,9 @@ func (o *Options[K]) defaults() {
 	}
 	if o.Rand == nil {
 		o.Rand = rand.Float64
+	}
+	if o.Phase == nil {
+		o.Phase = hashPhase[K]
 	}
 	if o.EventInterval <= 0 {
 		o.EventInterval = time.Second
@@ -265,6 +279,9 @@ func (q *Queue[K]) processNext(run, tickCtx context.Context) bool {
 	case err == nil || IsTerminal(err):
 		q.backoff.Forget(key)
 		after = q.jittered(interval)
+		if !scheduled && interval > 0 {
+			after = time.Duration(q.opts.Phase(key) * float64(interval))
+		}
 		if trigger == TriggerEvent && due.Sub(now) < after {
 			// An event tick does not move the fallback timer: otherwise a
 			// stream of events would postpone it for ever.
@@ -292,6 +309,14 @@ func (q *Queue[K]) processNext(run, tickCtx context.Context) bool {
 		q.opts.OnScheduled(key, after, q.backoff.NumRequeues(key))
 	}
 	return true
+}
+
+// hashPhase is a key's place in its interval, in (0, 1]: from a
+// cryptographic hash of the key, whose every bit depends on every byte, so
+// that keys that differ in one character spread evenly.
+func hashPhase[K comparable](key K) float64 {
+	sum := sha256.Sum256(fmt.Append(nil, key))
+	return (float64(binary.BigEndian.Uint64(sum[:8])>>11) + 1) / (1 << 53)
 }
 
 // jittered spreads d by up to ±Jitter.

@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -93,6 +95,9 @@ func start(t *testing.T, r *recorder, opts Options[string]) (*Queue[string], *cl
 	opts.OnScheduled = r.onScheduled
 	if opts.Rand == nil {
 		opts.Rand = func() float64 { return 0.5 } // no jitter
+	}
+	if opts.Phase == nil {
+		opts.Phase = func(string) float64 { return 1 } // the first timer at the full interval
 	}
 	q := New("test", r.handle, opts)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -360,7 +365,8 @@ func (r *triggerRecorder) snapshot() ([]Trigger, []time.Duration) {
 func TestAnEventTickKeepsTheFallbackTimersSchedule(t *testing.T) {
 	r := &triggerRecorder{}
 	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	q := New("triggers", r.handle, Options[string]{Workers: 1, Clock: clock, Rand: func() float64 { return 0.5 }, OnScheduled: r.onScheduled})
+	q := New("triggers", r.handle, Options[string]{Workers: 1, Clock: clock, Rand: func() float64 { return 0.5 },
+		Phase: func(string) float64 { return 1 }, OnScheduled: r.onScheduled})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { q.Run(ctx); close(done) }()
@@ -412,5 +418,61 @@ func TestEventTicksAreRateLimitedPerKey(t *testing.T) {
 	eventually(t, "the held-back events' one tick", func() bool { triggers, _ := r.snapshot(); return len(triggers) == 4 })
 	if got := q.AddEvent("app"); got != time.Second {
 		t.Errorf("an event after the held-back tick waits %s, want 1s (one token a second)", got)
+	}
+}
+
+// TestKeysAddedTogetherSpreadTheirTimersOverTheInterval adds 200 keys at
+// once, as a controller that starts with 200 Apps does: their first timers
+// spread over the interval (by a hash of each key) instead of coming due
+// together, and the timers after that keep the interval.
+func TestKeysAddedTogetherSpreadTheirTimersOverTheInterval(t *testing.T) {
+	const keys, interval = 200, 100 * time.Second
+	r := newRecorder()
+	var names []string
+	for i := range keys {
+		name := fmt.Sprintf("ns/app-%03d", i)
+		names = append(names, name)
+		r.set(name, result{interval: interval})
+	}
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	q := New("fleet", r.handle, Options[string]{Workers: 4, Clock: clock, Rand: func() float64 { return 0.5 }, OnScheduled: r.onScheduled})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { q.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	for _, name := range names {
+		q.Add(name)
+	}
+	eventually(t, "every first tick", func() bool { return len(r.scheduled()) == keys })
+	var tenths [10]int
+	for _, s := range r.scheduled() {
+		if s.After <= 0 || s.After > interval {
+			t.Fatalf("%s: first timer after %s, want within (0, %s]", s.Key, s.After, interval)
+		}
+		tenths[min(int(10*s.After/interval), 9)]++
+	}
+	for i, n := range tenths {
+		// 20 per tenth if even; a hash is not, but no tenth may hold a crowd.
+		if n < 8 || n > 35 {
+			t.Errorf("tenth %d of the interval holds %d of %d first timers, want 8–35: %v", i, n, keys, tenths)
+		}
+	}
+	clock.Step(interval) // every first timer comes due
+	eventually(t, "every second tick", func() bool { return len(r.scheduled()) == 2*keys })
+	for _, s := range r.scheduled()[keys:] {
+		if s.After != interval {
+			t.Errorf("%s: timer after its second tick in %s, want the interval %s", s.Key, s.After, interval)
+		}
+	}
+}
+
+func TestHashPhaseIsWithinTheInterval(t *testing.T) {
+	for _, key := range []string{"", "a", "ns/app", strings.Repeat("x", 1000)} {
+		if p := hashPhase(key); p <= 0 || p > 1 {
+			t.Errorf("hashPhase(%q) = %v, want (0, 1]", key, p)
+		}
+		if hashPhase(key) != hashPhase(key) {
+			t.Errorf("hashPhase(%q) changes", key)
+		}
 	}
 }

@@ -151,6 +151,11 @@ func TestControllerServesHealthAndMetricsAndStopsOnSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Errorf("/metrics never served go_goroutines: %v (last body %.300q)", err, metricsBody)
 	}
+	for _, series := range []string{"go_gc_heap_live_bytes", "process_resident_memory_bytes"} {
+		if !strings.Contains(metricsBody, "\n"+series+" ") {
+			t.Errorf("/metrics does not serve %s", series)
+		}
+	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -56,6 +56,19 @@ type appMemory struct {
 	// unwritten counts the ticks in a row whose status changed in nothing
 	// but times, and was not written.
 	unwritten int
+	// stamps are the content hashes of the last tick's desired objects, by
+	// the rendered object each was prepared from (see Reconciler.prepare).
+	stamps map[*unstructured.Unstructured]stamp
+}
+
+// stamp is the content hash of a desired object prepared from a rendered
+// one, with what else the preparation depended on: the App's generation
+// (target namespace, ignore rules) and the namespace it was given (the
+// kind's scope).
+type stamp struct {
+	generation int64
+	namespace  string
+	hash       string
 }
 
 // heldEvent is an informer event that arrived while the tick was writing.
@@ -431,6 +444,20 @@ func (m *memory) appRV(key types.NamespacedName) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.app(key).appRV
+}
+
+// stampsOf returns the App's stamps of the last tick (read only).
+func (m *memory) stampsOf(key types.NamespacedName) map[*unstructured.Unstructured]stamp {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.app(key).stamps
+}
+
+// setStamps replaces the App's stamps with this tick's.
+func (m *memory) setStamps(key types.NamespacedName, stamps map[*unstructured.Unstructured]stamp) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.app(key).stamps = stamps
 }
 
 // heartbeatEvery is how many ticks in a row may leave a status that changed

@@ -15,6 +15,7 @@ import (
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/diff"
 	"github.com/plumb-dev/plumb/source"
+	"github.com/plumb-dev/plumb/ssa"
 )
 
 // tickKinds is what one tick knows about the kinds it handles: the
@@ -65,10 +66,17 @@ func (k *tickKinds) isPending(gvk schema.GroupVersionKind) bool {
 }
 
 // prepare copies the rendered objects (they are shared with the render
-// cache) and gives them the namespace the server will: none for a
+// cache), gives them the namespace the server will — none for a
 // cluster-scoped kind, the target namespace for a namespaced object that
-// names none.
+// names none — and stamps them with the App's labels and their content
+// hash. The hash of an object prepared from the very rendered object of
+// the last tick, at the same generation and namespace, is not computed
+// again: an unchanged tick hashes nothing.
 func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstructured.Unstructured, *tickKinds, error) {
+	key := types.NamespacedName{Namespace: app.Namespace, Name: app.Name}
+	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
+	known := r.memory.stampsOf(key)
+	stamps := make(map[*unstructured.Unstructured]stamp, len(result.Objects))
 	defaultNamespace := app.Namespace
 	if app.Spec.TargetNamespace != "" {
 		defaultNamespace = app.Spec.TargetNamespace
@@ -102,8 +110,19 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 			obj.SetNamespace(defaultNamespace)
 		}
 		ignoreFor(app, obj).Strip(obj)
+		last, ok := known[o.Unstructured]
+		if !ok || last.generation != app.Generation || last.namespace != obj.GetNamespace() {
+			last = stamp{generation: app.Generation, namespace: obj.GetNamespace()}
+		}
+		hash, err := ssa.StampContent(obj, owner, last.hash)
+		if err != nil {
+			return nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+		}
+		last.hash = hash
+		stamps[o.Unstructured] = last
 		desired = append(desired, obj)
 	}
+	r.memory.setStamps(key, stamps)
 	return desired, kinds, nil
 }
 

@@ -77,9 +77,7 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 		if rev := annotationOf(l, plumbv1.AnnotationRevision); rev != "" {
 			current = rev
 		}
-		if err := ssa.Stamp(obj, owner, current); err != nil {
-			return nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
-		}
+		ssa.SetRevision(obj, current) // labels and content hash are stamped already (prepare)
 		// Fields left to a manager that keeps changing them are neither
 		// applied nor drift, until Git changes the object.
 		gitHash := annotationOf(obj, plumbv1.AnnotationContentHash)
@@ -134,7 +132,7 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 			}
 		case diff.Create, diff.Update, diff.Ambiguous:
 			if !newConflict {
-				setRevision(obj, revision) // Git changed it (not a field left to others)
+				ssa.SetRevision(obj, revision) // Git changed it (not a field left to others)
 			}
 			p.apply = append(p.apply, obj)
 		case diff.Drifted, diff.Deleted:
@@ -203,17 +201,6 @@ func annotationOf(obj *unstructured.Unstructured, name string) string {
 	}
 	value, _, _ := unstructured.NestedString(obj.Object, "metadata", "annotations", name)
 	return value
-}
-
-// setRevision moves the revision annotation of an object whose content
-// changes (its labels and content hash were stamped already).
-func setRevision(obj *unstructured.Unstructured, revision string) {
-	annotations := obj.GetAnnotations()
-	if annotations == nil {
-		annotations = map[string]string{}
-	}
-	annotations[plumbv1.AnnotationRevision] = revision
-	obj.SetAnnotations(annotations)
 }
 
 // ownershipConflicts fails when a desired object exists with another App's

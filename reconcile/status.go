@@ -312,9 +312,19 @@ type objectID struct {
 	Group, Kind, Namespace, Name string
 }
 
+// idOf is an object's ID. It reads the fields directly (every phase asks it
+// of every object, every tick): apiVersion's group is what precedes "/".
 func idOf(u *unstructured.Unstructured) objectID {
-	gvk := u.GroupVersionKind()
-	return objectID{Group: gvk.Group, Kind: gvk.Kind, Namespace: u.GetNamespace(), Name: u.GetName()}
+	apiVersion, _ := u.Object["apiVersion"].(string)
+	group, _, found := strings.Cut(apiVersion, "/")
+	if !found {
+		group = "" // the core group: "v1"
+	}
+	kind, _ := u.Object["kind"].(string)
+	metadata, _ := u.Object["metadata"].(map[string]any)
+	namespace, _ := metadata["namespace"].(string)
+	name, _ := metadata["name"].(string)
+	return objectID{Group: group, Kind: kind, Namespace: namespace, Name: name}
 }
 
 func idOfRef(r plumbv1.ObjectRef) objectID {

@@ -162,3 +162,18 @@ func TestARestartedControllerTrustsAnObjectAsItLeftIt(t *testing.T) {
 		}
 	}
 }
+
+func TestIDOfMatchesTheObjectsGroupVersionKind(t *testing.T) {
+	for _, apiVersion := range []string{"v1", "apps/v1", "rbac.authorization.k8s.io/v1", "example.com/v1beta1", ""} {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion(apiVersion)
+		u.SetKind("Thing")
+		u.SetNamespace("ns")
+		u.SetName("n")
+		gvk := u.GroupVersionKind()
+		want := objectID{Group: gvk.Group, Kind: gvk.Kind, Namespace: "ns", Name: "n"}
+		if got := idOf(u); got != want {
+			t.Errorf("apiVersion %q: idOf = %+v, want %+v", apiVersion, got, want)
+		}
+	}
+}

@@ -35,8 +35,9 @@ func (o Owner) Labels() map[string]string {
 
 // Owns reports whether an object carries the owner's labels.
 func (o Owner) Owns(obj *unstructured.Unstructured) bool {
-	labels := obj.GetLabels()
-	return labels[plumbv1.LabelAppName] == o.Name && labels[plumbv1.LabelAppNamespace] == o.Namespace
+	name, _, _ := unstructured.NestedString(obj.Object, "metadata", "labels", plumbv1.LabelAppName)
+	namespace, _, _ := unstructured.NestedString(obj.Object, "metadata", "labels", plumbv1.LabelAppNamespace)
+	return name == o.Name && namespace == o.Namespace
 }
 
 // Manager applies and prunes objects.
@@ -58,6 +59,20 @@ func NewManager(c client.Client) *Manager {
 // change, so the annotation only moves with real changes), and the content
 // hash annotation to the digest of the content (see diff.Hash).
 func Stamp(obj *unstructured.Unstructured, owner Owner, revision string) error {
+	if _, err := StampContent(obj, owner, ""); err != nil {
+		return err
+	}
+	if revision != "" {
+		SetRevision(obj, revision)
+	}
+	return nil
+}
+
+// StampContent sets the owner's labels on obj and the content hash
+// annotation, and returns the hash. known, when not "", is the hash of
+// this very content (labels included) computed before; it is not computed
+// again.
+func StampContent(obj *unstructured.Unstructured, owner Owner, known string) (string, error) {
 	labels := obj.GetLabels()
 	if labels == nil {
 		labels = map[string]string{}
@@ -66,20 +81,30 @@ func Stamp(obj *unstructured.Unstructured, owner Owner, revision string) error {
 		labels[k] = v
 	}
 	obj.SetLabels(labels)
-	hash, err := diff.Hash(obj)
-	if err != nil {
-		return err
+	hash := known
+	if hash == "" {
+		var err error
+		if hash, err = diff.Hash(obj); err != nil {
+			return "", err
+		}
 	}
+	setAnnotation(obj, plumbv1.AnnotationContentHash, hash)
+	return hash, nil
+}
+
+// SetRevision sets the revision annotation: the revision that last changed
+// the object's content.
+func SetRevision(obj *unstructured.Unstructured, revision string) {
+	setAnnotation(obj, plumbv1.AnnotationRevision, revision)
+}
+
+func setAnnotation(obj *unstructured.Unstructured, name, value string) {
 	annotations := obj.GetAnnotations()
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
-	if revision != "" {
-		annotations[plumbv1.AnnotationRevision] = revision
-	}
-	annotations[plumbv1.AnnotationContentHash] = hash
+	annotations[name] = value
 	obj.SetAnnotations(annotations)
-	return nil
 }
 
 // UnservedAction marks, in Prune's change set, an object whose kind the API

@@ -54,8 +54,8 @@ bench-quick: controlplane ## The performance harness at smaller sizes (a few min
 	go run ./bench --quick --json
 
 .PHONY: bench-micro
-bench-micro: ## The Go micro-benchmarks of source/, each beside its baseline.
-	go test -run '^$$' -bench . -benchmem ./source/...
+bench-micro: controlplane ## The Go micro-benchmarks of source/ and diff/, each beside its baseline.
+	go test -run '^$$' -bench . -benchmem ./source/... ./diff/
 
 .PHONY: build
 build: ## Build bin/plumb.

@@ -61,10 +61,20 @@ func (e *contentEncoder) root(obj map[string]any) error {
 }
 
 // withoutOwnAnnotations returns metadata without the revision and content
-// hash annotations, and without an annotations map left empty; metadata
-// itself is not changed (it is copied only when it holds one of them).
+// hash annotations, and without an annotations map left empty or null
+// (YAML's empty "annotations:"), as the stamped object will hold it;
+// metadata itself is not changed (it is copied only when it must be).
 func withoutOwnAnnotations(metadata map[string]any) map[string]any {
-	annotations, ok := metadata["annotations"].(map[string]any)
+	value, present := metadata["annotations"]
+	if present && value == nil {
+		out := make(map[string]any, len(metadata))
+		for k, v := range metadata {
+			out[k] = v
+		}
+		delete(out, "annotations")
+		return out
+	}
+	annotations, ok := value.(map[string]any)
 	if !ok {
 		return metadata
 	}

@@ -40,12 +40,18 @@ func TestHashLeavesOutPlumbsOwnAnnotations(t *testing.T) {
 	stamped := objectOf(t, fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","annotations":{%q:"main@sha1:1",%q:"x"}},"data":{"k":"v"}}`,
 		plumbv1.AnnotationRevision, plumbv1.AnnotationContentHash))
 	empty := objectOf(t, `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","annotations":{}},"data":{"k":"v"}}`)
+	null := objectOf(t, `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","annotations":null},"data":{"k":"v"}}`)
 	other := objectOf(t, `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","annotations":{"team":"x"}},"data":{"k":"v"}}`)
 	if mustHash(t, plain) != mustHash(t, stamped) {
 		t.Error("the revision and content-hash annotations changed the hash")
 	}
 	if mustHash(t, plain) != mustHash(t, empty) {
 		t.Error("an empty annotations map hashed unlike none")
+	}
+	// A render's empty "annotations:" is null until plumb stamps its own
+	// annotations in: the stamped object must hash as the render did.
+	if mustHash(t, plain) != mustHash(t, null) {
+		t.Error("null annotations hashed unlike none")
 	}
 	if mustHash(t, plain) == mustHash(t, other) {
 		t.Error("another annotation did not change the hash")

@@ -91,8 +91,8 @@ type Options[K comparable] struct {
 	// Rand returns a number in [0, 1) for the jitter; tests make it fixed.
 	Rand func() float64
 	// Phase places a key's first fallback timer: after the key's first
-	// tick (since it was added, or since this queue started) its timer
-	// comes due after Phase(key) of its interval, a number in (0, 1];
+	// successful tick (since it was added, or since this queue started) its
+	// timer comes due after Phase(key) of its interval, a number in (0, 1];
 	// later ones at the jittered interval. Keys added together — a fleet of
 	// Apps created at once, or every App when the controller starts — thus
 	// spread their timer ticks over the interval instead of ticking in
@@ -161,6 +161,7 @@ type Queue[K comparable] struct {
 	due         map[K]time.Time     // when the key's fallback timer (or retry) comes due
 	events      map[K]*rate.Limiter // per-key limit of event ticks
 	delayed     map[K]time.Time     // when an event tick held back by the limit runs
+	phased      map[K]bool          // keys whose timer was placed by Phase already
 }
 
 // New creates a queue whose workers run handler.
@@ -174,6 +175,7 @@ func New[K comparable](name string, handler Handler[K], opts Options[K]) *Queue[
 		due:     map[K]time.Time{},
 		events:  map[K]*rate.Limiter{},
 		delayed: map[K]time.Time{},
+		phased:  map[K]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(backoff, workqueue.TypedRateLimitingQueueConfig[K]{
 			Name:  name,
 			Clock: opts.Clock,
@@ -279,7 +281,11 @@ func (q *Queue[K]) processNext(run, tickCtx context.Context) bool {
 	case err == nil || IsTerminal(err):
 		q.backoff.Forget(key)
 		after = q.jittered(interval)
-		if !scheduled && interval > 0 {
+		q.mu.Lock()
+		first := !q.phased[key]
+		q.phased[key] = true
+		q.mu.Unlock()
+		if first && interval > 0 {
 			after = time.Duration(q.opts.Phase(key) * float64(interval))
 		}
 		if trigger == TriggerEvent && due.Sub(now) < after {
@@ -298,6 +304,7 @@ func (q *Queue[K]) processNext(run, tickCtx context.Context) bool {
 		delete(q.due, key)
 		delete(q.events, key)
 		delete(q.delayed, key)
+		delete(q.phased, key)
 	} else {
 		q.due[key] = now.Add(after)
 	}

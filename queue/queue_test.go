@@ -476,3 +476,26 @@ func TestHashPhaseIsWithinTheInterval(t *testing.T) {
 		}
 	}
 }
+
+// TestAKeyWhoseFirstTicksFailIsPlacedByItsFirstSuccess: a fleet that fails
+// together at first (the API server was down) must still spread once it
+// succeeds.
+func TestAKeyWhoseFirstTicksFailIsPlacedByItsFirstSuccess(t *testing.T) {
+	r := newRecorder()
+	r.set("app", result{interval: 100 * time.Second, err: errors.New("down")})
+	q, clock := start(t, r, Options[string]{Workers: 1, BaseBackoff: time.Second, Phase: func(string) float64 { return 0.25 }})
+	q.Add("app")
+	eventually(t, "the failed tick", func() bool { return len(r.scheduled()) == 1 })
+	r.set("app", result{interval: 100 * time.Second})
+	clock.Step(time.Second)
+	eventually(t, "the first success", func() bool { return len(r.scheduled()) == 2 })
+	clock.Step(25 * time.Second)
+	eventually(t, "the tick after it", func() bool { return len(r.scheduled()) == 3 })
+	var afters []time.Duration
+	for _, s := range r.scheduled() {
+		afters = append(afters, s.After)
+	}
+	if diff := cmp.Diff([]time.Duration{time.Second, 25 * time.Second, 100 * time.Second}, afters); diff != "" {
+		t.Errorf("next ticks (-want +got):\n%s", diff)
+	}
+}

@@ -76,7 +76,7 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applie
 					refs = append(refs, refOf(d))
 				}
 			}
-			setInventory(app, mergeRefs(app.Status.Inventory, refs), r.appliedFields(key))
+			setInventory(app, mergeRefs(app.Status.Inventory, refs), r.appliedFields(key, desired))
 			return changes, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
 		}
 		log.Info("Applied objects", zap.Int("changed", len(p.apply)))
@@ -106,7 +106,7 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applie
 	for _, k := range kept {
 		refs = append(refs, k.ObjectRef)
 	}
-	setInventory(app, refs, r.appliedFields(key))
+	setInventory(app, refs, r.appliedFields(key, desired))
 	app.Status.Kept = kept
 	ids := map[objectID]bool{}
 	for _, d := range desired {
@@ -264,10 +264,19 @@ func isCRD(u *unstructured.Unstructured) bool {
 }
 
 // appliedFields looks up, for the inventory, the digest of the fields plumb
-// owned after its last write or confirmation of an object of the App.
-func (r *Reconciler) appliedFields(key types.NamespacedName) func(objectID) string {
+// owned after its last write or confirmation of an object of the App —
+// only where that write was of the object's whole content in Git. An
+// object applied without fields left to a manager that keeps changing them
+// gets none: after a restart (which forgets what was left to whom) it is
+// asked about with a dry-run, which shows the conflict again, rather than
+// taken as it is.
+func (r *Reconciler) appliedFields(key types.NamespacedName, desired []*unstructured.Unstructured) func(objectID) string {
+	gitHash := make(map[objectID]string, len(desired))
+	for _, d := range desired {
+		gitHash[idOf(d)] = annotationOf(d, plumbv1.AnnotationContentHash)
+	}
 	return func(id objectID) string {
-		if rec := r.memory.record(key, id); rec != nil {
+		if rec := r.memory.record(key, id); rec != nil && rec.DesiredHash == gitHash[id] {
 			return rec.FieldsDigest
 		}
 		return ""

@@ -487,12 +487,14 @@ func (m *memory) statusWritten(key types.NamespacedName) {
 }
 
 // newTerm forgets drift episodes and conflicts, which another replica may
-// have ended or changed while this one did not lead. Records and plumb's
-// own writes are kept: they are checked against the live objects anyway.
+// have ended or changed while this one did not lead, and the Unchanged
+// verdicts that may have depended on them. Records and plumb's own writes
+// are kept: they are checked against the live objects anyway.
 func (m *memory) newTerm() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, a := range m.apps {
+		a.verified = map[objectID]verification{} // they may have depended on conflicts forgotten here
 		a.episodes = map[objectID]*episode{}
 		a.fieldDrifts = map[objectID]map[string][]fieldChange{}
 		a.conflicts = map[objectID]*objectConflicts{}

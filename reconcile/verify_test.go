@@ -177,3 +177,36 @@ func TestIDOfMatchesTheObjectsGroupVersionKind(t *testing.T) {
 		}
 	}
 }
+
+// TestTheInventoryKeepsNoDigestOfAnObjectAppliedWithFieldsLeftToOthers:
+// an object applied without a field left to another manager (a conflict)
+// must not be trusted as it is after a restart, which forgets the
+// conflict: its inventory entry gets no digest, so it is dry-run again.
+func TestTheInventoryKeepsNoDigestOfAnObjectAppliedWithFieldsLeftToOthers(t *testing.T) {
+	key, _, desired, hash := compareFixture(t)
+	desired.SetAnnotations(map[string]string{plumbv1.AnnotationContentHash: hash})
+	id := idOf(desired)
+	r := &Reconciler{}
+	whole, err := diff.RecordFromLive(hash, liveConfigMap(t, "3", map[string][]string{plumbv1.FieldManager: {"a", "b"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.memory.remember(key, id, whole)
+	if got := r.appliedFields(key, []*unstructured.Unstructured{desired})(id); got != whole.FieldsDigest {
+		t.Errorf("applied as in Git: digest %q, want %q", got, whole.FieldsDigest)
+	}
+	stripped := desired.DeepCopy()
+	unstructured.RemoveNestedField(stripped.Object, "data", "b") // b is left to another manager
+	strippedHash, err := diff.Hash(stripped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partial, err := diff.RecordFromLive(strippedHash, liveConfigMap(t, "4", map[string][]string{plumbv1.FieldManager: {"a"}, "kubectl-edit": {"b"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.memory.remember(key, id, partial)
+	if got := r.appliedFields(key, []*unstructured.Unstructured{desired})(id); got != "" {
+		t.Errorf("applied without a field left to another manager: digest %q, want none", got)
+	}
+}

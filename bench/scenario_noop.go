@@ -21,7 +21,7 @@ type noopFigures struct {
 
 // measureNoop runs runs unchanged timer ticks of plumb and of each baseline.
 //
-// plumb: the controller is frozen (SIGSTOP) for longer than its jittered
+// plumb: the controller is frozen (SIGSTOP) for longer than its timer's
 // interval while etcd's and kube-apiserver's idle CPU rate is measured;
 // thawed, it runs its overdue timer tick at once, and the window from the
 // thaw until its tick counter moves is measured: requests (its own count,

@@ -1,7 +1,7 @@
 // Package queue runs the loop's scheduling: a typed, rate-limited workqueue
 // (client-go util/workqueue) with a fallback timer. Every key it has seen is
-// always scheduled again: after a successful tick at the key's interval
-// (jittered), after a failure with a per-key exponential backoff capped at
+// always scheduled again: after a successful tick at the key's next slot
+// (its own phase of the interval, so that keys spread), after a failure with a per-key exponential backoff capped at
 // that interval. Events only bring a tick forward, at most EventBurst at
 // once and one per EventInterval on average per key, and never move the
 // fallback timer. A key added many times while it waits runs once. Each
@@ -16,7 +16,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -83,19 +82,15 @@ type Options[K comparable] struct {
 	// MaxBackoff caps the retry delay (default 5m); the key's interval caps
 	// it too, so a failing key is retried at least once per interval.
 	MaxBackoff time.Duration
-	// Jitter spreads each interval by up to ±Jitter of its length (default
-	// 0.1), so Apps with the same interval do not tick in lockstep.
-	Jitter float64
 	// Clock is the queue's time source; tests inject a fake one.
 	Clock clock.WithTicker
-	// Rand returns a number in [0, 1) for the jitter; tests make it fixed.
-	Rand func() float64
-	// Phase places a key's first fallback timer: after the key's first
-	// successful tick (since it was added, or since this queue started) its
-	// timer comes due after Phase(key) of its interval, a number in (0, 1];
-	// later ones at the jittered interval. Keys added together — a fleet of
-	// Apps created at once, or every App when the controller starts — thus
-	// spread their timer ticks over the interval instead of ticking in
+	// Phase places a key's fallback timer: its slots lie one interval apart
+	// at Phase(key) of the interval (a number in (0, 1], counted from the
+	// Unix epoch), and after a successful tick the timer comes due at the
+	// first slot more than half an interval away. Keys added together — a
+	// fleet of Apps created at once, or every App when the controller
+	// starts — and keys whose ticks ran late together behind a backlog
+	// thus return to their own places in the interval instead of ticking in
 	// step. The default is a hash of the key, the same in every replica.
 	Phase func(K) float64
 	// OnScheduled, when set, is told after each tick when the key's next
@@ -123,14 +118,8 @@ func (o *Options[K]) defaults() {
 	if o.MaxBackoff <= 0 {
 		o.MaxBackoff = 5 * time.Minute
 	}
-	if o.Jitter == 0 {
-		o.Jitter = 0.1
-	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
-	}
-	if o.Rand == nil {
-		o.Rand = rand.Float64
 	}
 	if o.Phase == nil {
 		o.Phase = hashPhase[K]
@@ -161,7 +150,6 @@ type Queue[K comparable] struct {
 	due         map[K]time.Time     // when the key's fallback timer (or retry) comes due
 	events      map[K]*rate.Limiter // per-key limit of event ticks
 	delayed     map[K]time.Time     // when an event tick held back by the limit runs
-	phased      map[K]bool          // keys whose timer was placed by Phase already
 }
 
 // New creates a queue whose workers run handler.
@@ -175,7 +163,6 @@ func New[K comparable](name string, handler Handler[K], opts Options[K]) *Queue[
 		due:     map[K]time.Time{},
 		events:  map[K]*rate.Limiter{},
 		delayed: map[K]time.Time{},
-		phased:  map[K]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(backoff, workqueue.TypedRateLimitingQueueConfig[K]{
 			Name:  name,
 			Clock: opts.Clock,
@@ -280,14 +267,7 @@ func (q *Queue[K]) processNext(run, tickCtx context.Context) bool {
 		q.backoff.Forget(key)
 	case err == nil || IsTerminal(err):
 		q.backoff.Forget(key)
-		after = q.jittered(interval)
-		q.mu.Lock()
-		first := !q.phased[key]
-		q.phased[key] = true
-		q.mu.Unlock()
-		if first && interval > 0 {
-			after = time.Duration(q.opts.Phase(key) * float64(interval))
-		}
+		after = q.nextSlot(key, interval, now)
 		if trigger == TriggerEvent && due.Sub(now) < after {
 			// An event tick does not move the fallback timer: otherwise a
 			// stream of events would postpone it for ever.
@@ -304,7 +284,6 @@ func (q *Queue[K]) processNext(run, tickCtx context.Context) bool {
 		delete(q.due, key)
 		delete(q.events, key)
 		delete(q.delayed, key)
-		delete(q.phased, key)
 	} else {
 		q.due[key] = now.Add(after)
 	}
@@ -326,13 +305,25 @@ func hashPhase[K comparable](key K) float64 {
 	return (float64(binary.BigEndian.Uint64(sum[:8])>>11) + 1) / (1 << 53)
 }
 
-// jittered spreads d by up to ±Jitter.
-func (q *Queue[K]) jittered(d time.Duration) time.Duration {
-	if d <= 0 {
+// nextSlot is how long from now until the key's next timer slot: the
+// first slot (see Options.Phase) more than half an interval away. A key
+// that ticks at its slot is due again one interval later; one that ran
+// late comes back to its slot rather than keep the lateness.
+func (q *Queue[K]) nextSlot(key K, interval time.Duration, now time.Time) time.Duration {
+	if interval <= 0 {
 		return 0
 	}
-	factor := 1 + q.opts.Jitter*(2*q.opts.Rand()-1)
-	return time.Duration(float64(d) * factor)
+	offset := int64(q.opts.Phase(key)*float64(interval)) % int64(interval)
+	earliest := now.Add(interval / 2)
+	past := (earliest.UnixNano() - offset) % int64(interval)
+	if past < 0 {
+		past += int64(interval)
+	}
+	next := earliest
+	if past > 0 {
+		next = earliest.Add(interval - time.Duration(past))
+	}
+	return next.Sub(now)
 }
 
 // CancelTicks ends the context of the ticks under way at once, without

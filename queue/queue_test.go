@@ -93,11 +93,8 @@ func start(t *testing.T, r *recorder, opts Options[string]) (*Queue[string], *cl
 	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	opts.Clock = clock
 	opts.OnScheduled = r.onScheduled
-	if opts.Rand == nil {
-		opts.Rand = func() float64 { return 0.5 } // no jitter
-	}
 	if opts.Phase == nil {
-		opts.Phase = func(string) float64 { return 1 } // the first timer at the full interval
+		opts.Phase = func(string) float64 { return 1 } // slots at whole intervals since the epoch (the fake clock starts on one)
 	}
 	q := New("test", r.handle, opts)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -147,8 +144,10 @@ func TestFailuresBackOffExponentiallyCappedAtTheInterval(t *testing.T) {
 		clock.Step(10 * time.Second)
 		eventually(t, "a successful tick", func() bool { return len(r.scheduled()) == len(want)+2 })
 		s := r.scheduled()
-		if last := s[len(s)-1]; last.After != 10*time.Second || last.Failures != 0 {
-			t.Errorf("after a success: next tick in %s with %d failures, want the interval and 0", last.After, last.Failures)
+		// The success came 45 s after the start, between slots (whole 10 s):
+		// the next is the first at least half an interval away, at 50 s.
+		if last := s[len(s)-1]; last.After != 5*time.Second || last.Failures != 0 {
+			t.Errorf("after a success: next tick in %s with %d failures, want 5s (its slot) and 0", last.After, last.Failures)
 		}
 		if q.Failures("app") != 0 {
 			t.Errorf("Failures = %d after a success", q.Failures("app"))
@@ -175,18 +174,6 @@ func TestForgetDropsTheKey(t *testing.T) {
 	eventually(t, "the tick", func() bool { return len(r.scheduled()) == 1 })
 	if got := r.scheduled()[0]; got.After != Forget {
 		t.Errorf("a forgotten key was scheduled in %s", got.After)
-	}
-}
-
-func TestJitterSpreadsTheInterval(t *testing.T) {
-	for _, tt := range []struct {
-		rand float64
-		want time.Duration
-	}{{0, 90 * time.Second}, {0.5, 100 * time.Second}, {0.999999, 110 * time.Second}} {
-		q := New("jitter", (&recorder{}).handle, Options[string]{Jitter: 0.1, Rand: func() float64 { return tt.rand }})
-		if got := q.jittered(100 * time.Second).Round(time.Second); got != tt.want {
-			t.Errorf("rand %v: jittered(100s) = %s, want %s", tt.rand, got, tt.want)
-		}
 	}
 }
 
@@ -365,7 +352,7 @@ func (r *triggerRecorder) snapshot() ([]Trigger, []time.Duration) {
 func TestAnEventTickKeepsTheFallbackTimersSchedule(t *testing.T) {
 	r := &triggerRecorder{}
 	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	q := New("triggers", r.handle, Options[string]{Workers: 1, Clock: clock, Rand: func() float64 { return 0.5 },
+	q := New("triggers", r.handle, Options[string]{Workers: 1, Clock: clock,
 		Phase: func(string) float64 { return 1 }, OnScheduled: r.onScheduled})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -422,48 +409,47 @@ func TestEventTicksAreRateLimitedPerKey(t *testing.T) {
 }
 
 // TestKeysAddedTogetherSpreadTheirTimersOverTheInterval adds 200 keys at
-// once, as a controller that starts with 200 Apps does: their first timers
-// spread over the interval (by a hash of each key) instead of coming due
-// together, and the timers after that keep the interval.
+// once, as a controller that starts with 200 Apps does: their timers come
+// due at each key's own place in the interval (by a hash of the key)
+// instead of together — and again so after all of them ran late together,
+// as behind a backlog of first ticks.
 func TestKeysAddedTogetherSpreadTheirTimersOverTheInterval(t *testing.T) {
 	const keys, interval = 200, 100 * time.Second
 	r := newRecorder()
-	var names []string
 	for i := range keys {
-		name := fmt.Sprintf("ns/app-%03d", i)
-		names = append(names, name)
-		r.set(name, result{interval: interval})
+		r.set(fmt.Sprintf("ns/app-%03d", i), result{interval: interval})
 	}
 	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	q := New("fleet", r.handle, Options[string]{Workers: 4, Clock: clock, Rand: func() float64 { return 0.5 }, OnScheduled: r.onScheduled})
+	q := New("fleet", r.handle, Options[string]{Workers: 4, Clock: clock, OnScheduled: r.onScheduled})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { q.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	for _, name := range names {
-		q.Add(name)
+	for i := range keys {
+		q.Add(fmt.Sprintf("ns/app-%03d", i))
+	}
+	spread := func(round int, schedules []schedule) {
+		t.Helper()
+		var tenths [10]int
+		for _, s := range schedules {
+			if s.After < interval/2 || s.After >= 3*interval/2 {
+				t.Fatalf("round %d, %s: timer after %s, want within [%s, %s)", round, s.Key, s.After, interval/2, 3*interval/2)
+			}
+			due := clock.Now().Add(s.After)
+			tenths[int(due.UnixNano()%int64(interval))*10/int(interval)]++
+		}
+		for i, n := range tenths {
+			// 20 per tenth if even; a hash is not, but no tenth may hold a crowd.
+			if n < 8 || n > 35 {
+				t.Errorf("round %d: tenth %d of the interval holds %d of %d timers, want 8–35: %v", round, i, n, keys, tenths)
+			}
+		}
 	}
 	eventually(t, "every first tick", func() bool { return len(r.scheduled()) == keys })
-	var tenths [10]int
-	for _, s := range r.scheduled() {
-		if s.After <= 0 || s.After > interval {
-			t.Fatalf("%s: first timer after %s, want within (0, %s]", s.Key, s.After, interval)
-		}
-		tenths[min(int(10*s.After/interval), 9)]++
-	}
-	for i, n := range tenths {
-		// 20 per tenth if even; a hash is not, but no tenth may hold a crowd.
-		if n < 8 || n > 35 {
-			t.Errorf("tenth %d of the interval holds %d of %d first timers, want 8–35: %v", i, n, keys, tenths)
-		}
-	}
-	clock.Step(interval) // every first timer comes due
+	spread(1, r.scheduled())
+	clock.Step(3 * interval / 2) // every timer came due: all tick together, late
 	eventually(t, "every second tick", func() bool { return len(r.scheduled()) == 2*keys })
-	for _, s := range r.scheduled()[keys:] {
-		if s.After != interval {
-			t.Errorf("%s: timer after its second tick in %s, want the interval %s", s.Key, s.After, interval)
-		}
-	}
+	spread(2, r.scheduled()[keys:])
 }
 
 func TestHashPhaseIsWithinTheInterval(t *testing.T) {
@@ -477,10 +463,9 @@ func TestHashPhaseIsWithinTheInterval(t *testing.T) {
 	}
 }
 
-// TestAKeyWhoseFirstTicksFailIsPlacedByItsFirstSuccess: a fleet that fails
-// together at first (the API server was down) must still spread once it
-// succeeds.
-func TestAKeyWhoseFirstTicksFailIsPlacedByItsFirstSuccess(t *testing.T) {
+// TestAKeyTicksAtItsSlotAfterFailures: a fleet that fails together at
+// first (the API server was down) must still spread once it succeeds.
+func TestAKeyTicksAtItsSlotAfterFailures(t *testing.T) {
 	r := newRecorder()
 	r.set("app", result{interval: 100 * time.Second, err: errors.New("down")})
 	q, clock := start(t, r, Options[string]{Workers: 1, BaseBackoff: time.Second, Phase: func(string) float64 { return 0.25 }})
@@ -489,13 +474,13 @@ func TestAKeyWhoseFirstTicksFailIsPlacedByItsFirstSuccess(t *testing.T) {
 	r.set("app", result{interval: 100 * time.Second})
 	clock.Step(time.Second)
 	eventually(t, "the first success", func() bool { return len(r.scheduled()) == 2 })
-	clock.Step(25 * time.Second)
-	eventually(t, "the tick after it", func() bool { return len(r.scheduled()) == 3 })
+	clock.Step(124 * time.Second) // its slot: 25 s past a whole 100 s
+	eventually(t, "the tick at its slot", func() bool { return len(r.scheduled()) == 3 })
 	var afters []time.Duration
 	for _, s := range r.scheduled() {
 		afters = append(afters, s.After)
 	}
-	if diff := cmp.Diff([]time.Duration{time.Second, 25 * time.Second, 100 * time.Second}, afters); diff != "" {
+	if diff := cmp.Diff([]time.Duration{time.Second, 124 * time.Second, 100 * time.Second}, afters); diff != "" {
 		t.Errorf("next ticks (-want +got):\n%s", diff)
 	}
 }

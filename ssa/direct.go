@@ -3,6 +3,8 @@ package ssa
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/fluxcd/cli-utils/pkg/object"
 	fluxssa "github.com/fluxcd/pkg/ssa"
@@ -41,8 +43,11 @@ type DirectOptions struct {
 
 // ApplyDirect server-side applies each object with one request (no Get, no
 // dry-run: the caller decided they differ). CRDs, Namespaces and
-// ClusterRoles go first and are waited for. It returns what was applied, up
-// to the first failure.
+// ClusterRoles go first and are waited for; the objects of a stage are
+// applied applyConcurrency at a time. It returns what was applied, in the
+// objects' order: after a failure no further apply starts, those under
+// way finish (an apply cut off might still have happened), and the first
+// failure is returned.
 func (m *Manager) ApplyDirect(ctx context.Context, objects []*unstructured.Unstructured, opts DirectOptions) ([]Applied, *fluxssa.ChangeSet, error) {
 	var definitions, rest []*unstructured.Unstructured
 	for _, o := range objects {
@@ -55,11 +60,8 @@ func (m *Manager) ApplyDirect(ctx context.Context, objects []*unstructured.Unstr
 	changes := fluxssa.NewChangeSet()
 	var applied []Applied
 	for i, stage := range [][]*unstructured.Unstructured{definitions, rest} {
-		for _, desired := range stage {
-			a, err := m.applyOne(ctx, desired, opts)
-			if err != nil {
-				return applied, changes, err
-			}
+		done, err := m.applyStage(ctx, stage, opts)
+		for _, a := range done {
 			applied = append(applied, a)
 			action := fluxssa.ConfiguredAction
 			if a.Created {
@@ -72,6 +74,9 @@ func (m *Manager) ApplyDirect(ctx context.Context, objects []*unstructured.Unstr
 				Action:       action,
 			})
 		}
+		if err != nil {
+			return applied, changes, err
+		}
 		if i == 0 && len(definitions) > 0 {
 			if err := m.resources.WaitForSetWithContext(ctx, changes.ToObjMetadataSet(), opts.Wait); err != nil {
 				return applied, changes, fmt.Errorf("waiting for CRDs and Namespaces: %w", err)
@@ -79,6 +84,47 @@ func (m *Manager) ApplyDirect(ctx context.Context, objects []*unstructured.Unstr
 		}
 	}
 	return applied, changes, nil
+}
+
+// applyConcurrency is how many applies of one stage are in flight at once
+// (as many as Flux's ApplyAll runs, see NewManager).
+const applyConcurrency = 4
+
+// applyStage applies the objects of one stage, applyConcurrency at a time,
+// and returns those applied, in the stage's order, with the first failure
+// in that order. After a failure no further apply starts.
+func (m *Manager) applyStage(ctx context.Context, stage []*unstructured.Unstructured, opts DirectOptions) ([]Applied, error) {
+	results := make([]Applied, len(stage))
+	errs := make([]error, len(stage))
+	var failed atomic.Bool
+	slots := make(chan struct{}, applyConcurrency)
+	var wg sync.WaitGroup
+	for i, desired := range stage {
+		slots <- struct{}{}
+		if failed.Load() {
+			<-slots
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			results[i], errs[i] = m.applyOne(ctx, desired, opts)
+			if errs[i] != nil {
+				failed.Store(true)
+			}
+		})
+	}
+	wg.Wait()
+	var applied []Applied
+	var first error
+	for i := range stage {
+		switch {
+		case errs[i] != nil && first == nil:
+			first = errs[i]
+		case errs[i] == nil && results[i].Live != nil:
+			applied = append(applied, results[i])
+		}
+	}
+	return applied, first
 }
 
 func (m *Manager) applyOne(ctx context.Context, desired *unstructured.Unstructured, opts DirectOptions) (Applied, error) {

@@ -2,6 +2,7 @@ package ssa
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -417,6 +418,66 @@ func TestThePruneGuardKeepsNamespacesAndCRDsUnlessEnabledAndAnythingDisabled(t *
 		}
 		if kept && !strings.Contains(guard.Message, plumbv1.AnnotationPrune) {
 			t.Errorf("%s: the message %q does not name the annotation", tc.obj.GetKind(), guard.Message)
+		}
+	}
+}
+
+// TestApplyDirectReportsExactlyWhatItAppliedWhenOneFails applies 20
+// ConfigMaps, the sixth of which the API server refuses: the error names
+// it, every object before it is applied, and what ApplyDirect reports as
+// applied, in order, is exactly what exists — the inventory depends on it.
+func TestApplyDirectReportsExactlyWhatItAppliedWhenOneFails(t *testing.T) {
+	c, _ := countingClient(t)
+	m := NewManager(c)
+	ns := uniqueName(t)
+	owner := Owner{Name: "shop", Namespace: "apps"}
+	var docs []string
+	docs = append(docs, "apiVersion: v1\nkind: Namespace\nmetadata: {name: NS}\n")
+	for i := range 20 {
+		name := fmt.Sprintf("cm-%02d", i)
+		if i == 5 {
+			name = "Not_A_Valid_Name"
+		}
+		docs = append(docs, fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: %s, namespace: NS}\ndata: {i: \"%d\"}\n", name, i))
+	}
+	objs := stamped(t, ns, strings.Join(docs, "---\n"), owner, "r1")
+	applied, _, err := directly(t, m, objs, DirectOptions{})
+	if err == nil || !strings.Contains(err.Error(), "Not_A_Valid_Name") {
+		t.Fatalf("error %v, want the refusal of Not_A_Valid_Name", err)
+	}
+	reported := map[string]bool{}
+	last := -1
+	for _, a := range applied {
+		if a.Live == nil || a.Live.GetResourceVersion() == "" {
+			t.Fatalf("%s reported applied without the server's answer", a.Desired.GetName())
+		}
+		if a.Desired.GetKind() != "ConfigMap" {
+			continue
+		}
+		var i int
+		if _, err := fmt.Sscanf(a.Desired.GetName(), "cm-%02d", &i); err != nil {
+			t.Fatal(err)
+		}
+		if i <= last {
+			t.Errorf("applied out of order: cm-%02d after cm-%02d", i, last)
+		}
+		last = i
+		reported[a.Desired.GetName()] = true
+	}
+	for i := range 20 {
+		if i == 5 {
+			continue
+		}
+		name := fmt.Sprintf("cm-%02d", i)
+		cm := &unstructured.Unstructured{}
+		cm.SetAPIVersion("v1")
+		cm.SetKind("ConfigMap")
+		exists := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, cm) == nil
+		if exists != reported[name] {
+			t.Errorf("%s: exists %v, reported applied %v", name, exists, reported[name])
+		}
+		if i < 5 && !exists {
+			t.Errorf("%s, before the refused object, was not applied", name)
 		}
 	}
 }

@@ -198,7 +198,10 @@ func TestAnEnvVarAddedByHandIsRemovedAgain(t *testing.T) {
 		env := d.Spec.Template.Spec.Containers[0].Env
 		return len(env) == 1 && env[0].Name == "MODE", fmt.Sprintf("env %v", env)
 	})
-	if got := appEvents(t, ns, "env")["DriftDetected"]; len(got) != 1 || !strings.Contains(got[0].Message, `env[name="DEBUG"]`) || !strings.Contains(got[0].Message, "kubectl-set") {
-		t.Errorf("DriftDetected Events: %+v", got)
-	}
+	// Events are recorded asynchronously: the heal can be seen before its Event.
+	eventually(t, 30*time.Second, "one DriftDetected Event naming the env var and kubectl-set", func() (bool, string) {
+		got := appEvents(t, ns, "env")["DriftDetected"]
+		return len(got) == 1 && strings.Contains(got[0].Message, `env[name="DEBUG"]`) && strings.Contains(got[0].Message, "kubectl-set"),
+			fmt.Sprintf("DriftDetected Events: %+v", got)
+	})
 }

@@ -54,22 +54,9 @@ func NewManager(c client.Client) *Manager {
 	return &Manager{client: c, resources: rm}
 }
 
-// Stamp sets the owner's labels on obj, the revision annotation to revision
-// (the caller passes the object's current revision when its content did not
-// change, so the annotation only moves with real changes), and the content
-// hash annotation to the digest of the content (see diff.Hash).
-func Stamp(obj *unstructured.Unstructured, owner Owner, revision string) error {
-	if _, err := StampContent(obj, owner, ""); err != nil {
-		return err
-	}
-	if revision != "" {
-		SetRevision(obj, revision)
-	}
-	return nil
-}
-
 // StampContent sets the owner's labels on obj and the content hash
-// annotation, and returns the hash. known, when not "", is the hash of
+// annotation (the digest of the content, see diff.Hash), and returns the
+// hash; SetRevision sets the revision annotation beside it. known, when not "", is the hash of
 // this very content (labels included) computed before; it is not computed
 // again.
 func StampContent(obj *unstructured.Unstructured, owner Owner, known string) (string, error) {

@@ -123,12 +123,22 @@ func countingClient(t *testing.T) (client.Client, func() []string) {
 	return c, log.Take
 }
 
+// stamp stamps obj as the Diff phase does: the owner's labels, the content
+// hash, and the revision.
+func stamp(obj *unstructured.Unstructured, owner Owner, revision string) error {
+	if _, err := StampContent(obj, owner, ""); err != nil {
+		return err
+	}
+	SetRevision(obj, revision)
+	return nil
+}
+
 // stamped parses objects and stamps them for owner at revision.
 func stamped(t *testing.T, ns, yaml string, owner Owner, revision string) []*unstructured.Unstructured {
 	t.Helper()
 	objs := objects(t, ns, yaml)
 	for _, o := range objs {
-		if err := Stamp(o, owner, revision); err != nil {
+		if err := stamp(o, owner, revision); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -276,7 +286,7 @@ kind: ConfigMap
 metadata: {name: recorded-at-an-old-version, namespace: NS}
 `)
 	for _, o := range objs {
-		if err := Stamp(o, owner, "r1"); err != nil {
+		if err := stamp(o, owner, "r1"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -359,7 +369,7 @@ data: {k: VALUE}
 			if annotate && o.GetKind() == "ConfigMap" {
 				o.SetAnnotations(map[string]string{plumbv1.AnnotationForce: "enabled"})
 			}
-			if err := Stamp(o, owner, "r-"+value); err != nil {
+			if err := stamp(o, owner, "r-"+value); err != nil {
 				t.Fatal(err)
 			}
 		}

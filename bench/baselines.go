@@ -126,9 +126,13 @@ func (n *naive) tick(ctx context.Context, objects []*unstructured.Unstructured) 
 // and diffs from it.
 type argoStyle struct {
 	requests *localcluster.RequestLog
+	dyn      dynamic.Interface
 	factory  dynamicinformer.DynamicSharedInformerFactory
 	stop     chan struct{}
 	informer map[schema.GroupVersionResource]cache.SharedIndexInformer
+	// namespaced are the informers of one namespace (watchIn), by
+	// namespace and resource.
+	namespaced map[string]cache.SharedIndexInformer
 }
 
 func newArgoStyle(cfg *rest.Config) (*argoStyle, error) {
@@ -137,8 +141,9 @@ func newArgoStyle(cfg *rest.Config) (*argoStyle, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &argoStyle{requests: log, factory: dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0),
-		stop: make(chan struct{}), informer: map[schema.GroupVersionResource]cache.SharedIndexInformer{}}, nil
+	return &argoStyle{requests: log, dyn: dyn, factory: dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0),
+		stop: make(chan struct{}), informer: map[schema.GroupVersionResource]cache.SharedIndexInformer{},
+		namespaced: map[string]cache.SharedIndexInformer{}}, nil
 }
 
 // watch starts caching every object of the resources, cluster-wide, and
@@ -154,6 +159,28 @@ func (a *argoStyle) watch(ctx context.Context, resources ...schema.GroupVersionR
 		}
 	}
 	return nil
+}
+
+// watchIn caches every object of a resource in one namespace, as argo_style
+// would if that namespace were the cluster, and waits until the cache is
+// full.
+func (a *argoStyle) watchIn(ctx context.Context, namespace string, resource schema.GroupVersionResource) error {
+	informer := dynamicinformer.NewFilteredDynamicInformer(a.dyn, resource, namespace, 0, cache.Indexers{}, nil).Informer()
+	a.namespaced[namespace+"/"+resource.String()] = informer
+	go informer.Run(a.stop)
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return fmt.Errorf("the cache of %s in %s did not sync", resource, namespace)
+	}
+	return nil
+}
+
+// cached is how many objects the cache of watchIn holds.
+func (a *argoStyle) cached(namespace string, resource schema.GroupVersionResource) int {
+	informer, ok := a.namespaced[namespace+"/"+resource.String()]
+	if !ok {
+		return 0
+	}
+	return len(informer.GetStore().ListKeys())
 }
 
 // tick diffs every object against the cache; it returns how many differ.

@@ -100,4 +100,28 @@ func TestSmallestScenarioCountsWhatItShould(t *testing.T) {
 	if _, err := measureColdSync(ctx, s, 5, 2, t.Logf); err != nil {
 		t.Fatal(err)
 	}
+
+	// Every App of the managed-memory scenario must become Ready with all
+	// its objects (measureManaged counts them), and argo_style must cache
+	// them all.
+	managed, err := measureManaged(ctx, w, 2, 5, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if managed.jsonBytes <= 0 {
+		t.Errorf("the managed objects grew by %v bytes of JSON, want more than 0", managed.jsonBytes)
+	}
+}
+
+func TestInsertBeforeKeepsTheScenariosOrder(t *testing.T) {
+	results := []result{{Key: "a"}, {Key: "c"}}
+	got := insertBefore(results, "c", result{Key: "b"})
+	got = insertBefore(got, "none", result{Key: "d"})
+	var keys string
+	for _, r := range got {
+		keys += r.Key
+	}
+	if keys != "abcd" {
+		t.Errorf("keys in order %q, want abcd", keys)
+	}
 }

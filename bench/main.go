@@ -36,6 +36,8 @@ type sizes struct {
 	Unmanaged int
 	// ColdApps Apps of 4 objects each are synced from nothing.
 	ColdApps int
+	// ManagedApps Apps grow to ManagedPerApp objects each.
+	ManagedApps, ManagedPerApp int
 	// FleetApps Apps tick every FleetInterval.
 	FleetApps     int
 	FleetInterval time.Duration
@@ -48,8 +50,8 @@ const fleetPeriods = 3
 const coldObjectsPerApp = 4
 
 var (
-	fullSizes  = sizes{Objects: 1000, Runs: 5, Drifts: 20, Pushes: 20, Unmanaged: 10000, ColdApps: 250, FleetApps: 1000, FleetInterval: time.Minute}
-	quickSizes = sizes{Objects: 200, Runs: 3, Drifts: 10, Pushes: 10, Unmanaged: 2000, ColdApps: 50, FleetApps: 200, FleetInterval: 20 * time.Second}
+	fullSizes  = sizes{Objects: 1000, Runs: 5, Drifts: 20, Pushes: 20, Unmanaged: 10000, ColdApps: 250, ManagedApps: 10, ManagedPerApp: 1000, FleetApps: 1000, FleetInterval: time.Minute}
+	quickSizes = sizes{Objects: 200, Runs: 3, Drifts: 10, Pushes: 10, Unmanaged: 2000, ColdApps: 50, ManagedApps: 2, ManagedPerApp: 500, FleetApps: 200, FleetInterval: 20 * time.Second}
 )
 
 func main() {
@@ -87,6 +89,12 @@ func run(ctx context.Context, out io.Writer, size sizes, label string, asJSON bo
 		return fmt.Errorf("fleet: %w", err)
 	}
 	results = append(results, fleet.results()...)
+	// Last, since its objects stay in the cluster and carry plumb's labels.
+	managed, err := measureManaged(ctx, w, size.ManagedApps, size.ManagedPerApp, logf)
+	if err != nil {
+		return fmt.Errorf("managed objects: %w", err)
+	}
+	results = insertBefore(results, "rss_bytes_per_unmanaged_object", managed.results())
 	fmt.Fprintf(out, "plumb bench, %s run: %d objects per App, %d runs per figure; medians with (min–max); %s on %s\n\n",
 		label, size.Objects, size.Runs, time.Since(began).Round(time.Second), hostDescription())
 	writeTable(out, results)
@@ -141,6 +149,17 @@ func measureSteady(ctx context.Context, w *world, size sizes, logf func(string, 
 	results = append(results, cold.results()...)
 	results = append(results, unmanaged.results())
 	return results, nil
+}
+
+// insertBefore puts r before the result of key (at the end if none has it),
+// so that the table keeps the scenarios' order whatever order they ran in.
+func insertBefore(results []result, key string, r result) []result {
+	for i, existing := range results {
+		if existing.Key == key {
+			return append(results[:i], append([]result{r}, results[i:]...)...)
+		}
+	}
+	return append(results, r)
 }
 
 // hostDescription names the machine's CPU count.

@@ -350,12 +350,15 @@ func (c *currentQueue) AddEvent(key types.NamespacedName) {
 	}
 }
 
-// cacheOptions limits the App cache to the selected Apps.
+// cacheOptions limits the App cache to the selected Apps. Nothing reads
+// the managedFields of cached objects (Apps, credentials Secrets): they are
+// not kept.
 func cacheOptions(selector labels.Selector) cache.Options {
-	if selector == nil || selector.Empty() {
-		return cache.Options{}
+	opts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	if selector != nil && !selector.Empty() {
+		opts.ByObject = map[client.Object]cache.ByObject{&plumbv1.App{}: {Label: selector}}
 	}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{&plumbv1.App{}: {Label: selector}}}
+	return opts
 }
 
 // appEvents enqueues an App when it is created, deleted, or changed in a

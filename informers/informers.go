@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/compact"
 )
 
 // ErrUnknownKind means the API server does not serve a kind (no CRD).
@@ -179,6 +180,9 @@ func (c *Cache) start(gvr schema.GroupVersionResource, gvk schema.GroupVersionKi
 		cache.Indexers{},
 		func(opts *metav1.ListOptions) { opts.LabelSelector = plumbv1.LabelAppName }, // only objects plumb owns
 	).Informer()
+	// The cache keeps objects compacted: managedFields as JSON text, no
+	// status, no last-applied annotation.
+	_ = informer.SetTransform(compact.Transform)
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &typeInformer{gvk: gvk, informer: informer, stop: cancel, done: make(chan struct{})}
 	_ = informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
@@ -278,6 +282,9 @@ func Relevant(oldObj, newObj any) bool {
 			case "resourceVersion", "generation", "managedFields":
 				continue
 			}
+			if compact.IsCompacted(key) {
+				continue
+			}
 			if !equality.Semantic.DeepEqual(om[key], nm[key]) {
 				return true
 			}
@@ -289,7 +296,7 @@ func Relevant(oldObj, newObj any) bool {
 // ownership is who owns which field, without times and status entries.
 func ownership(u *unstructured.Unstructured) []metav1.ManagedFieldsEntry {
 	var out []metav1.ManagedFieldsEntry
-	for _, e := range u.GetManagedFields() {
+	for _, e := range compact.ManagedFields(u) {
 		if e.Subresource == "status" {
 			continue
 		}

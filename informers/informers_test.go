@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/localcluster"
 )
 
@@ -170,8 +171,17 @@ func TestOwnedObjectEventsEnqueueTheirApp(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the add event", func() bool { return ev.count(appA) == 1 })
-	if got, err := cache.Get(configMapKind, ns, "settings"); err != nil || got == nil {
+	got, err := cache.Get(configMapKind, ns, "settings")
+	if err != nil || got == nil {
 		t.Fatalf("Get after create = %v, %v", got, err)
+	}
+	// The cache keeps it compacted: its managedFields as text, read back
+	// by compact.ManagedFields.
+	if len(got.GetManagedFields()) != 0 {
+		t.Errorf("the cached object holds decoded managedFields: %v", got.GetManagedFields())
+	}
+	if fields := compact.ManagedFields(got); len(fields) != 1 || fields[0].FieldsV1 == nil || !strings.Contains(string(fields[0].FieldsV1.Raw), "f:labels") {
+		t.Errorf("managedFields of the cached object = %+v, want the creator's entry", fields)
 	}
 
 	unowned := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "not-ours"}}

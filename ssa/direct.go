@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/compact"
 )
 
 // Applied is one object applied by ApplyDirect: what was sent, what the API
@@ -160,10 +161,28 @@ func (m *Manager) DryRun(ctx context.Context, obj, live *unstructured.Unstructur
 		return true, dryRun, nil
 	}
 	if !apiequality.Semantic.DeepEqual(dryRun.GetLabels(), live.GetLabels()) ||
-		!apiequality.Semantic.DeepEqual(dryRun.GetAnnotations(), live.GetAnnotations()) {
+		!apiequality.Semantic.DeepEqual(withoutLastApplied(dryRun.GetAnnotations()), withoutLastApplied(live.GetAnnotations())) {
 		return true, dryRun, nil
 	}
 	return !apiequality.Semantic.DeepEqual(withoutMetadataAndStatus(dryRun), withoutMetadataAndStatus(live)), dryRun, nil
+}
+
+// withoutLastApplied leaves out kubectl's last-applied-configuration, which
+// the cache does not keep (see package compact) and plumb never applies.
+func withoutLastApplied(annotations map[string]string) map[string]string {
+	if _, ok := annotations[compact.LastAppliedAnnotation]; !ok {
+		return annotations
+	}
+	out := make(map[string]string, len(annotations))
+	for k, v := range annotations {
+		if k != compact.LastAppliedAnnotation {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 func withoutMetadataAndStatus(u *unstructured.Unstructured) map[string]any {

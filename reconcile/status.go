@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -71,7 +72,7 @@ func setCondition(app *plumbv1.App, condType string, status bool, reason, messag
 func (r *Reconciler) writeStatus(ctx context.Context, original, app *plumbv1.App, log *zap.Logger) {
 	key := client.ObjectKeyFromObject(app)
 	if original.ResourceVersion == r.memory.appRV(key) &&
-		equality.Semantic.DeepEqual(withoutTimes(original.Status), withoutTimes(app.Status)) && r.memory.skipWrite(key) {
+		sameButTimes(original.Status, app.Status) && r.memory.skipWrite(key) {
 		return
 	}
 	err := r.Client.Status().Patch(ctx, app, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{}))
@@ -94,6 +95,18 @@ func (r *Reconciler) writeStatus(ctx context.Context, original, app *plumbv1.App
 	case !apierrors.IsNotFound(err):
 		log.Error("Failed to write status", zap.Error(err))
 	}
+}
+
+// sameButTimes reports whether two statuses differ in nothing but the times
+// that move on every tick. The inventory, by far the largest part, is
+// compared entry by entry rather than by reflection, and not copied.
+func sameButTimes(a, b plumbv1.AppStatus) bool {
+	invA, invB := a.Inventory, b.Inventory
+	if (invA == nil) != (invB == nil) || (invA != nil && !slices.Equal(invA.Entries, invB.Entries)) {
+		return false
+	}
+	a.Inventory, b.Inventory = nil, nil
+	return equality.Semantic.DeepEqual(withoutTimes(a), withoutTimes(b))
 }
 
 // withoutTimes is a status with the times that move on every tick cleared.

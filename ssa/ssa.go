@@ -60,14 +60,8 @@ func NewManager(c client.Client) *Manager {
 // this very content (labels included) computed before; it is not computed
 // again.
 func StampContent(obj *unstructured.Unstructured, owner Owner, known string) (string, error) {
-	labels := obj.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	for k, v := range owner.Labels() {
-		labels[k] = v
-	}
-	obj.SetLabels(labels)
+	setMetadataString(obj, "labels", plumbv1.LabelAppName, owner.Name)
+	setMetadataString(obj, "labels", plumbv1.LabelAppNamespace, owner.Namespace)
 	hash := known
 	if hash == "" {
 		var err error
@@ -86,12 +80,27 @@ func SetRevision(obj *unstructured.Unstructured, revision string) {
 }
 
 func setAnnotation(obj *unstructured.Unstructured, name, value string) {
-	annotations := obj.GetAnnotations()
-	if annotations == nil {
-		annotations = map[string]string{}
+	setMetadataString(obj, "annotations", name, value)
+}
+
+// setMetadataString sets one label or annotation (field names the map)
+// in place: unlike SetLabels and SetAnnotations it copies no map, which on
+// every object of every tick adds up.
+func setMetadataString(obj *unstructured.Unstructured, field, name, value string) {
+	if obj.Object == nil {
+		obj.Object = map[string]any{}
 	}
-	annotations[name] = value
-	obj.SetAnnotations(annotations)
+	metadata, ok := obj.Object["metadata"].(map[string]any)
+	if !ok {
+		metadata = map[string]any{}
+		obj.Object["metadata"] = metadata
+	}
+	values, ok := metadata[field].(map[string]any)
+	if !ok {
+		values = map[string]any{}
+		metadata[field] = values
+	}
+	values[name] = value
 }
 
 // UnservedAction marks, in Prune's change set, an object whose kind the API

@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Masterminds/semver/v3"
@@ -36,6 +37,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	"github.com/go-git/go-git/v5/storage/memory"
 	"golang.org/x/sync/singleflight"
+	"k8s.io/utils/lru"
 
 	"github.com/plumb-dev/plumb/source/tree"
 )
@@ -98,7 +100,17 @@ type Cache struct {
 	locks map[string]*sync.Mutex // repository key → its fetch lock
 	refs  map[string]advertised  // repository key → its last ls-remote answer
 	calls singleflight.Group     // ls-remotes under way, by repository key
+	// trees are the last commits' trees built (see Tree), by repository
+	// key, commit and limits: Apps that read folders of one repository at
+	// one commit walk its tree once, not once each.
+	trees *lru.Cache
+	walks atomic.Int64 // trees walked (for tests)
 }
+
+// cachedTrees is how many commits' trees Tree keeps. A tree holds names,
+// sizes and blob hashes of at most MaxFiles files (about 200 bytes each),
+// not their contents.
+const cachedTrees = 8
 
 // advertised is an ls-remote answer and when it was received.
 type advertised struct {
@@ -125,7 +137,7 @@ func NewCache(root string) (*Cache, error) {
 	}
 	return &Cache{
 		root: root, secret: secret, refsTTL: DefaultRefsTTL, now: time.Now,
-		locks: map[string]*sync.Mutex{}, refs: map[string]advertised{},
+		locks: map[string]*sync.Mutex{}, refs: map[string]advertised{}, trees: lru.New(cachedTrees),
 	}, nil
 }
 
@@ -547,8 +559,31 @@ func (c *Cache) IsAncestor(url string, auth Auth, ancestor, descendant string) (
 }
 
 // Tree returns the files of a cached commit, enforcing limits while it reads
-// the commit's tree. Contents load on demand.
+// the commit's tree. Contents load on demand. The tree of a commit is
+// walked once and kept (for the same repository key, so for the same
+// credentials only); each call gets a view of its own, whose reads count
+// against MaxTotalBytes from zero.
 func (c *Cache) Tree(url string, auth Auth, hash string, limits tree.Limits) (*tree.Tree, error) {
+	repoKey, err := c.Key(url, auth)
+	if err != nil {
+		return nil, err
+	}
+	treeKey := fmt.Sprintf("%s\x00%s\x00%d/%d/%d", repoKey, hash, limits.MaxFiles, limits.MaxTotalBytes, limits.MaxFileBytes)
+	if cached, ok := c.trees.Get(treeKey); ok {
+		return cached.(*tree.Tree).Fresh(), nil
+	}
+	t, err := c.walkTree(url, auth, hash, limits)
+	if err != nil {
+		return nil, err
+	}
+	c.trees.Add(treeKey, t)
+	return t.Fresh(), nil
+}
+
+// walkTree builds the tree of a commit. Its loader may be called by
+// several renders at once; reads of the repository are serialised.
+func (c *Cache) walkTree(url string, auth Auth, hash string, limits tree.Limits) (*tree.Tree, error) {
+	c.walks.Add(1)
 	repo, clean, err := c.open(url, auth)
 	if err != nil {
 		return nil, err
@@ -562,7 +597,10 @@ func (c *Cache) Tree(url string, auth Auth, hash string, limits tree.Limits) (*t
 		return nil, fmt.Errorf("reading the tree of commit %s: %w", hash, err)
 	}
 	maxFile := limits.MaxFileBytes
+	var reading sync.Mutex
 	builder := tree.NewBuilder(limits, func(key string) ([]byte, error) {
+		reading.Lock()
+		defer reading.Unlock()
 		return readBlob(repo, plumbing.NewHash(key), maxFile)
 	})
 	walker := object.NewTreeWalker(root, true, nil)

@@ -452,3 +452,41 @@ func TestASharedLsRemoteOutlivesTheReadThatStartedIt(t *testing.T) {
 		t.Errorf("%d ls-remotes for two reads, want 1 shared", got)
 	}
 }
+
+func TestATreeIsWalkedOnceAndEachViewHasItsOwnReadBudget(t *testing.T) {
+	_, url, _ := newRepo(t, map[string]string{"a.yaml": "12345", "b.yaml": "1234567890"})
+	c := newCache(t)
+	rev, _ := read(t, c, url, git.Ref{Branch: "main"}, httpAuth, "a.yaml")
+	limits := tree.Limits{MaxTotalBytes: 15}
+	views := make([]*tree.Tree, 2)
+	for i := range views {
+		var err error
+		if views[i], err = c.Tree(url, httpAuth, rev.Hash, limits); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.TreesWalked(); got != 2 { // once by read (no limits), once for these limits
+		t.Errorf("%d trees walked, want 2: the second view must come from the cache", got)
+	}
+	for i, view := range views {
+		for _, file := range []string{"a.yaml", "b.yaml"} {
+			if _, err := view.ReadFile(file); err != nil {
+				t.Fatalf("view %d: reading %s within the budget: %v", i, file, err)
+			}
+		}
+	}
+	var limitErr *tree.LimitError
+	if _, err := views[0].ReadFile("a.yaml"); !errors.As(err, &limitErr) || limitErr.Limit != "bytes read" {
+		t.Errorf("a view reading past MaxTotalBytes: %v, want a bytes read LimitError", err)
+	}
+}
+
+func TestATreeIsNotServedToOtherCredentials(t *testing.T) {
+	_, url, _ := newRepo(t, map[string]string{"a.yaml": "secret config"})
+	c := newCache(t)
+	rev, _ := read(t, c, url, git.Ref{Branch: "main"}, httpAuth, "a.yaml")
+	other := git.Auth{Username: "someone-else", Password: "guess"}
+	if _, err := c.Tree(url, other, rev.Hash, tree.Limits{}); err == nil {
+		t.Error("credentials that never proved access got the tree of a commit read with others")
+	}
+}

@@ -162,6 +162,13 @@ func compactSorted(s []string) []string {
 	return out
 }
 
+// Fresh returns a view of the same files whose reads count against
+// MaxTotalBytes from zero: a tree shared by several renders gives each its
+// own, so that the limit bounds every render alone.
+func (t *Tree) Fresh() *Tree {
+	return &Tree{files: t.files, dirs: t.dirs, load: t.load, total: t.total, limits: t.limits}
+}
+
 // FileCount is the number of files and symlinks.
 func (t *Tree) FileCount() int { return len(t.files) }
 

@@ -47,14 +47,25 @@ func New(client kubernetes.Interface) *Cache {
 }
 
 // Get returns the Secret name in app's namespace, as the watch of that
-// Secret last saw it, starting the watch on first use and waiting (within
-// ctx) for its first list. It records that app uses this Secret, and no
+// Secret last saw it, starting the watch on first use. Until the watch has
+// listed the Secret, Get reads it with one request instead of waiting for
+// the watch (whose first list takes tens of milliseconds: an App's first
+// tick, and a cold start of many Apps, would wait that long per App).
+// It records that app uses this Secret, and no
 // other. The Secret is shared with the cache: do not change it. A missing
 // Secret is a NotFound error. Where RBAC lets plumb get Secrets but not
-// list and watch them, it reads the Secret with one request instead.
+// list and watch them, it reads the Secret with one request each time;
+// where it lets plumb watch but not get them, Get waits (within ctx) for
+// the watch.
 func (c *Cache) Get(ctx context.Context, app types.NamespacedName, name string) (*corev1.Secret, error) {
 	key := types.NamespacedName{Namespace: app.Namespace, Name: name}
 	w := c.use(app, key)
+	if !w.informer.HasSynced() {
+		secret, err := c.client.CoreV1().Secrets(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+		if err == nil || apierrors.IsNotFound(err) {
+			return secret, err
+		}
+	}
 	for !w.informer.HasSynced() {
 		select {
 		case <-ctx.Done():

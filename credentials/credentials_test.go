@@ -67,15 +67,30 @@ func TestASecretIsWatchedAloneAndReadWithoutRequests(t *testing.T) {
 		t.Fatalf("Get = %v, %v", s, err)
 	}
 	for _, r := range requests() {
-		if strings.Contains(r, "/secrets") && !strings.Contains(r, "fieldSelector=metadata.name%3Dgit") {
+		if strings.Contains(r, "/secrets") && !strings.Contains(r, "fieldSelector=metadata.name%3Dgit") &&
+			!strings.Contains(r, "/secrets/git") {
 			t.Errorf("a request for Secrets beyond the one named: %s", r)
 		}
 	}
-	if _, err := c.Get(ctx, app, "git"); err != nil {
-		t.Fatal(err)
+	// Until the watch has listed the Secret, a Get reads it directly; then
+	// never again.
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		_ = requests()
+		if _, err := c.Get(ctx, app, "git"); err != nil {
+			return false, err
+		}
+		return len(requests()) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("every Get made a request, 30 s after the first: %v", err)
+	}
+	for range 3 {
+		if _, err := c.Get(ctx, app, "git"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if got := requests(); len(got) != 0 {
-		t.Errorf("the second Get made requests: %v", got)
+		t.Errorf("Gets once the watch listed the Secret made requests: %v", got)
 	}
 
 	t.Run("an App gets the Secret of its own namespace", func(t *testing.T) {

@@ -131,7 +131,7 @@ func rawApply(ctx context.Context, c client.Client, ns string, objects []*unstru
 // results are scenario 8's rows.
 func (f *coldFigures) results() []result {
 	goal, met := goalAtLeast(0.7)
-	note := fmt.Sprintf("%d Apps × %d ConfigMaps created from nothing (one repository, a folder per App), from thawing the controller that was frozen while the Apps were created to the watch event of the last object; raw: server-side applies of as many objects by the harness, %d at once, without a client-side rate limit, just before: %s objects/s",
+	note := fmt.Sprintf("%d Apps × %d ConfigMaps created from nothing (one repository, a folder per App), from thawing the controller that was frozen while the Apps were created to the watch event of the last object; the controller runs with its default client-side rate limit (--kube-api-qps 50, --kube-api-burst 300) and makes about 2 requests per object here (4 applies, and per App a finalizer, the credentials Secret, a status write and an Event); raw: server-side applies of as many objects by the harness, %d at once, without a client-side rate limit, just before: %s objects/s",
 		f.apps, f.perApp, coldWorkers, formatNumber(f.raw))
 	return []result{
 		{Key: "cold_sync_objects_per_second", Plumb: single(f.plumb), Note: note},

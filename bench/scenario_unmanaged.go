@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -33,13 +34,20 @@ type unmanagedFigures struct {
 // App and the garbage collection that follows.
 const heapWindow = tickInterval + 2*time.Second
 
+// heapWait bounds the wait for a garbage collection (Go forces one every
+// two minutes).
+const heapWait = 150 * time.Second
+
 // minLiveHeap watches the controller's live heap as of its last garbage
-// collection (go_gc_heap_live_bytes) for heapWindow and returns the least
-// seen: what its caches retain, with as little of a tick under way as
-// possible.
+// collection (go_gc_heap_live_bytes) for at least heapWindow, and until it
+// has collected garbage at least once since the watch began, and returns
+// the least seen after that collection: what its caches retain, with as
+// little of a tick under way as possible, and never a figure from a
+// collection before the watch (which may predate what is measured).
 func minLiveHeap(ctx context.Context, ctl *controllerProcess) (float64, error) {
 	least := math.Inf(1)
-	for end := time.Now().Add(heapWindow); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
+	began, first := time.Now(), -1.0
+	for ; ; time.Sleep(250 * time.Millisecond) {
 		fams, err := ctl.metrics(ctx)
 		if err != nil {
 			return 0, err
@@ -47,9 +55,33 @@ func minLiveHeap(ctx context.Context, ctl *controllerProcess) (float64, error) {
 		if _, ok := fams["go_gc_heap_live_bytes"]; !ok {
 			return 0, fmt.Errorf("the controller serves no go_gc_heap_live_bytes")
 		}
-		least = math.Min(least, sumWhere(fams, "go_gc_heap_live_bytes", nil))
+		cycles, err := gcCycles(fams)
+		if err != nil {
+			return 0, err
+		}
+		if first < 0 {
+			first = cycles
+		}
+		if cycles > first {
+			least = math.Min(least, sumWhere(fams, "go_gc_heap_live_bytes", nil))
+			if time.Since(began) >= heapWindow {
+				return least, nil
+			}
+		}
+		if time.Since(began) > heapWait {
+			return 0, fmt.Errorf("the controller collected no garbage in %s", heapWait)
+		}
 	}
-	return least, nil
+}
+
+// gcCycles is how many garbage collections a process has completed, from
+// its go_gc_duration_seconds summary.
+func gcCycles(fams map[string]*dto.MetricFamily) (float64, error) {
+	fam, ok := fams["go_gc_duration_seconds"]
+	if !ok || len(fam.GetMetric()) == 0 || fam.GetMetric()[0].GetSummary() == nil {
+		return 0, fmt.Errorf("the controller serves no go_gc_duration_seconds summary")
+	}
+	return float64(fam.GetMetric()[0].GetSummary().GetSampleCount()), nil
 }
 
 // ownLiveHeap collects this process's garbage and returns its live heap.
@@ -150,7 +182,7 @@ func (f *unmanagedFigures) results() result {
 	goal, met := goalAtMost(50)
 	return result{Key: "rss_bytes_per_unmanaged_object", Plumb: single(f.plumb),
 		Baselines: map[string]Spread{"argo_style": single(f.argo)}, Goal: goal, Met: met,
-		Note: fmt.Sprintf("memory the controller process gains per object when %d ConfigMaps of about 500 bytes that no App manages are created, measured as its live heap after garbage collection (go_gc_heap_live_bytes, the least seen over %s before and after), since RSS moves by megabytes with each collection: RSS moved by %s bytes per object; argo_style: this process's live heap gained when its unfiltered cache of ConfigMaps fills, per object cached (%d), RSS %s bytes per object",
+		Note: fmt.Sprintf("memory the controller process gains per object when %d ConfigMaps of about 500 bytes that no App manages are created, measured as its live heap after garbage collection (go_gc_heap_live_bytes, the least seen over at least %s before and after, from garbage collections within that watch), since RSS moves by megabytes with each collection: RSS moved by %s bytes per object; argo_style: this process's live heap gained when its unfiltered cache of ConfigMaps fills, per object cached (%d), RSS %s bytes per object",
 			f.objects, heapWindow, formatNumber(f.plumbRSS), f.argoCached, formatNumber(f.argoRSS)),
 	}
 }

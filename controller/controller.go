@@ -351,8 +351,8 @@ func (c *currentQueue) AddEvent(key types.NamespacedName) {
 }
 
 // cacheOptions limits the App cache to the selected Apps. Nothing reads
-// the managedFields of cached objects (Apps, credentials Secrets): they are
-// not kept.
+// the managedFields of the objects this cache holds (Apps): they are not
+// kept.
 func cacheOptions(selector labels.Selector) cache.Options {
 	opts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 	if selector != nil && !selector.Empty() {

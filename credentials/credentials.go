@@ -60,15 +60,20 @@ func New(client kubernetes.Interface) *Cache {
 func (c *Cache) Get(ctx context.Context, app types.NamespacedName, name string) (*corev1.Secret, error) {
 	key := types.NamespacedName{Namespace: app.Namespace, Name: name}
 	w := c.use(app, key)
+	var getErr error
 	if !w.informer.HasSynced() {
 		secret, err := c.client.CoreV1().Secrets(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
 		if err == nil || apierrors.IsNotFound(err) {
 			return secret, err
 		}
+		getErr = err
 	}
 	for !w.informer.HasSynced() {
 		select {
 		case <-ctx.Done():
+			if getErr != nil {
+				return nil, fmt.Errorf("reading the credentials secret: %w (and %v)", getErr, w.syncError(ctx.Err()))
+			}
 			return nil, w.syncError(ctx.Err())
 		case <-time.After(10 * time.Millisecond):
 		}

@@ -37,9 +37,4 @@ func TestSameButTimes(t *testing.T) {
 	if sameButTimes(other, status("d1", now)) {
 		t.Error("statuses of different revisions are the same")
 	}
-	a, b := status("d1", now), status("d1", now)
-	sameButTimes(a, b)
-	if a.Inventory == nil || b.Inventory == nil {
-		t.Error("sameButTimes changed the statuses it compared")
-	}
 }

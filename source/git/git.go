@@ -103,13 +103,14 @@ type Cache struct {
 	// trees are the last commits' trees built (see Tree), by repository
 	// key, commit and limits: Apps that read folders of one repository at
 	// one commit walk its tree once, not once each.
-	trees *lru.Cache
-	walks atomic.Int64 // trees walked (for tests)
+	trees     *lru.Cache
+	treeWalks singleflight.Group // walks under way, by tree key
+	walks     atomic.Int64       // trees walked (for tests)
 }
 
 // cachedTrees is how many commits' trees Tree keeps. A tree holds names,
 // sizes and blob hashes of at most MaxFiles files (about 200 bytes each),
-// not their contents.
+// not their contents, and no repository handle.
 const cachedTrees = 8
 
 // advertised is an ls-remote answer and when it was received.
@@ -559,35 +560,51 @@ func (c *Cache) IsAncestor(url string, auth Auth, ancestor, descendant string) (
 }
 
 // Tree returns the files of a cached commit, enforcing limits while it reads
-// the commit's tree. Contents load on demand. The tree of a commit is
-// walked once and kept (for the same repository key, so for the same
-// credentials only); each call gets a view of its own, whose reads count
+// the commit's tree. Contents load on demand, through a repository handle
+// of this call's own. The tree of a commit (names, sizes and blob hashes,
+// not contents) is walked once and kept, for the same repository key, so
+// for the same credentials only; each call gets a view whose reads count
 // against MaxTotalBytes from zero.
 func (c *Cache) Tree(url string, auth Auth, hash string, limits tree.Limits) (*tree.Tree, error) {
 	repoKey, err := c.Key(url, auth)
 	if err != nil {
 		return nil, err
 	}
-	treeKey := fmt.Sprintf("%s\x00%s\x00%d/%d/%d", repoKey, hash, limits.MaxFiles, limits.MaxTotalBytes, limits.MaxFileBytes)
-	if cached, ok := c.trees.Get(treeKey); ok {
-		return cached.(*tree.Tree).Fresh(), nil
-	}
-	t, err := c.walkTree(url, auth, hash, limits)
-	if err != nil {
-		return nil, err
-	}
-	c.trees.Add(treeKey, t)
-	return t.Fresh(), nil
-}
-
-// walkTree builds the tree of a commit. Its loader may be called by
-// several renders at once; reads of the repository are serialised.
-func (c *Cache) walkTree(url string, auth Auth, hash string, limits tree.Limits) (*tree.Tree, error) {
-	c.walks.Add(1)
 	repo, clean, err := c.open(url, auth)
 	if err != nil {
 		return nil, err
 	}
+	treeKey := fmt.Sprintf("%s\x00%s\x00%d/%d/%d", repoKey, hash, limits.MaxFiles, limits.MaxTotalBytes, limits.MaxFileBytes)
+	walked, err, _ := c.treeWalks.Do(treeKey, func() (any, error) {
+		if cached, ok := c.trees.Get(treeKey); ok {
+			return cached, nil
+		}
+		t, err := c.walkTree(repo, clean, hash, limits)
+		if err != nil {
+			return nil, err
+		}
+		c.trees.Add(treeKey, t)
+		return t, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	maxFile := limits.MaxFileBytes
+	return walked.(*tree.Tree).View(func(key string) ([]byte, error) {
+		return readBlob(repo, plumbing.NewHash(key), maxFile)
+	}), nil
+}
+
+// objectSizer reads an object's size without its content (go-git's
+// filesystem storage does).
+type objectSizer interface {
+	EncodedObjectSize(plumbing.Hash) (int64, error)
+}
+
+// walkTree builds the tree of a commit: its files' names, sizes and blob
+// hashes, with no loader (see Tree).
+func (c *Cache) walkTree(repo *gogit.Repository, clean, hash string, limits tree.Limits) (*tree.Tree, error) {
+	c.walks.Add(1)
 	commit, err := repo.CommitObject(plumbing.NewHash(hash))
 	if err != nil {
 		return nil, fmt.Errorf("commit %s not in the cache of %s: %w", hash, clean, err)
@@ -596,13 +613,17 @@ func (c *Cache) walkTree(url string, auth Auth, hash string, limits tree.Limits)
 	if err != nil {
 		return nil, fmt.Errorf("reading the tree of commit %s: %w", hash, err)
 	}
-	maxFile := limits.MaxFileBytes
-	var reading sync.Mutex
-	builder := tree.NewBuilder(limits, func(key string) ([]byte, error) {
-		reading.Lock()
-		defer reading.Unlock()
-		return readBlob(repo, plumbing.NewHash(key), maxFile)
-	})
+	sizeOf := func(h plumbing.Hash) (int64, error) {
+		if sizer, ok := repo.Storer.(objectSizer); ok {
+			return sizer.EncodedObjectSize(h)
+		}
+		obj, err := repo.Storer.EncodedObject(plumbing.BlobObject, h)
+		if err != nil {
+			return 0, err
+		}
+		return obj.Size(), nil
+	}
+	builder := tree.NewBuilder(limits, nil)
 	walker := object.NewTreeWalker(root, true, nil)
 	defer walker.Close()
 	for {
@@ -615,11 +636,11 @@ func (c *Cache) walkTree(url string, auth Auth, hash string, limits tree.Limits)
 		}
 		switch entry.Mode {
 		case filemode.Regular, filemode.Executable, filemode.Deprecated:
-			obj, err := repo.Storer.EncodedObject(plumbing.BlobObject, entry.Hash)
+			size, err := sizeOf(entry.Hash)
 			if err != nil {
 				return nil, fmt.Errorf("reading %s at commit %s: %w", name, hash, err)
 			}
-			if err := builder.AddFile(name, obj.Size(), entry.Hash.String()); err != nil {
+			if err := builder.AddFile(name, size, entry.Hash.String()); err != nil {
 				return nil, err
 			}
 		case filemode.Symlink:

@@ -198,6 +198,24 @@ func validate(u *unstructured.Unstructured) error {
 			return fmt.Errorf("%s %s: metadata.namespace must be a string", kind, meta["name"])
 		}
 	}
+	// The API server takes only strings here; an unquoted number or boolean
+	// (`prometheus.io/port: 8080`) is a common slip, named here rather than
+	// left to fail the apply.
+	for _, field := range []string{"labels", "annotations"} {
+		values, present := meta[field]
+		if !present || values == nil {
+			continue
+		}
+		m, ok := values.(map[string]any)
+		if !ok {
+			return fmt.Errorf("%s %s: metadata.%s must be a mapping", kind, meta["name"], field)
+		}
+		for key, value := range m {
+			if _, ok := value.(string); !ok && value != nil {
+				return fmt.Errorf("%s %s: metadata.%s[%s] must be a string (quote it)", kind, meta["name"], field, key)
+			}
+		}
+	}
 	return nil
 }
 

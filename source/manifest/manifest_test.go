@@ -163,6 +163,10 @@ func TestParseErrorsNameTheFileAndLine(t *testing.T) {
 		data: "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {}\n",
 		want: "bad.yaml:1: List item 0: ConfigMap has no metadata.name",
 	}, {
+		name: "a label value that is not a string",
+		data: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  labels: {tier: web}\n  annotations: {prometheus.io/port: 8080}\n",
+		want: "bad.yaml:1: ConfigMap a: metadata.annotations[prometheus.io/port] must be a string (quote it)",
+	}, {
 		name: "non-string key",
 		data: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata:\n  1: one\n",
 		want: "bad.yaml:1: field data has a key that is not a string",

@@ -80,7 +80,8 @@ type Builder struct {
 	tree   *Tree
 }
 
-// NewBuilder starts a tree whose contents load reads.
+// NewBuilder starts a tree whose contents load reads. A tree built with no
+// loader is read through its views (View).
 func NewBuilder(limits Limits, load Loader) *Builder {
 	return &Builder{limits: limits, tree: &Tree{
 		files:  map[string]entry{},
@@ -162,11 +163,12 @@ func compactSorted(s []string) []string {
 	return out
 }
 
-// Fresh returns a view of the same files whose reads count against
-// MaxTotalBytes from zero: a tree shared by several renders gives each its
-// own, so that the limit bounds every render alone.
-func (t *Tree) Fresh() *Tree {
-	return &Tree{files: t.files, dirs: t.dirs, load: t.load, total: t.total, limits: t.limits}
+// View returns a view of the same files that reads contents with load and
+// counts its reads against MaxTotalBytes from zero: a tree shared by
+// several renders gives each its own, so that the limit bounds every render
+// alone.
+func (t *Tree) View(load Loader) *Tree {
+	return &Tree{files: t.files, dirs: t.dirs, load: load, total: t.total, limits: t.limits}
 }
 
 // FileCount is the number of files and symlinks.
@@ -281,6 +283,9 @@ func (t *Tree) ReadFile(p string) ([]byte, error) {
 		if read := t.read.Add(e.size); read > max {
 			return nil, &LimitError{Limit: "bytes read", Max: max, Got: read, Path: p}
 		}
+	}
+	if t.load == nil {
+		return nil, &PathError{Path: p, Err: errors.New("the tree has no loader (read it through a View)")}
 	}
 	data, err := t.load(e.key)
 	if err != nil {

@@ -51,7 +51,7 @@ const coldObjectsPerApp = 4
 
 var (
 	fullSizes  = sizes{Objects: 1000, Runs: 5, Drifts: 20, Pushes: 20, Unmanaged: 10000, ColdApps: 250, ManagedApps: 10, ManagedPerApp: 1000, FleetApps: 1000, FleetInterval: time.Minute}
-	quickSizes = sizes{Objects: 200, Runs: 3, Drifts: 10, Pushes: 10, Unmanaged: 2000, ColdApps: 50, ManagedApps: 2, ManagedPerApp: 500, FleetApps: 200, FleetInterval: 20 * time.Second}
+	quickSizes = sizes{Objects: 200, Runs: 3, Drifts: 10, Pushes: 10, Unmanaged: 2000, ColdApps: 50, ManagedApps: 2, ManagedPerApp: 300, FleetApps: 200, FleetInterval: 20 * time.Second}
 )
 
 func main() {

@@ -87,11 +87,7 @@ func measureManaged(ctx context.Context, w *world, apps, perApp int, logf func(s
 		return nil, err
 	}
 	logf("Watching the controller's live heap with %d Apps of one ConfigMap", apps)
-	heapBefore, err := minLiveHeap(ctx, ctl)
-	if err != nil {
-		return nil, err
-	}
-	rssBefore, err := rss(ctl.pid())
+	before, err := memoryOf(ctx, ctl)
 	if err != nil {
 		return nil, err
 	}
@@ -120,15 +116,11 @@ func measureManaged(ctx context.Context, w *world, apps, perApp int, logf func(s
 	}
 	f.jsonBytes = jsonAfter.bytes - jsonBefore.bytes
 	logf("Watching the controller's live heap with %d managed objects (%s bytes of JSON)", apps*perApp, formatNumber(jsonAfter.bytes))
-	heapAfter, err := minLiveHeap(ctx, ctl)
+	after, err := memoryOf(ctx, ctl)
 	if err != nil {
 		return nil, err
 	}
-	rssAfter, err := rss(ctl.pid())
-	if err != nil {
-		return nil, err
-	}
-	f.plumb, f.plumbRSS = (heapAfter-heapBefore)/f.jsonBytes, (rssAfter-rssBefore)/f.jsonBytes
+	f.plumb, f.plumbRSS = (after.heap-before.heap)/f.jsonBytes, (after.rss-before.rss)/f.jsonBytes
 
 	logf("Caching the same objects as argo_style does")
 	argo, err := newArgoStyle(w.cluster.Config)
@@ -137,7 +129,7 @@ func measureManaged(ctx context.Context, w *world, apps, perApp int, logf func(s
 	}
 	defer argo.close()
 	debug.FreeOSMemory()
-	before := ownLiveHeap()
+	ownBefore := ownLiveHeap()
 	cached := 0
 	for _, target := range targets {
 		if err := argo.watchIn(ctx, target, configMapsResource); err != nil {
@@ -148,7 +140,7 @@ func measureManaged(ctx context.Context, w *world, apps, perApp int, logf func(s
 	if cached != int(jsonAfter.objects) {
 		return nil, fmt.Errorf("argo_style cached %d ConfigMaps, want %d", cached, int(jsonAfter.objects))
 	}
-	f.argo = (ownLiveHeap() - before) / jsonAfter.bytes
+	f.argo = (ownLiveHeap() - ownBefore) / jsonAfter.bytes
 	return f, nil
 }
 

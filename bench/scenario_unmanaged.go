@@ -84,6 +84,20 @@ func gcCycles(fams map[string]*dto.MetricFamily) (float64, error) {
 	return float64(fam.GetMetric()[0].GetSummary().GetSampleCount()), nil
 }
 
+// processMemory is a controller's live heap (see minLiveHeap) and its RSS
+// right after.
+type processMemory struct{ heap, rss float64 }
+
+// memoryOf reads a controller's processMemory.
+func memoryOf(ctx context.Context, ctl *controllerProcess) (processMemory, error) {
+	heap, err := minLiveHeap(ctx, ctl)
+	if err != nil {
+		return processMemory{}, err
+	}
+	resident, err := rss(ctl.pid())
+	return processMemory{heap: heap, rss: resident}, err
+}
+
 // ownLiveHeap collects this process's garbage and returns its live heap.
 func ownLiveHeap() float64 {
 	runtime.GC()
@@ -114,26 +128,18 @@ func measureUnmanaged(ctx context.Context, s *steadyApp, count int, logf func(st
 		_ = s.w.k8s.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}()
 	logf("Watching the controller's live heap, then creating %d ConfigMaps that no App manages", count)
-	rssBefore, err := rss(s.ctl.pid())
-	if err != nil {
-		return nil, err
-	}
-	before, err := minLiveHeap(ctx, s.ctl)
+	before, err := memoryOf(ctx, s.ctl)
 	if err != nil {
 		return nil, err
 	}
 	if err := createConfigMaps(ctx, s.w.cluster.Config, ns, count); err != nil {
 		return nil, err
 	}
-	after, err := minLiveHeap(ctx, s.ctl)
+	after, err := memoryOf(ctx, s.ctl)
 	if err != nil {
 		return nil, err
 	}
-	rssAfter, err := rss(s.ctl.pid())
-	if err != nil {
-		return nil, err
-	}
-	f.plumb, f.plumbRSS = (after-before)/float64(count), (rssAfter-rssBefore)/float64(count)
+	f.plumb, f.plumbRSS = (after.heap-before.heap)/float64(count), (after.rss-before.rss)/float64(count)
 
 	logf("Caching every ConfigMap as argo_style does")
 	self := os.Getpid()
@@ -143,20 +149,22 @@ func measureUnmanaged(ctx context.Context, s *steadyApp, count int, logf func(st
 	}
 	defer argo.close()
 	debug.FreeOSMemory()
-	if rssBefore, err = rss(self); err != nil {
+	rssBefore, err := rss(self)
+	if err != nil {
 		return nil, err
 	}
-	before = ownLiveHeap()
+	heapBefore := ownLiveHeap()
 	if err := argo.watch(ctx, configMapsResource); err != nil {
 		return nil, err
 	}
 	f.argoCached = len(argo.informer[configMapsResource].GetStore().ListKeys())
-	after = ownLiveHeap()
+	heapAfter := ownLiveHeap()
 	debug.FreeOSMemory()
-	if rssAfter, err = rss(self); err != nil {
+	rssAfter, err := rss(self)
+	if err != nil {
 		return nil, err
 	}
-	f.argo, f.argoRSS = (after-before)/float64(f.argoCached), (rssAfter-rssBefore)/float64(f.argoCached)
+	f.argo, f.argoRSS = (heapAfter-heapBefore)/float64(f.argoCached), (rssAfter-rssBefore)/float64(f.argoCached)
 	return f, nil
 }
 

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/plumb-dev/plumb/localcluster"
@@ -17,6 +19,8 @@ type noopFigures struct {
 	serverRequests map[string][]float64
 	// cpu seconds per 1,000 objects per tick, by contender.
 	cpu map[string][]float64
+	// controllerCPU is the controller's own share of plumb's cpu, per run.
+	controllerCPU []float64
 }
 
 // measureNoop runs runs unchanged timer ticks of plumb and of each baseline.
@@ -56,6 +60,11 @@ func measureNoop(ctx context.Context, s *steadyApp, runs int, logf func(string, 
 			s.ctl.resume()
 			return nil, err
 		}
+		ownBefore, err := cpuOf(contenders[:1])
+		if err != nil {
+			s.ctl.resume()
+			return nil, err
+		}
 		thawed := time.Now()
 		if err := s.ctl.resume(); err != nil {
 			return nil, err
@@ -68,6 +77,10 @@ func measureNoop(ctx context.Context, s *steadyApp, runs int, logf func(string, 
 		if err != nil {
 			return nil, err
 		}
+		ownAfter, err := cpuOf(contenders[:1])
+		if err != nil {
+			return nil, err
+		}
 		window := time.Since(thawed).Seconds()
 		serverAfter, err := s.serverRequests(ctx)
 		if err != nil {
@@ -76,6 +89,7 @@ func measureNoop(ctx context.Context, s *steadyApp, runs int, logf func(string, 
 		f.requests["plumb"] = append(f.requests["plumb"], perObject(after.Requests-before.Requests))
 		f.serverRequests["plumb"] = append(f.serverRequests["plumb"], perObject(serverAfter-serverBefore))
 		f.cpu["plumb"] = append(f.cpu["plumb"], per1000(max(0, cpuAfter-cpuBefore-idle*window)))
+		f.controllerCPU = append(f.controllerCPU, per1000(ownAfter-ownBefore))
 	}
 
 	// The baselines run in this process while plumb's controller is frozen.
@@ -166,6 +180,20 @@ func (f *noopFigures) results(objects int) []result {
 	}, {
 		Key: "noop_cpu_seconds_per_1000_objects", Plumb: spreadOf(f.cpu["plumb"]), Baselines: baselines(f.cpu),
 		Goal: cpuGoal, Met: cpuMet,
-		Note: "CPU of the controller (for baselines: the bench's process) plus kube-apiserver plus etcd from /proc over the tick, less what etcd and kube-apiserver use idle over as long",
+		Note: fmt.Sprintf("CPU of the controller (for baselines: the bench's process) plus kube-apiserver plus etcd from /proc over the tick, less what etcd and kube-apiserver use idle over as long; plumb's runs in order, all three (the controller alone): %s",
+			runsWithShare(f.cpu["plumb"], f.controllerCPU)),
 	}}
+}
+
+// runsWithShare lists each run's figure with a share of it in parentheses.
+func runsWithShare(totals, shares []float64) string {
+	parts := make([]string, len(totals))
+	for i, total := range totals {
+		share := math.NaN()
+		if i < len(shares) {
+			share = shares[i]
+		}
+		parts[i] = fmt.Sprintf("%s (%s)", formatNumber(total), formatNumber(share))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -181,3 +181,9 @@ func TestInParallelCallsEachOnceAndStopsAtAnError(t *testing.T) {
 		t.Errorf("%d calls after the failure at the fourth, want the work to stop", calls)
 	}
 }
+
+func TestRunsWithShare(t *testing.T) {
+	if got := runsWithShare([]float64{0.05, 0.3}, []float64{0.04}); got != "0.05 (0.04), 0.3 (n/a)" {
+		t.Errorf("runsWithShare = %q", got)
+	}
+}

@@ -11,6 +11,11 @@
 //     the fields, their values before and after, and who changed them;
 //   - otherwise: Unchanged, with no request at all.
 //
+// The cache keeps live objects compacted (package compact): managedFields
+// and digests, no content. A drift found there is Incomplete until the
+// caller compares again with the object fetched whole, whose values and
+// list items the drift's description and its healing patch need.
+//
 // Without a Record (e.g. after a restart) the state is Ambiguous, and the
 // tick asks the API server once. Values of Secrets are never shown.
 package diff
@@ -87,8 +92,12 @@ type Change struct {
 
 // Result classifies one object.
 type Result struct {
-	Kind    Kind
-	Changes []Change
+	Kind Kind
+	// Incomplete is set on a Drifted result found on a compacted live
+	// object: compare again with the object whole (compact.Whole) to
+	// confirm the drift and describe it.
+	Incomplete bool
+	Changes    []Change
 	// Additions are fields someone else added inside list items plumb
 	// applied (e.g. an env var in a container from Git), as JSON patch
 	// operations that remove them from the live object, each guarded by a
@@ -105,17 +114,31 @@ type PatchOp struct {
 
 // PlumbFields returns the fields the plumb manager owns on a live object
 // (its Apply entry on the main resource, not status).
-func PlumbFields(live *unstructured.Unstructured) (*fieldpath.Set, error) {
-	for _, entry := range compact.ManagedFields(live) {
-		if entry.Manager == plumbv1.FieldManager && entry.Operation == metav1.ManagedFieldsOperationApply && entry.Subresource == "" && entry.FieldsV1 != nil {
-			set := &fieldpath.Set{}
-			if err := set.FromJSON(bytes.NewReader(entry.FieldsV1.Raw)); err != nil {
+func PlumbFields(live *compact.Object) (*fieldpath.Set, error) {
+	for _, entry := range live.ManagedFields() {
+		if isPlumbs(entry) && entry.Fields.Value() != "" {
+			set, err := fieldsOf(entry)
+			if err != nil {
 				return nil, fmt.Errorf("reading plumb's managed fields of %s: %w", live.GetName(), err)
 			}
 			return set, nil
 		}
 	}
 	return &fieldpath.Set{}, nil
+}
+
+// isPlumbs reports plumb's own entry: its applies to the main resource.
+func isPlumbs(e compact.ManagedEntry) bool {
+	return e.Manager.Value() == plumbv1.FieldManager && e.Operation.Value() == string(metav1.ManagedFieldsOperationApply) && e.Subresource.Value() == ""
+}
+
+// fieldsOf decodes an entry's field set.
+func fieldsOf(e compact.ManagedEntry) (*fieldpath.Set, error) {
+	set := &fieldpath.Set{}
+	if err := set.FromJSON(strings.NewReader(e.Fields.Value())); err != nil {
+		return nil, err
+	}
+	return set, nil
 }
 
 // RecordOf makes the Record of an object plumb just applied (desired) and
@@ -125,14 +148,18 @@ func RecordOf(desired, live *unstructured.Unstructured) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	return RecordFromLive(hash, live)
+	compacted, err := compact.Of(live)
+	if err != nil {
+		return Record{}, err
+	}
+	return RecordFromLive(hash, compacted)
 }
 
 // RecordFromLive makes a Record from the fields plumb owns on a live object
 // now, for desired content whose Hash is desiredHash. It is the Record of
 // plumb's last write only when its FieldsDigest equals the one recorded
 // then: nobody has taken a field from plumb since.
-func RecordFromLive(desiredHash string, live *unstructured.Unstructured) (Record, error) {
+func RecordFromLive(desiredHash string, live *compact.Object) (Record, error) {
 	fields, err := PlumbFields(live)
 	if err != nil {
 		return Record{}, err
@@ -161,7 +188,7 @@ func (r *Record) Fields() (*fieldpath.Set, error) {
 // cache has none) and plumb's record (nil when it has none). Fields under
 // an ignored pointer, and fields at or under a path in left (fields plumb
 // leaves to a manager that keeps changing them), never count as drift.
-func Compare(desired, live *unstructured.Unstructured, rec *Record, ignore Ignore, left *fieldpath.Set) (Result, error) {
+func Compare(desired *unstructured.Unstructured, live *compact.Object, rec *Record, ignore Ignore, left *fieldpath.Set) (Result, error) {
 	if live == nil || rec == nil {
 		return CompareHashed(desired, "", live, rec, ignore, left) // no hash needed
 	}
@@ -174,7 +201,7 @@ func Compare(desired, live *unstructured.Unstructured, rec *Record, ignore Ignor
 
 // CompareHashed is Compare for a caller that has the Hash of desired at
 // hand already.
-func CompareHashed(desired *unstructured.Unstructured, hash string, live *unstructured.Unstructured, rec *Record, ignore Ignore, left *fieldpath.Set) (Result, error) {
+func CompareHashed(desired *unstructured.Unstructured, hash string, live *compact.Object, rec *Record, ignore Ignore, left *fieldpath.Set) (Result, error) {
 	if live == nil {
 		if rec != nil {
 			return Result{Kind: Deleted}, nil
@@ -201,46 +228,85 @@ func CompareHashed(desired *unstructured.Unstructured, hash string, live *unstru
 			lost.Insert(p)
 		}
 	})
-	changes, additions := additionsInPlumbItems(live, recorded, ignore, left)
+	content := live.Content()
+	if content == nil {
+		// Compacted: what the fields hold is not known here.
+		if lost.Empty() && !hasAdditionsInPlumbItems(live, recorded, ignore, left) {
+			return Result{Kind: Unchanged}, nil
+		}
+		return Result{Kind: Drifted, Incomplete: true}, nil
+	}
+	changes, additions := additionsInPlumbItems(live, content, recorded, ignore, left)
 	if lost.Empty() && len(additions) == 0 {
 		return Result{Kind: Unchanged}, nil
 	}
-	changes = append(attribute(desired, live, lost), changes...)
+	changes = append(attribute(desired, live, content, lost), changes...)
 	return Result{Kind: Drifted, Changes: changes, Additions: additions}, nil
 }
 
-// additionsInPlumbItems finds fields other managers added inside list items
-// that plumb applied (keyed items such as a container by name): they change
-// what plumb deployed, unlike a label or a replica count set beside it.
-func additionsInPlumbItems(live *unstructured.Unstructured, plumbFields *fieldpath.Set, ignore Ignore, left *fieldpath.Set) ([]Change, []PatchOp) {
-	var changes []Change
-	var ops []PatchOp
+// addedRoots calls found with each field that another manager added inside
+// a list item plumb applied (the shortest such path), and that neither an
+// ignore rule nor a field left to others covers, with the entry that owns
+// it. found returns false to stop.
+func addedRoots(live *compact.Object, plumbFields *fieldpath.Set, ignore Ignore, left *fieldpath.Set,
+	found func(root fieldpath.Path, entry compact.ManagedEntry) bool) {
 	seen := map[string]bool{}
 	covered := prefixesOf(plumbFields)
-	for _, entry := range compact.ManagedFields(live) {
-		if entry.Manager == plumbv1.FieldManager || entry.Subresource != "" || entry.FieldsV1 == nil {
+	for _, entry := range live.ManagedFields() {
+		if entry.Manager.Value() == plumbv1.FieldManager || entry.Subresource.Value() != "" || entry.Fields.Value() == "" {
 			continue
 		}
-		set := &fieldpath.Set{}
-		if err := set.FromJSON(bytes.NewReader(entry.FieldsV1.Raw)); err != nil {
+		set, err := fieldsOf(entry)
+		if err != nil {
 			continue
 		}
+		stop := false
 		set.Leaves().Iterate(func(p fieldpath.Path) {
+			if stop {
+				return
+			}
 			root, ok := addedRoot(p, plumbFields, covered)
 			if !ok || ignore.covers(root) || coveredBy(left, root) || seen[root.String()] {
 				return
 			}
 			seen[root.String()] = true
-			pointer, guards, ok := pointerTo(live.Object, root)
-			if !ok {
-				return
-			}
-			after, _ := valueAt(live.Object, root)
-			changes = append(changes, Change{Path: root.String(), FieldPath: root, After: render(after, true),
-				Manager: entry.Manager, Operation: string(entry.Operation), Time: entry.Time})
-			ops = append(append(ops, guards...), PatchOp{Op: "remove", Path: pointer})
+			stop = !found(root, entry)
 		})
+		if stop {
+			return
+		}
 	}
+}
+
+// hasAdditionsInPlumbItems reports whether another manager owns a field
+// inside a list item plumb applied (see additionsInPlumbItems).
+func hasAdditionsInPlumbItems(live *compact.Object, plumbFields *fieldpath.Set, ignore Ignore, left *fieldpath.Set) bool {
+	any := false
+	addedRoots(live, plumbFields, ignore, left, func(fieldpath.Path, compact.ManagedEntry) bool {
+		any = true
+		return false
+	})
+	return any
+}
+
+// additionsInPlumbItems finds fields other managers added inside list items
+// that plumb applied (keyed items such as a container by name): they change
+// what plumb deployed, unlike a label or a replica count set beside it.
+// content is the live object whole.
+func additionsInPlumbItems(live *compact.Object, content *unstructured.Unstructured, plumbFields *fieldpath.Set, ignore Ignore, left *fieldpath.Set) ([]Change, []PatchOp) {
+	var changes []Change
+	var ops []PatchOp
+	addedRoots(live, plumbFields, ignore, left, func(root fieldpath.Path, entry compact.ManagedEntry) bool {
+		pointer, guards, ok := pointerTo(content.Object, root)
+		if !ok {
+			return true
+		}
+		after, _ := valueAt(content.Object, root)
+		changes = append(changes, Change{Path: root.String(), FieldPath: root, After: render(after, true),
+			Manager: entry.Manager.Value(), Operation: entry.Operation.Value(), Time: entry.Time()})
+		ops = append(append(ops, guards...), PatchOp{Op: "remove", Path: pointer})
+		return true
+	})
 	return changes, ops
 }
 
@@ -259,14 +325,13 @@ func coveredBy(set *fieldpath.Set, p fieldpath.Path) bool {
 
 // OwnerOf names the manager that owns the field p of live (writes through
 // the status subresource aside), or "" when nobody does.
-func OwnerOf(live *unstructured.Unstructured, p fieldpath.Path) string {
-	for _, entry := range compact.ManagedFields(live) {
-		if entry.FieldsV1 == nil || entry.Subresource == "status" {
+func OwnerOf(live *compact.Object, p fieldpath.Path) string {
+	for _, entry := range live.ManagedFields() {
+		if entry.Fields.Value() == "" || entry.Subresource.Value() == "status" {
 			continue
 		}
-		set := &fieldpath.Set{}
-		if err := set.FromJSON(bytes.NewReader(entry.FieldsV1.Raw)); err == nil && set.Has(p) {
-			return entry.Manager
+		if set, err := fieldsOf(entry); err == nil && set.Has(p) {
+			return entry.Manager.Value()
 		}
 	}
 	return ""
@@ -364,22 +429,21 @@ func pointerTo(obj map[string]any, p fieldpath.Path) (string, []PatchOp, bool) {
 	return b.String(), guards, true
 }
 
-// attribute names, for each lost field, its values and the manager that
-// owns it now.
-func attribute(desired, live *unstructured.Unstructured, lost *fieldpath.Set) []Change {
+// attribute names, for each lost field, its values (content is the live
+// object whole) and the manager that owns it now.
+func attribute(desired *unstructured.Unstructured, live *compact.Object, content *unstructured.Unstructured, lost *fieldpath.Set) []Change {
 	type owner struct {
 		set   *fieldpath.Set
-		entry metav1.ManagedFieldsEntry
+		entry compact.ManagedEntry
 	}
 	var owners []owner
-	for _, entry := range compact.ManagedFields(live) {
+	for _, entry := range live.ManagedFields() {
 		// A write through a subresource other than status (kubectl scale, an
 		// autoscaler through scale) owns main-resource fields too.
-		if entry.Manager == plumbv1.FieldManager || entry.FieldsV1 == nil || entry.Subresource == "status" {
+		if entry.Manager.Value() == plumbv1.FieldManager || entry.Fields.Value() == "" || entry.Subresource.Value() == "status" {
 			continue
 		}
-		set := &fieldpath.Set{}
-		if err := set.FromJSON(bytes.NewReader(entry.FieldsV1.Raw)); err == nil {
+		if set, err := fieldsOf(entry); err == nil {
 			owners = append(owners, owner{set: set, entry: entry})
 		}
 	}
@@ -388,14 +452,14 @@ func attribute(desired, live *unstructured.Unstructured, lost *fieldpath.Set) []
 	lost.Iterate(func(p fieldpath.Path) {
 		c := Change{Path: p.String(), FieldPath: p.Copy(), Manager: "unknown", Operation: "unknown"}
 		before, hadBefore := valueAt(desired.Object, p)
-		after, hasAfter := valueAt(live.Object, p)
+		after, hasAfter := valueAt(content.Object, p)
 		c.Before, c.After = render(before, hadBefore), render(after, hasAfter)
 		if secret && (strings.HasPrefix(c.Path, ".data") || strings.HasPrefix(c.Path, ".stringData") || strings.Contains(c.Path, "last-applied-configuration")) {
 			c.Before, c.After = "*** (before)", "*** (after)"
 		}
 		for _, o := range owners {
 			if o.set.Has(p) {
-				c.Manager, c.Operation, c.Subresource, c.Time = o.entry.Manager, string(o.entry.Operation), o.entry.Subresource, o.entry.Time
+				c.Manager, c.Operation, c.Subresource, c.Time = o.entry.Manager.Value(), o.entry.Operation.Value(), o.entry.Subresource.Value(), o.entry.Time()
 				break
 			}
 		}

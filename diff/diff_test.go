@@ -181,7 +181,7 @@ func TestTheOracleCorpusIsUnchangedAfterApply(t *testing.T) {
 				t.Errorf("applying the same content again changed the object: it was not converged (-before +after):\n%s", diff)
 			}
 			rec := records[desired]
-			got, err := Compare(desired, live, &rec, nil, nil)
+			got, err := compareBoth(t, desired, live, &rec, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,7 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
+	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/source/manifest"
 )
 
@@ -97,7 +99,7 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 		if err := c.Update(ctx, cm, client.FieldOwner("kubectl-edit")); err != nil {
 			t.Fatal(err)
 		}
-		got, err := Compare(desired, get(t, c, desired), &rec, nil, nil)
+		got, err := compareBoth(t, desired, get(t, c, desired), &rec, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +121,7 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 		if err := c.SubResource("scale").Update(ctx, deployment, client.WithSubResourceBody(scale), client.FieldOwner("kubectl")); err != nil {
 			t.Fatal(err)
 		}
-		got, err := Compare(desired, get(t, c, desired), &rec, nil, nil)
+		got, err := compareBoth(t, desired, get(t, c, desired), &rec, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +143,7 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 		if err := c.Update(ctx, cm, client.FieldOwner("kubectl-label")); err != nil {
 			t.Fatal(err)
 		}
-		got, err := Compare(desired, get(t, c, desired), &rec, nil, nil)
+		got, err := compareBoth(t, desired, get(t, c, desired), &rec, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +162,7 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 		if err := c.Update(ctx, secret, client.FieldOwner("kubectl-patch")); err != nil {
 			t.Fatal(err)
 		}
-		got, err := Compare(desired, get(t, c, desired), &rec, nil, nil)
+		got, err := compareBoth(t, desired, get(t, c, desired), &rec, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +199,7 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 		if err := c.Patch(ctx, intruder, client.Apply, client.FieldOwner("intruder"), client.ForceOwnership); err != nil {
 			t.Fatal(err)
 		}
-		got, err := Compare(desired, get(t, c, desired), &rec, nil, nil)
+		got, err := compareBoth(t, desired, get(t, c, desired), &rec, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,11 +257,11 @@ func TestChangesToFieldsPlumbNeverAppliedAreNotDrift(t *testing.T) {
 		_, rec := applied(t, c, ns, settingsYAML)
 		changed := parse(t, strings.Replace(settingsYAML, "color: blue", "color: yellow", 1))
 		changed.SetNamespace(ns)
-		got, err := Compare(changed, get(t, c, changed), &rec, nil, nil)
+		got, err := compareBoth(t, changed, get(t, c, changed), &rec, nil, nil)
 		if err != nil || got.Kind != Update {
 			t.Errorf("Compare after a Git change = %v, %v; want update", got, err)
 		}
-		if got, _ := Compare(changed, get(t, c, changed), nil, nil, nil); got.Kind != Ambiguous {
+		if got, _ := compareBoth(t, changed, get(t, c, changed), nil, nil, nil); got.Kind != Ambiguous {
 			t.Errorf("Compare without a record = %v; want ambiguous", got)
 		}
 	})
@@ -267,7 +269,7 @@ func TestChangesToFieldsPlumbNeverAppliedAreNotDrift(t *testing.T) {
 
 func assertUnchanged(t *testing.T, desired, live *unstructured.Unstructured, rec *Record) {
 	t.Helper()
-	got, err := Compare(desired, live, rec, nil, nil)
+	got, err := compareBoth(t, desired, live, rec, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +304,7 @@ func TestIgnoredFieldsAreNeitherAppliedNorDrift(t *testing.T) {
 	if err := c.Update(ctx, d, client.FieldOwner("horizontal-pod-autoscaler")); err != nil {
 		t.Fatal(err)
 	}
-	got, err := Compare(desired, get(t, c, desired), &rec, ignore, nil)
+	got, err := compareBoth(t, desired, get(t, c, desired), &rec, ignore, nil)
 	if err != nil || got.Kind != Unchanged {
 		t.Errorf("Compare after a scale of an ignored field = %v, %v; want unchanged", got, err)
 	}
@@ -320,10 +322,10 @@ func TestAnIgnoredFieldPlumbOwnedIsNotDriftWhenTakenOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := get(t, c, desired)
-	if got, _ := Compare(desired, live, &rec, nil, nil); got.Kind != Drifted {
+	if got, _ := compareBoth(t, desired, live, &rec, nil, nil); got.Kind != Drifted {
 		t.Errorf("without the rule: %s, want drifted", got.Kind)
 	}
-	if got, _ := Compare(desired, live, &rec, Ignore{"/spec/replicas"}, nil); got.Kind != Unchanged {
+	if got, _ := compareBoth(t, desired, live, &rec, Ignore{"/spec/replicas"}, nil); got.Kind != Unchanged {
 		t.Errorf("with /spec/replicas ignored: %s %s, want unchanged", got.Kind, Describe(got.Changes))
 	}
 }
@@ -339,7 +341,7 @@ func TestAnEnvVarAddedToAContainerFromGitIsDriftAndCanBeRemoved(t *testing.T) {
 		t.Fatalf("kubectl set env: %v\n%s", err, out)
 	}
 	live := get(t, c, desired)
-	got, err := Compare(desired, live, &rec, nil, nil)
+	got, err := compareBoth(t, desired, live, &rec, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +358,39 @@ func TestAnEnvVarAddedToAContainerFromGitIsDriftAndCanBeRemoved(t *testing.T) {
 	if err := c.Patch(context.Background(), live, client.RawPatch(types.JSONPatchType, patch)); err != nil {
 		t.Fatalf("applying %s: %v", patch, err)
 	}
-	if got, _ := Compare(desired, get(t, c, desired), &rec, nil, nil); got.Kind != Unchanged {
+	if got, _ := compareBoth(t, desired, get(t, c, desired), &rec, nil, nil); got.Kind != Unchanged {
 		t.Errorf("after removing the addition: %s %s", got.Kind, Describe(got.Changes))
 	}
+}
+
+// compareBoth compares desired with live as the Diff phase does: first
+// compacted, as the cache keeps it, then (when that finds a drift it cannot
+// describe) whole. The compacted verdict must agree with the whole one:
+// Unchanged where it is Unchanged, an Incomplete drift where it is Drifted.
+func compareBoth(t *testing.T, desired, live *unstructured.Unstructured, rec *Record, ignore Ignore, left *fieldpath.Set) (Result, error) {
+	t.Helper()
+	whole, err := compact.Whole(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Compare(desired, whole, rec, ignore, left)
+	if err != nil {
+		return got, err
+	}
+	compacted, err := compact.Of(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromCache, err := Compare(desired, compacted, rec, ignore, left)
+	if err != nil {
+		t.Fatalf("comparing with the compacted object: %v", err)
+	}
+	want := Result{Kind: got.Kind}
+	if got.Kind == Drifted {
+		want.Incomplete = true
+	}
+	if fromCache.Kind != want.Kind || fromCache.Incomplete != want.Incomplete || len(fromCache.Changes) > 0 {
+		t.Errorf("compacted: %s (incomplete %v), whole: %s", fromCache.Kind, fromCache.Incomplete, got.Kind)
+	}
+	return got, nil
 }

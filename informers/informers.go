@@ -6,7 +6,8 @@
 // objects are turned into App keys for the workqueue, except updates that
 // change nothing a tick looks at (status, resourceVersion, the times in
 // managedFields) and plumb's own writes. A tick reads live state from here,
-// never from the API server.
+// never from the API server; objects are kept compacted (package compact),
+// and Fetch reads one whole when a drift must be described.
 package informers
 
 import (
@@ -16,11 +17,9 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
@@ -46,7 +45,7 @@ type Options struct {
 	OnEvent func(app types.NamespacedName)
 	// IsOwnWrite, when set, reports an object as plumb's own write that the
 	// tick has already taken into account: its add or update is no event.
-	IsOwnWrite func(obj *unstructured.Unstructured) bool
+	IsOwnWrite func(obj *compact.Object) bool
 }
 
 // Cache holds the informers. It is safe for concurrent use.
@@ -180,8 +179,7 @@ func (c *Cache) start(gvr schema.GroupVersionResource, gvk schema.GroupVersionKi
 		cache.Indexers{},
 		func(opts *metav1.ListOptions) { opts.LabelSelector = plumbv1.LabelAppName }, // only objects plumb owns
 	).Informer()
-	// The cache keeps objects compacted: managedFields as JSON text, no
-	// status, no last-applied annotation.
+	// The cache keeps objects compacted (package compact).
 	_ = informer.SetTransform(compact.Transform)
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &typeInformer{gvk: gvk, informer: informer, stop: cancel, done: make(chan struct{})}
@@ -209,7 +207,7 @@ func (c *Cache) start(gvr schema.GroupVersionResource, gvk schema.GroupVersionKi
 					return
 				}
 			}
-			if !Relevant(oldObj, newObj) || c.ownWrite(newObj) {
+			if !relevant(oldObj, newObj) || c.ownWrite(newObj) {
 				return // a resync, a status update, or plumb's own apply
 			}
 			c.notify(newObj)
@@ -228,8 +226,8 @@ func (c *Cache) start(gvr schema.GroupVersionResource, gvk schema.GroupVersionKi
 
 // ownWrite asks Options.IsOwnWrite about an event's object.
 func (c *Cache) ownWrite(obj any) bool {
-	u, ok := obj.(*unstructured.Unstructured)
-	return ok && c.opts.IsOwnWrite != nil && c.opts.IsOwnWrite(u)
+	o, ok := obj.(*compact.Object)
+	return ok && c.opts.IsOwnWrite != nil && c.opts.IsOwnWrite(o)
 }
 
 // saw raises seenRV to the event object's resourceVersion.
@@ -237,11 +235,11 @@ func (t *typeInformer) saw(obj any) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
-	u, ok := obj.(*unstructured.Unstructured)
+	o, ok := obj.(*compact.Object)
 	if !ok {
 		return
 	}
-	rv := u.GetResourceVersion()
+	rv := o.GetResourceVersion()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.seenRV == "" {
@@ -251,59 +249,12 @@ func (t *typeInformer) saw(obj any) {
 	}
 }
 
-// Relevant reports whether an update changed anything a tick looks at:
-// spec and data, metadata (labels, annotations, owners, deletion), and who
-// owns which field. Changes to status, resourceVersion, generation and the
-// times in managedFields alone are not relevant, nor is a resync.
-func Relevant(oldObj, newObj any) bool {
-	o, ok1 := oldObj.(*unstructured.Unstructured)
-	n, ok2 := newObj.(*unstructured.Unstructured)
-	if !ok1 || !ok2 {
-		return true
-	}
-	if o.GetResourceVersion() == n.GetResourceVersion() {
-		return false
-	}
-	for key, value := range n.Object {
-		if key != "status" && key != "metadata" && !equality.Semantic.DeepEqual(value, o.Object[key]) {
-			return true
-		}
-	}
-	for key := range o.Object {
-		if _, ok := n.Object[key]; !ok && key != "status" {
-			return true
-		}
-	}
-	om, _ := o.Object["metadata"].(map[string]any)
-	nm, _ := n.Object["metadata"].(map[string]any)
-	for _, m := range [2]map[string]any{om, nm} {
-		for key := range m {
-			switch key {
-			case "resourceVersion", "generation", "managedFields":
-				continue
-			}
-			if compact.IsCompacted(key) {
-				continue
-			}
-			if !equality.Semantic.DeepEqual(om[key], nm[key]) {
-				return true
-			}
-		}
-	}
-	return !equality.Semantic.DeepEqual(ownership(o), ownership(n))
-}
-
-// ownership is who owns which field, without times and status entries.
-func ownership(u *unstructured.Unstructured) []metav1.ManagedFieldsEntry {
-	var out []metav1.ManagedFieldsEntry
-	for _, e := range compact.ManagedFields(u) {
-		if e.Subresource == "status" {
-			continue
-		}
-		e.Time = nil
-		out = append(out, e)
-	}
-	return out
+// relevant is compact.Relevant for an update's objects; an update of an
+// object that is no compact.Object is relevant.
+func relevant(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(*compact.Object)
+	n, ok2 := newObj.(*compact.Object)
+	return !ok1 || !ok2 || compact.Relevant(o, n)
 }
 
 func (t *typeInformer) stopped() bool {
@@ -327,16 +278,11 @@ func keyOf(obj any) (types.NamespacedName, bool) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
-	u, ok := obj.(*unstructured.Unstructured)
+	o, ok := obj.(*compact.Object)
 	if !ok {
 		return types.NamespacedName{}, false
 	}
-	return appKey(u)
-}
-
-func appKey(u *unstructured.Unstructured) (types.NamespacedName, bool) {
-	labels := u.GetLabels()
-	name, namespace := labels[plumbv1.LabelAppName], labels[plumbv1.LabelAppNamespace]
+	name, namespace := o.Label(plumbv1.LabelAppName), o.Label(plumbv1.LabelAppNamespace)
 	if name == "" || namespace == "" {
 		return types.NamespacedName{}, false
 	}
@@ -405,9 +351,9 @@ func (c *Cache) typeOf(gvk schema.GroupVersionKind) (*typeInformer, error) {
 }
 
 // Get returns the cached object, or nil when the cache has none (it does not
-// exist or plumb does not own it). The object is shared with the cache:
-// DeepCopy before changing it.
-func (c *Cache) Get(gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, error) {
+// exist or plumb does not own it). The object is compacted and shared with
+// the cache (it is immutable).
+func (c *Cache) Get(gvk schema.GroupVersionKind, namespace, name string) (*compact.Object, error) {
 	t, err := c.typeOf(gvk)
 	if err != nil {
 		return nil, err
@@ -420,7 +366,41 @@ func (c *Cache) Get(gvk schema.GroupVersionKind, namespace, name string) (*unstr
 	if err != nil || !exists {
 		return nil, err
 	}
-	return obj.(*unstructured.Unstructured), nil
+	o, ok := obj.(*compact.Object)
+	if !ok {
+		return nil, fmt.Errorf("the cache of %s holds a %T", gvk.Kind, obj)
+	}
+	return o, nil
+}
+
+// Fetch reads one object whole from the API server, with plumb's own
+// identity (the one the cache watches with), and returns it with its
+// content (compact.Whole); nil when it does not exist. The Diff phase calls
+// it only to describe a drift that the cache showed: it is one request per
+// drifted object, never one per object and tick.
+func (c *Cache) Fetch(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) (*compact.Object, error) {
+	c.mu.Lock()
+	gvr, ok := c.resources[gvk]
+	c.mu.Unlock()
+	if !ok {
+		mapping, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return nil, fmt.Errorf("mapping %s to a resource: %w", gvk, err)
+		}
+		gvr = mapping.Resource
+	}
+	var resource dynamic.ResourceInterface = c.client.Resource(gvr)
+	if namespace != "" {
+		resource = c.client.Resource(gvr).Namespace(namespace)
+	}
+	u, err := resource.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s %s: %w", gvk.Kind, name, err)
+	}
+	return compact.Whole(u)
 }
 
 // WaitForResourceVersion waits until the informer of gvk has handled an

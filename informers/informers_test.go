@@ -46,7 +46,7 @@ type events struct {
 	writing bool
 }
 
-func (e *events) ownWrite(obj *unstructured.Unstructured) bool {
+func (e *events) ownWrite(obj *compact.Object) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.writing || e.own[obj.GetResourceVersion()]
@@ -175,13 +175,25 @@ func TestOwnedObjectEventsEnqueueTheirApp(t *testing.T) {
 	if err != nil || got == nil {
 		t.Fatalf("Get after create = %v, %v", got, err)
 	}
-	// The cache keeps it compacted: its managedFields as text, read back
-	// by compact.ManagedFields.
-	if len(got.GetManagedFields()) != 0 {
-		t.Errorf("the cached object holds decoded managedFields: %v", got.GetManagedFields())
+	// The cache keeps it compacted: no content, its managedFields with
+	// their field sets as text.
+	if got.Content() != nil {
+		t.Error("the cached object keeps its content")
 	}
-	if fields := compact.ManagedFields(got); len(fields) != 1 || fields[0].FieldsV1 == nil || !strings.Contains(string(fields[0].FieldsV1.Raw), "f:labels") {
+	if fields := got.ManagedFields(); len(fields) != 1 || !strings.Contains(fields[0].Fields.Value(), "f:labels") {
 		t.Errorf("managedFields of the cached object = %+v, want the creator's entry", fields)
+	}
+	// Fetch reads it whole, as it is now on the server.
+	whole, err := cache.Fetch(ctx, configMapKind, ns, "settings")
+	if err != nil || whole == nil || whole.Content() == nil || whole.GetResourceVersion() != got.GetResourceVersion() ||
+		whole.AppliedDigest() != got.AppliedDigest() {
+		t.Fatalf("Fetch = %+v, %v; want the object whole, as cached", whole, err)
+	}
+	if labels := whole.Content().GetLabels(); labels[plumbv1.LabelAppName] != appA.Name {
+		t.Errorf("the fetched object's labels = %v", labels)
+	}
+	if missing, err := cache.Fetch(ctx, configMapKind, ns, "nowhere"); missing != nil || err != nil {
+		t.Errorf("Fetch of a missing object = %v, %v; want nil, nil", missing, err)
 	}
 
 	unowned := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "not-ours"}}
@@ -442,8 +454,17 @@ func TestRelevant(t *testing.T) {
 		}), true},
 		{"deletion started", change(func(u *unstructured.Unstructured) { u.SetDeletionTimestamp(&metav1.Time{Time: time.Now()}) }), true},
 	} {
-		if got := Relevant(base, tt.update); got != tt.want {
+		if got := relevant(compacted(t, base), compacted(t, tt.update)); got != tt.want {
 			t.Errorf("%s: Relevant = %v, want %v", tt.name, got, tt.want)
 		}
 	}
+}
+
+func compacted(t *testing.T, u *unstructured.Unstructured) *compact.Object {
+	t.Helper()
+	o, err := compact.Of(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/diff"
 	"github.com/plumb-dev/plumb/ssa"
 )
@@ -29,7 +30,7 @@ import (
 // arrive meanwhile are held and, when one was not plumb's write after all,
 // the App is enqueued again.
 func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applier, p *plan, desired []*unstructured.Unstructured,
-	live map[objectID]*unstructured.Unstructured, kinds *tickKinds, log *zap.Logger) (*fluxssa.ChangeSet, error) {
+	live map[objectID]*compact.Object, kinds *tickKinds, log *zap.Logger) (*fluxssa.ChangeSet, error) {
 	key := client.ObjectKeyFromObject(app)
 	r.memory.beginWrites(key)
 	defer func() {
@@ -90,7 +91,7 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applie
 		patch, err := json.Marshal(d.additions)
 		var patched *unstructured.Unstructured
 		if err == nil {
-			patched, err = applier.RemoveAdditions(ctx, d.live, patch)
+			patched, err = applier.RemoveAdditions(ctx, d.live.Identity(), patch)
 		}
 		if err != nil {
 			return changes, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
@@ -162,10 +163,10 @@ func (r *Reconciler) prune(ctx context.Context, app *plumbv1.App, applier Applie
 // to decide from the API server.
 func (r *Reconciler) keptInCache(obj *unstructured.Unstructured, owner ssa.Owner) (ssa.Guard, bool) {
 	live, err := r.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
-	if err != nil || live == nil || !owner.Owns(live) {
+	if err != nil || live == nil || !owner.OwnsLive(live) {
 		return ssa.Guard{}, false
 	}
-	return ssa.PruneGuard(live)
+	return ssa.PruneGuardLive(live)
 }
 
 func keptObject(obj *unstructured.Unstructured, guard ssa.Guard) plumbv1.KeptObject {

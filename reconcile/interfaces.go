@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/source"
 	"github.com/plumb-dev/plumb/ssa"
 )
@@ -23,19 +24,22 @@ type Reader interface {
 	Read(ctx context.Context, req source.Request) (*source.Result, error)
 }
 
-// Observer is the Observe phase's cache (package informers).
+// Observer is the Observe phase's cache (package informers): Get serves
+// compacted objects from the cache; Fetch reads one whole from the API
+// server, for a drift that must be described.
 type Observer interface {
 	Ensure(app types.NamespacedName, gvks []schema.GroupVersionKind) error
 	WaitForSync(ctx context.Context, gvks []schema.GroupVersionKind) error
 	WaitForResourceVersion(ctx context.Context, gvk schema.GroupVersionKind, rv string) error
-	Get(gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, error)
+	Get(gvk schema.GroupVersionKind, namespace, name string) (*compact.Object, error)
+	Fetch(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) (*compact.Object, error)
 	Release(app types.NamespacedName)
 }
 
 // Applier asks the API server about ambiguous objects (one server-side
 // dry-run), applies (one request per object) and prunes (package ssa).
 type Applier interface {
-	DryRun(ctx context.Context, obj, live *unstructured.Unstructured) (bool, *unstructured.Unstructured, error)
+	DryRun(ctx context.Context, obj *unstructured.Unstructured, live *compact.Object) (bool, *unstructured.Unstructured, error)
 	ApplyDirect(ctx context.Context, objects []*unstructured.Unstructured, opts ssa.DirectOptions) ([]ssa.Applied, *fluxssa.ChangeSet, error)
 	RemoveAdditions(ctx context.Context, obj *unstructured.Unstructured, patch []byte) (*unstructured.Unstructured, error)
 	Prune(ctx context.Context, stale []*unstructured.Unstructured, owner ssa.Owner) (*fluxssa.ChangeSet, []ssa.Kept, error)

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
+	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/diff"
 	"github.com/plumb-dev/plumb/source"
 )
@@ -34,8 +35,11 @@ type appMemory struct {
 	// verified are the objects whose live state the Diff phase last found
 	// Unchanged against their record (see verification).
 	verified map[objectID]verification
-	written  map[objectID]string // resourceVersion of plumb's last write of the object
-	episodes map[objectID]*episode
+	// described are the drifts last described from an object fetched
+	// whole, kept while the cached object stays as it was then.
+	described map[objectID]describedDrift
+	written   map[objectID]string // resourceVersion of plumb's last write of the object
+	episodes  map[objectID]*episode
 	// fieldDrifts are the changes, within conflictWindow, that another
 	// manager made to a field plumb applied, by object and "path\x00manager".
 	fieldDrifts map[objectID]map[string][]fieldChange
@@ -111,7 +115,8 @@ func (m *memory) app(key types.NamespacedName) *appMemory {
 	}
 	a := m.apps[key]
 	if a == nil {
-		a = &appMemory{records: map[objectID]diff.Record{}, verified: map[objectID]verification{}, written: map[objectID]string{}, episodes: map[objectID]*episode{},
+		a = &appMemory{records: map[objectID]diff.Record{}, verified: map[objectID]verification{}, described: map[objectID]describedDrift{},
+			written: map[objectID]string{}, episodes: map[objectID]*episode{},
 			fieldDrifts: map[objectID]map[string][]fieldChange{}, conflicts: map[objectID]*objectConflicts{}}
 		m.apps[key] = a
 	}
@@ -134,6 +139,7 @@ func (m *memory) remember(key types.NamespacedName, id objectID, rec diff.Record
 	a := m.app(key)
 	a.records[id] = rec
 	delete(a.verified, id) // found Unchanged against another record
+	delete(a.described, id)
 }
 
 // verification is what an Unchanged verdict of the Diff phase depended on:
@@ -150,7 +156,36 @@ type verification struct {
 func (m *memory) verify(key types.NamespacedName, id objectID, v verification) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.app(key).verified[id] = v
+	a := m.app(key)
+	a.verified[id] = v
+	delete(a.described, id)
+}
+
+// describedDrift is a drift described from the object fetched whole (live),
+// under the verification of the cached object it was seen on.
+type describedDrift struct {
+	under  verification
+	result diff.Result
+	live   *compact.Object
+}
+
+// describeDrift keeps the description of a drift seen on the cached object
+// under v (v.liveRV "" keeps nothing).
+func (m *memory) describeDrift(key types.NamespacedName, id objectID, v verification, result diff.Result, live *compact.Object) {
+	if v.liveRV == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.app(key).described[id] = describedDrift{under: v, result: result, live: live}
+}
+
+// describedDrift returns the description of a drift kept under v.
+func (m *memory) describedDrift(key types.NamespacedName, id objectID, v verification) (describedDrift, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, ok := m.app(key).described[id]
+	return d, ok && d.under == v
 }
 
 // isVerified reports whether the object was found Unchanged under v.
@@ -233,6 +268,11 @@ func (m *memory) keepOnly(key types.NamespacedName, ids map[objectID]bool) {
 	for id := range a.verified {
 		if !ids[id] {
 			delete(a.verified, id)
+		}
+	}
+	for id := range a.described {
+		if !ids[id] {
+			delete(a.described, id)
 		}
 	}
 	for id := range a.episodes {
@@ -352,7 +392,7 @@ func (m *memory) leave(key types.NamespacedName, id objectID, hash string, path 
 // leftFields returns the fields of an object left to other managers, for
 // the object's content in Git (hash) and its live state. A conflict ends
 // when Git changes the object, or when its manager no longer owns the field.
-func (m *memory) leftFields(key types.NamespacedName, id objectID, hash string, live *unstructured.Unstructured) (*fieldpath.Set, []fieldConflict) {
+func (m *memory) leftFields(key types.NamespacedName, id objectID, hash string, live *compact.Object) (*fieldpath.Set, []fieldConflict) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a := m.app(key)
@@ -495,6 +535,7 @@ func (m *memory) newTerm() {
 	defer m.mu.Unlock()
 	for _, a := range m.apps {
 		a.verified = map[objectID]verification{} // they may have depended on conflicts forgotten here
+		a.described = map[objectID]describedDrift{}
 		a.episodes = map[objectID]*episode{}
 		a.fieldDrifts = map[objectID]map[string][]fieldChange{}
 		a.conflicts = map[objectID]*objectConflicts{}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/diff"
 	"github.com/plumb-dev/plumb/source"
 	"github.com/plumb-dev/plumb/ssa"
@@ -169,7 +170,7 @@ const catchUpTimeout = 5 * time.Second
 // waits for the informer to catch up, so that a lagging cache is not taken
 // for a deletion or a change by someone else.
 func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app *plumbv1.App, desired []*unstructured.Unstructured,
-	tk *tickKinds, log *zap.Logger) (map[objectID]*unstructured.Unstructured, error) {
+	tk *tickKinds, log *zap.Logger) (map[objectID]*compact.Object, error) {
 	fail := func(detail string, err error) error {
 		return &PhaseError{Phase: PhaseObserve, Reason: plumbv1.ReasonObserveFailed, Detail: detail, Err: err}
 	}
@@ -204,7 +205,7 @@ func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app 
 		return nil, fail("CacheNotSynced", err)
 	}
 	r.catchUp(ctx, key, desired, kinds, log)
-	live := map[objectID]*unstructured.Unstructured{}
+	live := map[objectID]*compact.Object{}
 	for _, obj := range desired {
 		if !kinds[obj.GroupVersionKind()] {
 			continue // its kind is created by this tick

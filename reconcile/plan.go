@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/diff"
 	"github.com/plumb-dev/plumb/ssa"
 )
@@ -32,8 +33,10 @@ type plan struct {
 
 // drift is one drifted object.
 type drift struct {
-	obj        *unstructured.Unstructured
-	live       *unstructured.Unstructured
+	obj *unstructured.Unstructured
+	// live is the live object as the Diff phase last saw it: fetched whole
+	// when the drift had to be described, else as cached.
+	live       *compact.Object
 	changes    []diff.Change
 	additions  []diff.PatchOp // fields others added inside plumb's list items
 	deleted    bool
@@ -56,7 +59,7 @@ const maxHeals = 3
 // An object another App owns is not taken over: the tick fails with a
 // Conflict before anything is applied.
 func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier, desired []*unstructured.Unstructured,
-	live map[objectID]*unstructured.Unstructured, kinds *tickKinds, revision string) (*plan, error) {
+	live map[objectID]*compact.Object, kinds *tickKinds, revision string) (*plan, error) {
 	key := client.ObjectKeyFromObject(app)
 	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 	if err := ownershipConflicts(owner, desired, live); err != nil {
@@ -74,8 +77,10 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 		id := idOf(obj)
 		l := live[id]
 		current := revision
-		if rev := annotationOf(l, plumbv1.AnnotationRevision); rev != "" {
-			current = rev
+		if l != nil {
+			if rev := l.Annotation(plumbv1.AnnotationRevision); rev != "" {
+				current = rev
+			}
 		}
 		ssa.SetRevision(obj, current) // labels and content hash are stamped already (prepare)
 		// Fields left to a manager that keeps changing them are neither
@@ -83,7 +88,7 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 		gitHash := annotationOf(obj, plumbv1.AnnotationContentHash)
 		left, conflicts := r.memory.leftFields(key, id, gitHash, l)
 		ignore := ignoreFor(app, obj)
-		result, err := r.compare(key, app, obj, gitHash, l, applied[id], ignore, left)
+		result, l, err := r.compare(ctx, key, app, obj, gitHash, l, applied[id], ignore, left)
 		if err != nil {
 			return nil, err
 		}
@@ -94,7 +99,7 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 			result.Kind = diff.Create // its CRD comes with this apply
 		}
 		if result.Kind == diff.Ambiguous && !newNamespaces[obj.GetNamespace()] {
-			if result, err = r.askServer(ctx, applier, key, obj, l, app); err != nil {
+			if result, l, err = r.askServer(ctx, applier, key, obj, l, app); err != nil {
 				return nil, err
 			}
 		}
@@ -112,7 +117,7 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 			}
 			if newConflict {
 				left, conflicts = r.memory.leftFields(key, id, gitHash, l)
-				if result, err = r.compare(key, app, obj, gitHash, l, applied[id], ignore, left); err != nil {
+				if result, l, err = r.compare(ctx, key, app, obj, gitHash, l, applied[id], ignore, left); err != nil {
 					return nil, err
 				}
 			}
@@ -152,25 +157,33 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 // compare classifies one stamped desired object (whose content hash is
 // gitHash) against its live state: at once when the live object has not
 // changed since the tick that last found it Unchanged, else with
-// diff.Compare. Fields left to others are stripped from obj first.
+// diff.Compare. Fields left to others are stripped from obj first. A drift
+// that the cached (compacted) object shows is confirmed and described with
+// the object fetched whole, and that description is kept while the cached
+// object stays as it is (so that a drift left in place under the alert
+// policy costs one read, not one per tick). It returns the live object it
+// judged: the fetched one when it fetched.
 //
 // Without a record (after a restart) it rebuilds one from the live object
 // when the live object carries this very content hash and plumb owns the
 // fields it owned after its last write (appliedFields, from the
 // inventory): the object is then as plumb left it, and needs no dry-run.
-func (r *Reconciler) compare(key types.NamespacedName, app *plumbv1.App, obj *unstructured.Unstructured, gitHash string,
-	live *unstructured.Unstructured, appliedFields string, ignore diff.Ignore, left *fieldpath.Set) (diff.Result, error) {
+func (r *Reconciler) compare(ctx context.Context, key types.NamespacedName, app *plumbv1.App, obj *unstructured.Unstructured, gitHash string,
+	live *compact.Object, appliedFields string, ignore diff.Ignore, left *fieldpath.Set) (diff.Result, *compact.Object, error) {
 	id := idOf(obj)
 	hash := gitHash
+	failed := func(err error) (diff.Result, *compact.Object, error) {
+		return diff.Result{}, live, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+	}
 	if left != nil {
 		diff.StripPaths(obj, left)
 		var err error
 		if hash, err = diff.Hash(obj); err != nil {
-			return diff.Result{}, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+			return failed(err)
 		}
 	}
 	rec := r.memory.record(key, id)
-	if rec == nil && live != nil && left == nil && appliedFields != "" && annotationOf(live, plumbv1.AnnotationContentHash) == hash {
+	if rec == nil && live != nil && left == nil && appliedFields != "" && live.Annotation(plumbv1.AnnotationContentHash) == hash {
 		if restored, err := diff.RecordFromLive(hash, live); err == nil && restored.FieldsDigest == appliedFields {
 			r.memory.remember(key, id, restored)
 			rec = &restored
@@ -180,17 +193,35 @@ func (r *Reconciler) compare(key types.NamespacedName, app *plumbv1.App, obj *un
 	if live != nil && rec != nil {
 		v = verification{liveRV: live.GetResourceVersion(), hash: hash, generation: app.Generation}
 		if r.memory.isVerified(key, id, v) {
-			return diff.Result{Kind: diff.Unchanged}, nil
+			return diff.Result{Kind: diff.Unchanged}, live, nil
+		}
+		if d, ok := r.memory.describedDrift(key, id, v); ok {
+			return d.result, d.live, nil
 		}
 	}
 	result, err := diff.CompareHashed(obj, hash, live, rec, ignore, left)
 	if err != nil {
-		return diff.Result{}, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+		return failed(err)
+	}
+	if result.Incomplete {
+		whole, err := r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+		if err != nil {
+			return failed(fmt.Errorf("reading the drifted object whole: %w", err))
+		}
+		if result, err = diff.CompareHashed(obj, hash, whole, rec, ignore, left); err != nil {
+			return failed(err)
+		}
+		if result.Kind == diff.Drifted {
+			r.memory.describeDrift(key, id, v, result, whole)
+		}
+		if whole != nil {
+			live = whole
+		}
 	}
 	if result.Kind == diff.Unchanged && v.liveRV != "" {
 		r.memory.verify(key, id, v)
 	}
-	return result, nil
+	return result, live, nil
 }
 
 // annotationOf reads one annotation of obj (nil: none) without copying
@@ -205,18 +236,17 @@ func annotationOf(obj *unstructured.Unstructured, name string) string {
 
 // ownershipConflicts fails when a desired object exists with another App's
 // labels and is not annotated to allow a takeover.
-func ownershipConflicts(owner ssa.Owner, desired []*unstructured.Unstructured, live map[objectID]*unstructured.Unstructured) error {
+func ownershipConflicts(owner ssa.Owner, desired []*unstructured.Unstructured, live map[objectID]*compact.Object) error {
 	var conflicts []string
 	for _, obj := range desired {
 		l := live[idOf(obj)]
-		if l == nil || owner.Owns(l) || l.GetAnnotations()[plumbv1.AnnotationTakeover] == owner.Namespace+"/"+owner.Name {
+		if l == nil || owner.OwnsLive(l) || l.Annotation(plumbv1.AnnotationTakeover) == owner.Namespace+"/"+owner.Name {
 			continue
 		}
-		labels := l.GetLabels()
-		if labels[plumbv1.LabelAppName] == "" {
+		if l.Label(plumbv1.LabelAppName) == "" {
 			continue // not plumb's: the apply adopts it
 		}
-		conflicts = append(conflicts, fmt.Sprintf("%s belongs to App %s/%s", idOf(obj), labels[plumbv1.LabelAppNamespace], labels[plumbv1.LabelAppName]))
+		conflicts = append(conflicts, fmt.Sprintf("%s belongs to App %s/%s", idOf(obj), l.Label(plumbv1.LabelAppNamespace), l.Label(plumbv1.LabelAppName)))
 	}
 	if len(conflicts) == 0 {
 		return nil
@@ -233,9 +263,13 @@ func ownershipConflicts(owner ssa.Owner, desired []*unstructured.Unstructured, l
 // dry-run, and records it when the API server agrees it is unchanged. When
 // the dry-run differs but the live object carries the hash of this very
 // content, Git did not change it since plumb applied it: someone else did
-// (drift), and the fields plumb would take back say who.
-func (r *Reconciler) askServer(ctx context.Context, applier Applier, key types.NamespacedName, obj, live *unstructured.Unstructured,
-	app *plumbv1.App) (diff.Result, error) {
+// (drift), and the fields plumb would take back, on the object fetched
+// whole, say who. It returns the live object it judged.
+func (r *Reconciler) askServer(ctx context.Context, applier Applier, key types.NamespacedName, obj *unstructured.Unstructured,
+	live *compact.Object, app *plumbv1.App) (diff.Result, *compact.Object, error) {
+	failed := func(err error) (diff.Result, *compact.Object, error) {
+		return diff.Result{}, live, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+	}
 	differs, dryRun, err := applier.DryRun(ctx, obj, live)
 	var rejected *ssaerrors.DryRunErr
 	switch {
@@ -243,29 +277,38 @@ func (r *Reconciler) askServer(ctx context.Context, applier Applier, key types.N
 		// The API server refuses the object (validation, admission, an
 		// immutable field): the Apply phase reports it, or recreates the
 		// object where the App or the object opts in.
-		return diff.Result{Kind: diff.Ambiguous}, nil
+		return diff.Result{Kind: diff.Ambiguous}, live, nil
 	case err != nil:
-		return diff.Result{}, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+		return failed(err)
 	case !differs:
 		if live != nil {
-			if rec, err := diff.RecordOf(obj, live); err == nil {
-				r.memory.remember(key, idOf(obj), rec)
+			if hash, err := diff.Hash(obj); err == nil {
+				if rec, err := diff.RecordFromLive(hash, live); err == nil {
+					r.memory.remember(key, idOf(obj), rec)
+				}
 			}
 		}
-		return diff.Result{Kind: diff.Unchanged}, nil
+		return diff.Result{Kind: diff.Unchanged}, live, nil
 	case live == nil || !inInventory(app, obj) ||
-		live.GetAnnotations()[plumbv1.AnnotationContentHash] != obj.GetAnnotations()[plumbv1.AnnotationContentHash]:
-		return diff.Result{Kind: diff.Ambiguous}, nil // Git changed it, or plumb never applied it
+		live.Annotation(plumbv1.AnnotationContentHash) != annotationOf(obj, plumbv1.AnnotationContentHash):
+		return diff.Result{Kind: diff.Ambiguous}, live, nil // Git changed it, or plumb never applied it
 	}
 	// What plumb would own after the apply, against what it owns now.
 	rec, err := diff.RecordOf(obj, dryRun)
 	if err != nil {
-		return diff.Result{}, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+		return failed(err)
 	}
-	result, err := diff.Compare(obj, live, &rec, ignoreFor(app, obj), nil)
+	whole, err := r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
 	if err != nil {
-		return diff.Result{}, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+		return failed(fmt.Errorf("reading the drifted object whole: %w", err))
 	}
-	result.Kind = diff.Drifted
-	return result, nil
+	if whole == nil {
+		return diff.Result{Kind: diff.Ambiguous}, live, nil // deleted meanwhile: the apply creates it
+	}
+	result, err := diff.Compare(obj, whole, &rec, ignoreFor(app, obj), nil)
+	if err != nil {
+		return failed(err)
+	}
+	result.Kind, result.Incomplete = diff.Drifted, false
+	return result, whole, nil
 }

@@ -9,11 +9,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/queue"
 )
 
@@ -117,7 +117,7 @@ type laggingObserver struct {
 	waitsOn []string
 }
 
-func (l *laggingObserver) Get(gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, error) {
+func (l *laggingObserver) Get(gvk schema.GroupVersionKind, namespace, name string) (*compact.Object, error) {
 	l.mu.Lock()
 	hide := name == l.hidden && !l.waited
 	l.mu.Unlock()

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/diff"
 )
 
@@ -338,6 +339,12 @@ func idOf(u *unstructured.Unstructured) objectID {
 	namespace, _ := metadata["namespace"].(string)
 	name, _ := metadata["name"].(string)
 	return objectID{Group: group, Kind: kind, Namespace: namespace, Name: name}
+}
+
+// idOfLive is a cached live object's ID.
+func idOfLive(o *compact.Object) objectID {
+	gvk := o.GroupVersionKind()
+	return objectID{Group: gvk.Group, Kind: gvk.Kind, Namespace: o.GetNamespace(), Name: o.GetName()}
 }
 
 func idOfRef(r plumbv1.ObjectRef) objectID {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/impersonation"
 	"github.com/plumb-dev/plumb/source/git"
 	"github.com/plumb-dev/plumb/ssa"
@@ -130,7 +131,7 @@ func (r *Reconciler) checkNamespaces(app *plumbv1.App, desired []*unstructured.U
 // applied or pruned, so that a commit is never half applied because RBAC
 // refuses a part of it. A tick that writes nothing asks nothing.
 func (r *Reconciler) authorize(ctx context.Context, app *plumbv1.App, applier Applier, serviceAccount string, p *plan,
-	desired []*unstructured.Unstructured, live map[objectID]*unstructured.Unstructured, kinds *tickKinds) error {
+	desired []*unstructured.Unstructured, live map[objectID]*compact.Object, kinds *tickKinds) error {
 	var writes, deletes []ssa.Access
 	plurals := pluralsOf(desired)
 	for _, obj := range p.apply {
@@ -148,14 +149,14 @@ func (r *Reconciler) authorize(ctx context.Context, app *plumbv1.App, applier Ap
 	}
 	for id, d := range p.drifted {
 		if !p.left[id] && len(d.additions) > 0 && d.live != nil {
-			writes = append(writes, ssa.Access{Verb: "patch", Object: d.live})
+			writes = append(writes, ssa.Access{Verb: "patch", Object: d.live.Identity()})
 		}
 	}
 	if app.Spec.PruneEnabled() {
 		owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 		for _, obj := range r.staleObjects(app.Status.Inventory, desired, kinds) {
 			cached, err := r.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
-			if err == nil && (cached == nil || !owner.Owns(cached)) {
+			if err == nil && (cached == nil || !owner.OwnsLive(cached)) {
 				continue // gone, or not the App's any more: Prune only drops it from the inventory
 			}
 			if _, kept := r.keptInCache(obj, owner); !kept {

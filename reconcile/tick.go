@@ -20,13 +20,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/queue"
 )
 
@@ -110,10 +110,9 @@ func (e *PhaseError) Unwrap() error { return e.Err }
 // IsOwnWrite reports whether an informer event's object is plumb's own
 // write that a tick has taken into account (or is taking into account right
 // now): such an event needs no tick.
-func (r *Reconciler) IsOwnWrite(obj *unstructured.Unstructured) bool {
-	labels := obj.GetLabels()
-	key := types.NamespacedName{Namespace: labels[plumbv1.LabelAppNamespace], Name: labels[plumbv1.LabelAppName]}
-	return r.memory.ownWrite(key, idOf(obj), obj.GetResourceVersion())
+func (r *Reconciler) IsOwnWrite(obj *compact.Object) bool {
+	key := types.NamespacedName{Namespace: obj.Label(plumbv1.LabelAppNamespace), Name: obj.Label(plumbv1.LabelAppName)}
+	return r.memory.ownWrite(key, idOfLive(obj), obj.GetResourceVersion())
 }
 
 // Tick runs one tick for the App key and returns its interval for the

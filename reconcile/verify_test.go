@@ -1,16 +1,43 @@
 package reconcile
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/diff"
 )
+
+// fetchingObserver serves Fetch from one live object, as the API server
+// would for a drifted object, and counts the reads (the cache itself is
+// the compacted object the test hands the compare).
+type fetchingObserver struct {
+	Observer
+	live    *unstructured.Unstructured
+	fetches int
+}
+
+func (f *fetchingObserver) Fetch(_ context.Context, _ schema.GroupVersionKind, _, _ string) (*compact.Object, error) {
+	f.fetches++
+	return compact.Whole(f.live)
+}
+
+// cachedAs compacts a live object as the informer cache keeps it.
+func cachedAs(t *testing.T, u *unstructured.Unstructured) *compact.Object {
+	t.Helper()
+	o, err := compact.Of(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
 
 // liveConfigMap is a ConfigMap as the informer cache holds it: data a and
 // b, at resourceVersion rv, with managers owning the data fields given.
@@ -63,7 +90,8 @@ func compareFixture(t *testing.T) (types.NamespacedName, *plumbv1.App, *unstruct
 // its live resourceVersion, its desired hash, its record and the App's
 // generation stay the same — and is compared again as soon as one moves.
 func TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay(t *testing.T) {
-	r := &Reconciler{}
+	fetcher := &fetchingObserver{}
+	r := &Reconciler{Observer: fetcher}
 	key, app, desired, hash := compareFixture(t)
 	id := idOf(desired)
 	plumbOwns := func(fields ...string) diff.Record {
@@ -76,7 +104,8 @@ func TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay(t *testing.T) {
 	r.memory.remember(key, id, plumbOwns("a", "b"))
 	kind := func(live *unstructured.Unstructured) diff.Kind {
 		t.Helper()
-		result, err := r.compare(key, app, desired.DeepCopy(), hash, live, "", nil, nil)
+		fetcher.live = live
+		result, _, err := r.compare(context.Background(), key, app, desired.DeepCopy(), hash, cachedAs(t, live), "", nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,9 +118,18 @@ func TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay(t *testing.T) {
 	if !r.memory.isVerified(key, id, verification{liveRV: "5", hash: hash, generation: 1}) {
 		t.Fatal("an Unchanged verdict was not remembered")
 	}
+	if fetcher.fetches != 0 {
+		t.Errorf("%d reads of an unchanged object, want none", fetcher.fetches)
+	}
 	// Someone takes field b: the resourceVersion moves, the shortcut must not hide it.
 	if got := kind(liveConfigMap(t, "6", map[string][]string{plumbv1.FieldManager: {"a"}, "kubectl-edit": {"b"}})); got != diff.Drifted {
 		t.Errorf("after another manager took a field: %s, want drifted", got)
+	}
+	// The drift is described from the object read whole, once while the
+	// cached object stays at that resourceVersion.
+	kind(liveConfigMap(t, "6", map[string][]string{plumbv1.FieldManager: {"a"}, "kubectl-edit": {"b"}}))
+	if fetcher.fetches != 1 {
+		t.Errorf("%d reads of the drifted object over two compares at one resourceVersion, want 1", fetcher.fetches)
 	}
 
 	// A new record (here: plumb owns b, which the live object at the
@@ -153,7 +191,7 @@ func TestARestartedControllerTrustsAnObjectAsItLeftIt(t *testing.T) {
 	}
 	for _, c := range cases {
 		r := &Reconciler{} // a restarted controller: no memory
-		result, err := r.compare(key, app, desired.DeepCopy(), hash, c.live, c.appliedFields, nil, nil)
+		result, _, err := r.compare(context.Background(), key, app, desired.DeepCopy(), hash, cachedAs(t, c.live), c.appliedFields, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +225,7 @@ func TestTheInventoryKeepsNoDigestOfAnObjectAppliedWithFieldsLeftToOthers(t *tes
 	desired.SetAnnotations(map[string]string{plumbv1.AnnotationContentHash: hash})
 	id := idOf(desired)
 	r := &Reconciler{}
-	whole, err := diff.RecordFromLive(hash, liveConfigMap(t, "3", map[string][]string{plumbv1.FieldManager: {"a", "b"}}))
+	whole, err := diff.RecordFromLive(hash, cachedAs(t, liveConfigMap(t, "3", map[string][]string{plumbv1.FieldManager: {"a", "b"}})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +239,7 @@ func TestTheInventoryKeepsNoDigestOfAnObjectAppliedWithFieldsLeftToOthers(t *tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	partial, err := diff.RecordFromLive(strippedHash, liveConfigMap(t, "4", map[string][]string{plumbv1.FieldManager: {"a"}, "kubectl-edit": {"b"}}))
+	partial, err := diff.RecordFromLive(strippedHash, cachedAs(t, liveConfigMap(t, "4", map[string][]string{plumbv1.FieldManager: {"a"}, "kubectl-edit": {"b"}})))
 	if err != nil {
 		t.Fatal(err)
 	}

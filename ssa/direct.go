@@ -9,9 +9,7 @@ import (
 	"github.com/fluxcd/cli-utils/pkg/object"
 	fluxssa "github.com/fluxcd/pkg/ssa"
 	ssaerrors "github.com/fluxcd/pkg/ssa/errors"
-	"github.com/fluxcd/pkg/ssa/normalize"
 	"github.com/fluxcd/pkg/ssa/utils"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -150,8 +148,10 @@ func (m *Manager) applyOne(ctx context.Context, desired *unstructured.Unstructur
 // DryRun asks the API server (one server-side dry-run apply, no Get)
 // whether applying obj would change live, the cached live object, and
 // returns the object the apply would produce (with its managedFields). It
-// compares labels, annotations and everything outside metadata and status.
-func (m *Manager) DryRun(ctx context.Context, obj, live *unstructured.Unstructured) (bool, *unstructured.Unstructured, error) {
+// compares what an apply sets: labels, annotations (kubectl's last-applied
+// copy aside) and everything outside metadata and status, by digest (see
+// compact.Object).
+func (m *Manager) DryRun(ctx context.Context, obj *unstructured.Unstructured, live *compact.Object) (bool, *unstructured.Unstructured, error) {
 	dryRun := obj.DeepCopy()
 	err := m.client.Patch(ctx, dryRun, client.Apply, client.DryRunAll, client.FieldOwner(plumbv1.FieldManager), client.ForceOwnership)
 	if err != nil {
@@ -160,39 +160,11 @@ func (m *Manager) DryRun(ctx context.Context, obj, live *unstructured.Unstructur
 	if live == nil {
 		return true, dryRun, nil
 	}
-	if !apiequality.Semantic.DeepEqual(dryRun.GetLabels(), live.GetLabels()) ||
-		!apiequality.Semantic.DeepEqual(withoutLastApplied(dryRun.GetAnnotations()), withoutLastApplied(live.GetAnnotations())) {
-		return true, dryRun, nil
+	answer, err := compact.AppliedDigest(dryRun)
+	if err != nil {
+		return false, nil, fmt.Errorf("%s: digesting the dry-run's answer: %w", describe(obj), err)
 	}
-	return !apiequality.Semantic.DeepEqual(withoutMetadataAndStatus(dryRun), withoutMetadataAndStatus(live)), dryRun, nil
-}
-
-// withoutLastApplied leaves out kubectl's last-applied-configuration, which
-// the cache does not keep (see package compact) and plumb never applies.
-func withoutLastApplied(annotations map[string]string) map[string]string {
-	if _, ok := annotations[compact.LastAppliedAnnotation]; !ok {
-		return annotations
-	}
-	out := make(map[string]string, len(annotations))
-	for k, v := range annotations {
-		if k != compact.LastAppliedAnnotation {
-			out[k] = v
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
-func withoutMetadataAndStatus(u *unstructured.Unstructured) map[string]any {
-	c := u.DeepCopy()
-	delete(c.Object, "metadata")
-	delete(c.Object, "status")
-	if err := normalize.DryRunUnstructured(c); err != nil {
-		return u.Object
-	}
-	return c.Object
+	return answer != live.AppliedDigest(), dryRun, nil
 }
 
 // RemoveAdditions sends one JSON patch (RFC 6902) to obj, e.g. to remove

@@ -15,10 +15,12 @@ import (
 	fluxssa "github.com/fluxcd/pkg/ssa"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/diff"
 )
 
@@ -38,6 +40,11 @@ func (o Owner) Owns(obj *unstructured.Unstructured) bool {
 	name, _, _ := unstructured.NestedString(obj.Object, "metadata", "labels", plumbv1.LabelAppName)
 	namespace, _, _ := unstructured.NestedString(obj.Object, "metadata", "labels", plumbv1.LabelAppNamespace)
 	return name == o.Name && namespace == o.Namespace
+}
+
+// OwnsLive is Owns for a cached live object.
+func (o Owner) OwnsLive(obj *compact.Object) bool {
+	return obj.Label(plumbv1.LabelAppName) == o.Name && obj.Label(plumbv1.LabelAppNamespace) == o.Namespace
 }
 
 // Manager applies and prunes objects.
@@ -132,13 +139,21 @@ type Kept struct {
 // annotated enabled (deleting them deletes what is in them, or every
 // object of their kind).
 func PruneGuard(obj *unstructured.Unstructured) (Guard, bool) {
-	switch obj.GetAnnotations()[plumbv1.AnnotationPrune] {
+	return pruneGuard(obj.GroupVersionKind(), obj.GetAnnotations()[plumbv1.AnnotationPrune])
+}
+
+// PruneGuardLive is PruneGuard for a cached live object.
+func PruneGuardLive(obj *compact.Object) (Guard, bool) {
+	return pruneGuard(obj.GroupVersionKind(), obj.Annotation(plumbv1.AnnotationPrune))
+}
+
+func pruneGuard(gvk schema.GroupVersionKind, annotation string) (Guard, bool) {
+	switch annotation {
 	case "disabled":
 		return Guard{Reason: "PruneDisabled", Message: "annotated " + plumbv1.AnnotationPrune + ": disabled; remove the annotation to let plumb prune it"}, true
 	case "enabled":
 		return Guard{}, false
 	}
-	gvk := obj.GroupVersionKind()
 	switch {
 	case gvk.Group == "" && gvk.Kind == "Namespace":
 		return Guard{Reason: "Namespace", Message: "a Namespace is pruned only when annotated " + plumbv1.AnnotationPrune +

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/localcluster"
 	"github.com/plumb-dev/plumb/source/manifest"
 )
@@ -237,7 +238,10 @@ func TestDryRunSaysWhetherAnApplyWouldChangeTheObject(t *testing.T) {
 	if _, _, err := directly(t, m, objs, DirectOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	live := get(t, c, "v1", "ConfigMap", ns, "a")
+	live, err := compact.Of(get(t, c, "v1", "ConfigMap", ns, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	cm := objs[1].DeepCopy()
 	if differs, dryRun, err := m.DryRun(context.Background(), cm, live); err != nil || differs || dryRun == nil {
 		t.Errorf("DryRun of the applied object = %v, %v; want no difference and the dry-run object", differs, err)
@@ -245,6 +249,11 @@ func TestDryRunSaysWhetherAnApplyWouldChangeTheObject(t *testing.T) {
 	cm.Object["data"] = map[string]any{"k": "changed"}
 	if differs, _, err := m.DryRun(context.Background(), cm, live); err != nil || !differs {
 		t.Errorf("DryRun of a changed object = %v, %v; want a difference", differs, err)
+	}
+	relabelled := objs[1].DeepCopy()
+	relabelled.SetLabels(map[string]string{plumbv1.LabelAppName: "diff", plumbv1.LabelAppNamespace: "apps", "tier": "web"})
+	if differs, _, err := m.DryRun(context.Background(), relabelled, live); err != nil || !differs {
+		t.Errorf("DryRun of an object with a new label = %v, %v; want a difference", differs, err)
 	}
 	if got := get(t, c, "v1", "ConfigMap", ns, "a").Object["data"]; !cmp.Equal(got, map[string]any{"k": "v"}) {
 		t.Errorf("DryRun wrote to the cluster: data = %v", got)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"net"
 	"os"
 	"os/signal"
@@ -13,9 +12,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fluxcd/cli-utils/pkg/flowcontrol"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -51,8 +52,8 @@ func newControllerCommand() *cobra.Command {
 	}
 	flags := cmd.Flags()
 	flags.StringVar(&f.kubeconfig, "kubeconfig", "", "path to a kubeconfig; defaults to $KUBECONFIG, then the in-cluster service account")
-	flags.Float32Var(&f.kubeAPIQPS, "kube-api-qps", 50, "requests per second to the API server, on average (client-go's own default, 5, would cap the Apps a controller can tick)")
-	flags.IntVar(&f.kubeAPIBurst, "kube-api-burst", 300, "requests to the API server allowed at once above --kube-api-qps")
+	flags.Float32Var(&f.kubeAPIQPS, "kube-api-qps", 0, "client-side limit of requests per second to the API server, on average; 0: none when the API server applies API Priority and Fairness (it protects itself, and Flux and controller-runtime then set none either), else "+fmt.Sprint(fallbackQPS)+"; negative: none")
+	flags.IntVar(&f.kubeAPIBurst, "kube-api-burst", fallbackBurst, "requests to the API server allowed at once above the client-side limit, when there is one")
 	flags.Int64Var(&f.RenderCacheBytes, "render-cache-bytes", source.DefaultRenderCacheBytes, "memory the cache of rendered Git revisions may take, in bytes (estimated)")
 	flags.DurationVar(&f.RenderTimeout, "render-timeout", source.DefaultRenderTimeout, "how long one render may take; a Kustomize or Helm build still running then is killed")
 	flags.Uint64Var(&f.RenderMemoryBytes, "render-memory-bytes", 2<<30, "memory (data and heap) a Kustomize or Helm build's process may take, in bytes")
@@ -91,8 +92,8 @@ func (f controllerFlags) validate() error {
 	if l.MaxFiles < 0 || l.MaxTotalBytes < 0 || l.MaxFileBytes < 0 || l.MaxObjects < 0 {
 		return fmt.Errorf("--max-repository-files, --max-repository-bytes, --max-file-bytes and --max-objects must not be negative")
 	}
-	if f.kubeAPIQPS <= 0 || f.kubeAPIBurst < 1 {
-		return fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d: want a positive rate and a burst of at least 1", f.kubeAPIQPS, f.kubeAPIBurst)
+	if f.kubeAPIBurst < 1 {
+		return fmt.Errorf("--kube-api-burst %d: want at least 1", f.kubeAPIBurst)
 	}
 	if f.RenderCacheBytes < 0 || f.RenderTimeout <= 0 || f.RenderMemoryBytes < 256<<20 {
 		return fmt.Errorf("--render-cache-bytes must not be negative, --render-timeout must be positive and --render-memory-bytes at least 256 MiB")
@@ -123,13 +124,13 @@ func runController(ctx context.Context, f controllerFlags) error {
 	if err != nil {
 		return err
 	}
-	cfg.QPS, cfg.Burst = f.kubeAPIQPS, f.kubeAPIBurst
 	serverVersion, err := serverVersion(ctx, cfg)
 	if err != nil {
 		return err
 	}
+	limit := clientLimit(ctx, cfg, f.kubeAPIQPS, f.kubeAPIBurst, log)
 	log.Info("Connected to the API server", zap.String("host", cfg.Host), zap.String("version", serverVersion),
-		zap.Float32("qps", cfg.QPS), zap.Int("burst", cfg.Burst))
+		zap.Float32("qps", cfg.QPS), zap.Int("burst", cfg.Burst), zap.String("clientRateLimit", limit))
 	f.AppSelector, _ = labels.Parse(f.appSelector) // validated above
 	self, err := os.Executable()
 	if err != nil {
@@ -182,6 +183,44 @@ func loadRESTConfig(path string) (*rest.Config, error) {
 
 // serverVersion asks the API server for its version, so a wrong kubeconfig
 // fails at start rather than on the first tick.
+// The client-side rate limit where the API server does not apply API
+// Priority and Fairness (Flux's controllers' defaults).
+const (
+	fallbackQPS   = 50
+	fallbackBurst = 300
+)
+
+// clientLimit sets cfg's client-side rate limit from --kube-api-qps and
+// --kube-api-burst and says which it set. By default (qps 0) there is none
+// when the API server applies API Priority and Fairness, which queues and
+// sheds load by priority itself (SIG API Machinery's advice; Flux and
+// controller-runtime do the same); otherwise, or when the server cannot be
+// asked, fallbackQPS. A negative qps sets none, a positive one that limit.
+func clientLimit(ctx context.Context, cfg *rest.Config, qps float32, burst int, log *zap.Logger) string {
+	cfg.Burst = burst
+	switch {
+	case qps > 0:
+		cfg.QPS = qps
+		return "set by --kube-api-qps"
+	case qps < 0:
+		cfg.QPS = -1
+		return "none: --kube-api-qps is negative"
+	}
+	probeCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	enabled, err := flowcontrol.IsEnabled(probeCtx, cfg)
+	if err != nil {
+		log.Warn("Could not tell whether the API server applies API Priority and Fairness; limiting requests client-side",
+			zap.Float32("qps", fallbackQPS), zap.Error(err))
+	}
+	if enabled {
+		cfg.QPS = -1
+		return "none: the API server applies API Priority and Fairness"
+	}
+	cfg.QPS = fallbackQPS
+	return "the default: the API server does not apply API Priority and Fairness"
+}
+
 func serverVersion(ctx context.Context, cfg *rest.Config) (string, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Timeout = 15 * time.Second

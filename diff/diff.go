@@ -21,7 +21,6 @@
 package diff
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -30,6 +29,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -63,14 +63,18 @@ type Record struct {
 	// DesiredHash is Hash of the desired object that was applied.
 	DesiredHash string
 	// fields are the fields the plumb manager owned afterwards, as the JSON
-	// of a fieldpath.Set: a tenth of the memory of the decoded set, which
-	// only a Compare of a changed object needs (Fields).
-	fields []byte
-	// FieldsDigest is a short digest of Fields, kept in the App's inventory
-	// so that a restarted controller can rebuild the Record from the live
-	// object (see RecordFromLive).
-	FieldsDigest string
+	// of a fieldpath.Set, interned: the objects of one shape (a thousand
+	// ConfigMaps with the same keys) share one copy. Only a Compare of a
+	// changed object decodes it (Fields).
+	fields unique.Handle[string]
+	// digest is a short digest of fields (see FieldsDigest).
+	digest [8]byte
 }
+
+// FieldsDigest is a short digest of Fields, in hex, kept in the App's
+// inventory so that a restarted controller can rebuild the Record from the
+// live object (see RecordFromLive).
+func (r *Record) FieldsDigest() string { return hex.EncodeToString(r.digest[:]) }
 
 // Change is one field that someone else changed.
 type Change struct {
@@ -169,16 +173,18 @@ func RecordFromLive(desiredHash string, live *compact.Object) (Record, error) {
 		return Record{}, fmt.Errorf("digesting plumb's managed fields of %s: %w", live.GetName(), err)
 	}
 	sum := sha256.Sum256(data)
-	return Record{DesiredHash: desiredHash, fields: data, FieldsDigest: hex.EncodeToString(sum[:8])}, nil
+	rec := Record{DesiredHash: desiredHash, fields: unique.Make(string(data))}
+	copy(rec.digest[:], sum[:8])
+	return rec, nil
 }
 
 // Fields are the fields the plumb manager owned after the write recorded.
 func (r *Record) Fields() (*fieldpath.Set, error) {
 	set := &fieldpath.Set{}
-	if len(r.fields) == 0 {
+	if r.fields == (unique.Handle[string]{}) || r.fields.Value() == "" {
 		return set, nil
 	}
-	if err := set.FromJSON(bytes.NewReader(r.fields)); err != nil {
+	if err := set.FromJSON(strings.NewReader(r.fields.Value())); err != nil {
 		return nil, fmt.Errorf("reading the recorded fields: %w", err)
 	}
 	return set, nil

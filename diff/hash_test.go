@@ -146,7 +146,7 @@ func benchObject(b *testing.B) *unstructured.Unstructured {
 func TestHashIsPinned(t *testing.T) {
 	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": "a", "annotations": map[string]any{"plumb.dev/revision": "x", "team": "a"}, "labels": map[string]any{"l": "v"}},
-		"data": map[string]any{"k": "v", "n": int64(3), "f": 1.5, "b": true, "z": nil, "list": []any{"a", map[string]any{"q": "r"}}}}}
+		"data":     map[string]any{"k": "v", "n": int64(3), "f": 1.5, "b": true, "z": nil, "list": []any{"a", map[string]any{"q": "r"}}}}}
 	got, err := Hash(u)
 	if want := "c8c99b4222a8b18314576754805d2f8b423cca0f7ae0ea1a4b253d8a065e6017"; got != want || err != nil {
 		t.Errorf("Hash = %s, %v; want %s", got, err, want)

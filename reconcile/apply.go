@@ -278,7 +278,7 @@ func (r *Reconciler) appliedFields(key types.NamespacedName, desired []*unstruct
 	}
 	return func(id objectID) string {
 		if rec := r.memory.record(key, id); rec != nil && rec.DesiredHash == gitHash[id] {
-			return rec.FieldsDigest
+			return rec.FieldsDigest()
 		}
 		return ""
 	}

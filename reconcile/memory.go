@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
@@ -31,15 +30,9 @@ type memory struct {
 
 // appMemory is what memory keeps about one App.
 type appMemory struct {
-	records map[objectID]diff.Record
-	// verified are the objects whose live state the Diff phase last found
-	// Unchanged against their record (see verification).
-	verified map[objectID]verification
-	// described are the drifts last described from an object fetched
-	// whole, kept while the cached object stays as it was then.
-	described map[objectID]describedDrift
-	written   map[objectID]string // resourceVersion of plumb's last write of the object
-	episodes  map[objectID]*episode
+	// objects holds what is known of each object, one entry each (an App
+	// of thousands of objects keeps one map, not one per kind of fact).
+	objects map[objectID]*objectMemory
 	// fieldDrifts are the changes, within conflictWindow, that another
 	// manager made to a field plumb applied, by object and "path\x00manager".
 	fieldDrifts map[objectID]map[string][]fieldChange
@@ -60,18 +53,36 @@ type appMemory struct {
 	// unwritten counts the ticks in a row whose status changed in nothing
 	// but times, and was not written.
 	unwritten int
-	// stamps are the content hashes of the last tick's desired objects, by
-	// the rendered object each was prepared from (see Reconciler.prepare).
-	stamps map[*unstructured.Unstructured]stamp
+}
+
+// objectMemory is what memory keeps about one object of an App.
+type objectMemory struct {
+	// record is the diff Record of what plumb last applied or confirmed
+	// (hasRecord says there is one).
+	record    diff.Record
+	hasRecord bool
+	// verified are the inputs of the Diff phase's last Unchanged verdict
+	// (liveRV "" for none; see verification).
+	verified verification
+	// described is the drift last described from the object fetched whole,
+	// kept while the cached object stays as it was then.
+	described *describedDrift
+	// written is the resourceVersion of plumb's last write of the object.
+	written string
+	// drifting: drifted and not seen converged since (a drift episode).
+	drifting bool
+	// stamp is the content hash of the object as the last tick prepared it.
+	stamp stamp
 }
 
 // stamp is the content hash of a desired object prepared from a rendered
-// one, with what else the preparation depended on: the App's generation
-// (target namespace, ignore rules) and the namespace it was given (the
-// kind's scope).
+// one, with what else the preparation depended on: the rendered object
+// itself (the render cache's, shared while the render is the same), the
+// App's generation (target namespace, ignore rules) and the namespace it
+// was given (the kind's scope; part of the object's ID).
 type stamp struct {
+	from       *source.Object
 	generation int64
-	namespace  string
 	hash       string
 }
 
@@ -86,11 +97,6 @@ type heldEvent struct {
 type lastRead struct {
 	generation int64
 	result     *source.Result
-}
-
-// episode is the drift history of one object.
-type episode struct {
-	active bool // drifted and not yet seen converged
 }
 
 // objectConflicts are the fields of one object left to other managers.
@@ -115,31 +121,55 @@ func (m *memory) app(key types.NamespacedName) *appMemory {
 	}
 	a := m.apps[key]
 	if a == nil {
-		a = &appMemory{records: map[objectID]diff.Record{}, verified: map[objectID]verification{}, described: map[objectID]describedDrift{},
-			written: map[objectID]string{}, episodes: map[objectID]*episode{},
+		a = &appMemory{objects: map[objectID]*objectMemory{},
 			fieldDrifts: map[objectID]map[string][]fieldChange{}, conflicts: map[objectID]*objectConflicts{}}
 		m.apps[key] = a
 	}
 	return a
 }
 
+// object returns the memory of one object of an App, creating it. m.mu is
+// held.
+func (m *memory) object(key types.NamespacedName, id objectID) *objectMemory {
+	a := m.app(key)
+	o := a.objects[id]
+	if o == nil {
+		o = &objectMemory{}
+		a.objects[id] = o
+	}
+	return o
+}
+
+// peek returns the memory of one object, nil when there is none. m.mu is
+// held.
+func (m *memory) peek(key types.NamespacedName, id objectID) *objectMemory {
+	if a := m.apps[key]; a != nil {
+		return a.objects[id]
+	}
+	return nil
+}
+
 func (m *memory) record(key types.NamespacedName, id objectID) *diff.Record {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	rec, ok := m.app(key).records[id]
-	if !ok {
+	o := m.peek(key, id)
+	if o == nil || !o.hasRecord {
 		return nil
 	}
+	rec := o.record
 	return &rec
 }
 
 func (m *memory) remember(key types.NamespacedName, id objectID, rec diff.Record) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	a := m.app(key)
-	a.records[id] = rec
-	delete(a.verified, id) // found Unchanged against another record
-	delete(a.described, id)
+	o := m.object(key, id)
+	if o.stamp.hash == rec.DesiredHash {
+		rec.DesiredHash = o.stamp.hash // one copy of the string, not two
+	}
+	o.record, o.hasRecord = rec, true
+	o.verified = verification{} // found Unchanged against another record
+	o.described = nil
 }
 
 // verification is what an Unchanged verdict of the Diff phase depended on:
@@ -156,9 +186,9 @@ type verification struct {
 func (m *memory) verify(key types.NamespacedName, id objectID, v verification) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	a := m.app(key)
-	a.verified[id] = v
-	delete(a.described, id)
+	o := m.object(key, id)
+	o.verified = v
+	o.described = nil
 }
 
 // describedDrift is a drift described from the object fetched whole (live),
@@ -177,37 +207,43 @@ func (m *memory) describeDrift(key types.NamespacedName, id objectID, v verifica
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.app(key).described[id] = describedDrift{under: v, result: result, live: live}
+	m.object(key, id).described = &describedDrift{under: v, result: result, live: live}
 }
 
 // describedDrift returns the description of a drift kept under v.
 func (m *memory) describedDrift(key types.NamespacedName, id objectID, v verification) (describedDrift, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	d, ok := m.app(key).described[id]
-	return d, ok && d.under == v
+	o := m.peek(key, id)
+	if o == nil || o.described == nil || o.described.under != v {
+		return describedDrift{}, false
+	}
+	return *o.described, true
 }
 
 // isVerified reports whether the object was found Unchanged under v.
 func (m *memory) isVerified(key types.NamespacedName, id objectID, v verification) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	got, ok := m.app(key).verified[id]
-	return ok && got == v
+	o := m.peek(key, id)
+	return o != nil && o.verified.liveRV != "" && o.verified == v
 }
 
 // wrote records the resourceVersion that plumb's write of an object produced.
 func (m *memory) wrote(key types.NamespacedName, id objectID, rv string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.app(key).written[id] = rv
+	m.object(key, id).written = rv
 }
 
 // writtenRV is the resourceVersion of plumb's last write of an object ("" none).
 func (m *memory) writtenRV(key types.NamespacedName, id objectID) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.app(key).written[id]
+	if o := m.peek(key, id); o != nil {
+		return o.written
+	}
+	return ""
 }
 
 // beginWrites starts holding the App's events (see appMemory.writing).
@@ -224,7 +260,7 @@ func (m *memory) endWrites(key types.NamespacedName) (missed bool) {
 	defer m.mu.Unlock()
 	a := m.app(key)
 	for _, e := range a.writing {
-		if a.written[e.id] != e.rv {
+		if o := a.objects[e.id]; o == nil || o.written != e.rv {
 			missed = true
 		}
 	}
@@ -241,7 +277,7 @@ func (m *memory) ownWrite(key types.NamespacedName, id objectID, rv string) bool
 	switch {
 	case a == nil:
 		return false
-	case a.written[id] == rv:
+	case a.objects[id] != nil && a.objects[id].written == rv:
 		return true
 	case a.writing != nil:
 		a.writing = append(a.writing, heldEvent{id: id, rv: rv})
@@ -255,29 +291,9 @@ func (m *memory) keepOnly(key types.NamespacedName, ids map[objectID]bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a := m.app(key)
-	for id := range a.records {
+	for id := range a.objects {
 		if !ids[id] {
-			delete(a.records, id)
-		}
-	}
-	for id := range a.written {
-		if !ids[id] {
-			delete(a.written, id)
-		}
-	}
-	for id := range a.verified {
-		if !ids[id] {
-			delete(a.verified, id)
-		}
-	}
-	for id := range a.described {
-		if !ids[id] {
-			delete(a.described, id)
-		}
-	}
-	for id := range a.episodes {
-		if !ids[id] {
-			delete(a.episodes, id)
+			delete(a.objects, id)
 		}
 	}
 	for id := range a.fieldDrifts {
@@ -304,14 +320,9 @@ func (m *memory) forgetApp(key types.NamespacedName) {
 func (m *memory) drifted(key types.NamespacedName, id objectID) (newEpisode bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	a := m.app(key)
-	e := a.episodes[id]
-	if e == nil {
-		e = &episode{}
-		a.episodes[id] = e
-	}
-	newEpisode = !e.active
-	e.active = true
+	o := m.object(key, id)
+	newEpisode = !o.drifting
+	o.drifting = true
 	return newEpisode
 }
 
@@ -427,8 +438,8 @@ func (m *memory) leftFields(key types.NamespacedName, id objectID, hash string, 
 func (m *memory) converged(key types.NamespacedName, id objectID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e := m.app(key).episodes[id]; e != nil {
-		e.active = false
+	if o := m.peek(key, id); o != nil {
+		o.drifting = false
 	}
 }
 
@@ -486,18 +497,21 @@ func (m *memory) appRV(key types.NamespacedName) string {
 	return m.app(key).appRV
 }
 
-// stampsOf returns the App's stamps of the last tick (read only).
-func (m *memory) stampsOf(key types.NamespacedName) map[*unstructured.Unstructured]stamp {
+// stampOf returns the stamp of an object as the last tick prepared it.
+func (m *memory) stampOf(key types.NamespacedName, id objectID) stamp {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.app(key).stamps
+	if o := m.peek(key, id); o != nil {
+		return o.stamp
+	}
+	return stamp{}
 }
 
-// setStamps replaces the App's stamps with this tick's.
-func (m *memory) setStamps(key types.NamespacedName, stamps map[*unstructured.Unstructured]stamp) {
+// setStamp records the stamp of an object as this tick prepared it.
+func (m *memory) setStamp(key types.NamespacedName, id objectID, s stamp) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.app(key).stamps = stamps
+	m.object(key, id).stamp = s
 }
 
 // heartbeatEvery is how many ticks in a row may leave a status that changed
@@ -534,9 +548,11 @@ func (m *memory) newTerm() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, a := range m.apps {
-		a.verified = map[objectID]verification{} // they may have depended on conflicts forgotten here
-		a.described = map[objectID]describedDrift{}
-		a.episodes = map[objectID]*episode{}
+		for _, o := range a.objects {
+			o.verified = verification{} // it may have depended on conflicts forgotten here
+			o.described = nil
+			o.drifting = false
+		}
 		a.fieldDrifts = map[objectID]map[string][]fieldChange{}
 		a.conflicts = map[objectID]*objectConflicts{}
 	}

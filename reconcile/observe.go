@@ -66,27 +66,31 @@ func (k *tickKinds) isPending(gvk schema.GroupVersionKind) bool {
 	return ok
 }
 
-// prepare copies the rendered objects (they are shared with the render
-// cache), gives them the namespace the server will — none for a
+// prepare decodes the rendered objects (each a copy of the tick's own; the
+// render cache keeps them encoded), gives them the namespace the server will — none for a
 // cluster-scoped kind, the target namespace for a namespaced object that
 // names none — and stamps them with the App's labels and their content
 // hash. The hash of an object prepared from the very rendered object of
-// the last tick, at the same generation and namespace, is not computed
-// again: an unchanged tick hashes nothing.
+// the last tick, at the same generation (and so the same namespace, which
+// its ID holds), is not computed again: an unchanged tick hashes nothing.
 func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstructured.Unstructured, *tickKinds, error) {
 	key := types.NamespacedName{Namespace: app.Namespace, Name: app.Name}
 	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
-	known := r.memory.stampsOf(key)
-	stamps := make(map[*unstructured.Unstructured]stamp, len(result.Objects))
 	defaultNamespace := app.Namespace
 	if app.Spec.TargetNamespace != "" {
 		defaultNamespace = app.Spec.TargetNamespace
 	}
-	defined := definedKinds(result)
+	defined, err := definedKinds(result)
+	if err != nil {
+		return nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+	}
 	kinds := newTickKinds(r.Mapper)
 	desired := make([]*unstructured.Unstructured, 0, len(result.Objects))
 	for _, o := range result.Objects {
-		obj := o.DeepCopy()
+		obj, err := o.Decode()
+		if err != nil {
+			return nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+		}
 		diff.Normalize(obj)
 		gvk := obj.GroupVersionKind()
 		scope, err := kinds.served(gvk)
@@ -111,19 +115,21 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 			obj.SetNamespace(defaultNamespace)
 		}
 		ignoreFor(app, obj).Strip(obj)
-		last, ok := known[o.Unstructured]
-		if !ok || last.generation != app.Generation || last.namespace != obj.GetNamespace() {
-			last = stamp{generation: app.Generation, namespace: obj.GetNamespace()}
+		id := idOf(obj)
+		last := r.memory.stampOf(key, id)
+		if last.from != o || last.generation != app.Generation {
+			last = stamp{from: o, generation: app.Generation}
 		}
 		hash, err := ssa.StampContent(obj, owner, last.hash)
 		if err != nil {
 			return nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 		}
-		last.hash = hash
-		stamps[o.Unstructured] = last
+		if last.hash != hash {
+			last.hash = hash
+			r.memory.setStamp(key, id, last)
+		}
 		desired = append(desired, obj)
 	}
-	r.memory.setStamps(key, stamps)
 	return desired, kinds, nil
 }
 
@@ -143,11 +149,15 @@ func ignoreFor(app *plumbv1.App, obj *unstructured.Unstructured) diff.Ignore {
 
 // definedKinds are the kinds whose CRDs the render itself contains, with
 // the scope each declares.
-func definedKinds(result *source.Result) map[schema.GroupKind]meta.RESTScopeName {
+func definedKinds(result *source.Result) (map[schema.GroupKind]meta.RESTScopeName, error) {
 	out := map[schema.GroupKind]meta.RESTScopeName{}
-	for _, o := range result.Objects {
-		if o.GetKind() != "CustomResourceDefinition" || o.GroupVersionKind().Group != "apiextensions.k8s.io" {
+	for _, rendered := range result.Objects {
+		if rendered.GetKind() != "CustomResourceDefinition" || rendered.GroupVersionKind().Group != "apiextensions.k8s.io" {
 			continue
+		}
+		o, err := rendered.Decode()
+		if err != nil {
+			return nil, err
 		}
 		group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
 		kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
@@ -157,7 +167,7 @@ func definedKinds(result *source.Result) map[schema.GroupKind]meta.RESTScopeName
 			out[schema.GroupKind{Group: group, Kind: kind}] = meta.RESTScopeNameRoot
 		}
 	}
-	return out
+	return out, nil
 }
 
 // catchUpTimeout bounds the wait for an informer to show plumb's own last

@@ -184,7 +184,7 @@ func (r *Reconciler) compare(ctx context.Context, key types.NamespacedName, app 
 	}
 	rec := r.memory.record(key, id)
 	if rec == nil && live != nil && left == nil && appliedFields != "" && live.Annotation(plumbv1.AnnotationContentHash) == hash {
-		if restored, err := diff.RecordFromLive(hash, live); err == nil && restored.FieldsDigest == appliedFields {
+		if restored, err := diff.RecordFromLive(hash, live); err == nil && restored.FieldsDigest() == appliedFields {
 			r.memory.remember(key, id, restored)
 			rec = &restored
 		}

@@ -173,7 +173,7 @@ func TestARestartedControllerTrustsAnObjectAsItLeftIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	digest := rec.FieldsDigest
+	digest := rec.FieldsDigest()
 	if len(digest) != 16 {
 		t.Fatalf("digest %q, want 16 hex digits", digest)
 	}
@@ -230,8 +230,8 @@ func TestTheInventoryKeepsNoDigestOfAnObjectAppliedWithFieldsLeftToOthers(t *tes
 		t.Fatal(err)
 	}
 	r.memory.remember(key, id, whole)
-	if got := r.appliedFields(key, []*unstructured.Unstructured{desired})(id); got != whole.FieldsDigest {
-		t.Errorf("applied as in Git: digest %q, want %q", got, whole.FieldsDigest)
+	if got := r.appliedFields(key, []*unstructured.Unstructured{desired})(id); got != whole.FieldsDigest() {
+		t.Errorf("applied as in Git: digest %q, want %q", got, whole.FieldsDigest())
 	}
 	stripped := desired.DeepCopy()
 	unstructured.RemoveNestedField(stripped.Object, "data", "b") // b is left to another manager

@@ -4,14 +4,13 @@ import (
 	"container/list"
 	"sync"
 
-	"github.com/plumb-dev/plumb/source/manifest"
 	"github.com/plumb-dev/plumb/source/render"
 )
 
 // cachedRender is a render, or the lasting error it failed with.
 type cachedRender struct {
 	engine  render.Engine
-	objects []manifest.Object
+	objects []*Object
 	err     error
 }
 
@@ -86,33 +85,7 @@ func sizeOfRender(r *cachedRender) int64 {
 		size += int64(len(r.err.Error()))
 	}
 	for _, o := range r.objects {
-		size += 64 + int64(len(o.Source.File))
-		if o.Unstructured != nil {
-			size += sizeOfValue(o.Object)
-		}
+		size += 160 + int64(len(o.Source.File)+len(o.name)+len(o.namespace)+len(o.data))
 	}
 	return size
-}
-
-// sizeOfValue estimates the memory of a decoded JSON value: headers of
-// maps, slices and strings, plus their contents.
-func sizeOfValue(v any) int64 {
-	switch t := v.(type) {
-	case map[string]any:
-		size := int64(48)
-		for k, item := range t {
-			size += 16 + int64(len(k)) + sizeOfValue(item)
-		}
-		return size
-	case []any:
-		size := int64(24)
-		for _, item := range t {
-			size += 16 + sizeOfValue(item)
-		}
-		return size
-	case string:
-		return 16 + int64(len(t))
-	default:
-		return 16
-	}
 }

@@ -82,15 +82,15 @@ type Capabilities interface {
 	Capabilities(ctx context.Context) (kubeVersion string, apiVersions []string, err error)
 }
 
-// Result is what a read found. Objects are shared with the cache: treat them
-// as read-only and DeepCopy before changing one.
+// Result is what a read found. Objects are shared with the cache (they are
+// immutable; Decode gives a copy to change).
 type Result struct {
 	// Revision is what was read, e.g. main@sha1:<40 hex>.
 	Revision git.Revision
 	// Engine is how the folder was rendered.
 	Engine render.Engine
 	// Objects are the rendered objects in a stable order.
-	Objects []manifest.Object
+	Objects []*Object
 	// Cached is true when the ref had not moved and the render came from the
 	// cache: one round trip, no fetch, no render.
 	Cached bool
@@ -249,7 +249,7 @@ func withCapabilities(ctx context.Context, req *Request, key string) (string, er
 // render reads the commit's tree and renders the folder, within the limits
 // and the render timeout. For a Helm chart it first asks what the cluster
 // serves, and moves *lookup to the render key that includes it.
-func (r *Reader) render(ctx context.Context, req *Request, rev git.Revision, key string, lookup *string) (render.Engine, []manifest.Object, error) {
+func (r *Reader) render(ctx context.Context, req *Request, rev git.Revision, key string, lookup *string) (render.Engine, []*Object, error) {
 	r.rendered.Add(1)
 	t, err := r.repos.Tree(req.URL, req.Auth, rev.Hash, tree.Limits{
 		MaxFiles: r.limits.MaxFiles, MaxTotalBytes: r.limits.MaxTotalBytes, MaxFileBytes: r.limits.MaxFileBytes,
@@ -286,7 +286,11 @@ func (r *Reader) render(ctx context.Context, req *Request, rev git.Revision, key
 	if err := manifest.Duplicates(objects); err != nil {
 		return "", nil, &Error{Reason: ReasonInvalidManifest, Revision: rev.String(), Err: err}
 	}
-	return engine, objects, nil
+	encoded, err := encodeAll(objects)
+	if err != nil {
+		return "", nil, &Error{Reason: ReasonInvalidManifest, Revision: rev.String(), Err: err}
+	}
+	return engine, encoded, nil
 }
 
 // lasting reports a read error that the same revision, path and options

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -72,11 +74,22 @@ func setCondition(app *plumbv1.App, condType string, status bool, reason, messag
 // someone else wrote the App) is written over, so no stale field survives.
 func (r *Reconciler) writeStatus(ctx context.Context, original, app *plumbv1.App, log *zap.Logger) {
 	key := client.ObjectKeyFromObject(app)
-	if original.ResourceVersion == r.memory.appRV(key) &&
-		sameButTimes(original.Status, app.Status) && r.memory.skipWrite(key) {
+	heartbeat := original.ResourceVersion == r.memory.appRV(key) && sameButTimes(original.Status, app.Status)
+	if heartbeat && r.memory.skipWrite(key) {
 		return
 	}
-	err := r.Client.Status().Patch(ctx, app, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{}))
+	var patch client.Patch = client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})
+	if heartbeat {
+		// Only the times moved: send them alone rather than compute a patch
+		// from two encodings of the whole App (its inventory of thousands).
+		data, err := heartbeatPatch(original.ResourceVersion, app.Status)
+		if err != nil {
+			log.Error("Failed to write status", zap.Error(err))
+			return
+		}
+		patch = client.RawPatch(types.MergePatchType, data)
+	}
+	err := r.Client.Status().Patch(ctx, app, patch)
 	if apierrors.IsConflict(err) && r.APIReader != nil {
 		status := app.Status
 		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -96,6 +109,27 @@ func (r *Reconciler) writeStatus(ctx context.Context, original, app *plumbv1.App
 	case !apierrors.IsNotFound(err):
 		log.Error("Failed to write status", zap.Error(err))
 	}
+}
+
+// heartbeatPatch is a JSON merge patch of a status's times alone, with the
+// resourceVersion it applies to (the server refuses it, Conflict, when the
+// App changed since).
+func heartbeatPatch(resourceVersion string, status plumbv1.AppStatus) ([]byte, error) {
+	type phaseTime struct {
+		LastSuccessTime *metav1.Time `json:"lastSuccessTime"`
+	}
+	times := map[string]any{
+		"lastTickTime":           status.LastTickTime,
+		"lastSuccessfulTickTime": status.LastSuccessfulTickTime,
+		"phases": map[string]phaseTime{
+			"read": {status.Phases.Read.LastSuccessTime}, "observe": {status.Phases.Observe.LastSuccessTime},
+			"diff": {status.Phases.Diff.LastSuccessTime}, "apply": {status.Phases.Apply.LastSuccessTime},
+		},
+	}
+	if status.Drift != nil {
+		times["drift"] = map[string]any{"lastDetectedTime": status.Drift.LastDetectedTime}
+	}
+	return json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": resourceVersion}, "status": times})
 }
 
 // sameButTimes reports whether two statuses differ in nothing but the times

@@ -106,6 +106,8 @@ type Cache struct {
 	trees     *lru.Cache
 	treeWalks singleflight.Group // walks under way, by tree key
 	walks     atomic.Int64       // trees walked (for tests)
+	// handles are the repositories kept open between reads (see handles).
+	handles *handles
 }
 
 // cachedTrees is how many commits' trees Tree keeps. A tree holds names,
@@ -138,7 +140,7 @@ func NewCache(root string) (*Cache, error) {
 	}
 	return &Cache{
 		root: root, secret: secret, refsTTL: DefaultRefsTTL, now: time.Now,
-		locks: map[string]*sync.Mutex{}, refs: map[string]advertised{}, trees: lru.New(cachedTrees),
+		locks: map[string]*sync.Mutex{}, refs: map[string]advertised{}, trees: lru.New(cachedTrees), handles: newHandles(),
 	}, nil
 }
 
@@ -478,14 +480,19 @@ func (c *Cache) Fetch(ctx context.Context, url string, ref Ref, rev Revision, au
 	l.Lock()
 	defer l.Unlock()
 
+	hash := plumbing.NewHash(rev.Hash)
+	if h, err := c.handles.get(dir); err == nil {
+		if h.with(func(repo *gogit.Repository) error { _, err := repo.CommitObject(hash); return err }) == nil {
+			return nil
+		}
+	}
+	// The fetch writes through a handle of its own, which readers of the
+	// shared one never see half-written.
 	repo, err := openOrInit(dir, r.url)
 	if err != nil {
 		return err
 	}
-	hash := plumbing.NewHash(rev.Hash)
-	if _, err := repo.CommitObject(hash); err == nil {
-		return nil
-	}
+	defer c.handles.fetched(dir)
 	var specs []config.RefSpec
 	switch {
 	case ref.Branch != "":
@@ -527,41 +534,47 @@ func openOrInit(dir, url string) (*gogit.Repository, error) {
 	return repo, nil
 }
 
-// open opens the cached repository of url as fetched with auth.
-func (c *Cache) open(url string, auth Auth) (*gogit.Repository, string, error) {
+// open returns the open handle of the cached repository of url as fetched
+// with auth.
+func (c *Cache) open(url string, auth Auth) (*repoHandle, string, error) {
 	clean, ep, err := cleanURL(url)
 	if err != nil {
 		return nil, "", err
 	}
-	repo, err := gogit.PlainOpen(c.repoDir(c.key(clean, effectiveAuth(ep, auth))))
+	h, err := c.handles.get(c.repoDir(c.key(clean, effectiveAuth(ep, auth))))
 	if err != nil {
 		return nil, clean, fmt.Errorf("opening the cached repository of %s: %w", clean, err)
 	}
-	return repo, clean, nil
+	return h, clean, nil
 }
 
 // IsAncestor reports whether commit ancestor is in the history of commit
 // descendant, both already in the cache. A false answer for the previously
 // applied commit of a branch means its history was rewritten (force-push).
 func (c *Cache) IsAncestor(url string, auth Auth, ancestor, descendant string) (bool, error) {
-	repo, clean, err := c.open(url, auth)
+	h, clean, err := c.open(url, auth)
 	if err != nil {
 		return false, err
 	}
-	a, err := repo.CommitObject(plumbing.NewHash(ancestor))
-	if err != nil {
-		return false, nil // not even fetched: not in this history
-	}
-	d, err := repo.CommitObject(plumbing.NewHash(descendant))
-	if err != nil {
-		return false, fmt.Errorf("commit %s not in the cache of %s: %w", descendant, clean, err)
-	}
-	return a.IsAncestor(d)
+	var isAncestor bool
+	err = h.with(func(repo *gogit.Repository) error {
+		a, err := repo.CommitObject(plumbing.NewHash(ancestor))
+		if err != nil {
+			return nil // not even fetched: not in this history
+		}
+		d, err := repo.CommitObject(plumbing.NewHash(descendant))
+		if err != nil {
+			return fmt.Errorf("commit %s not in the cache of %s: %w", descendant, clean, err)
+		}
+		isAncestor, err = a.IsAncestor(d)
+		return err
+	})
+	return isAncestor, err
 }
 
 // Tree returns the files of a cached commit, enforcing limits while it reads
-// the commit's tree. Contents load on demand, through a repository handle
-// of this call's own. The tree of a commit (names, sizes and blob hashes,
+// the commit's tree. Contents load on demand, through the repository's open
+// handle. The tree of a commit (names, sizes and blob hashes,
 // not contents) is walked once and kept, for the same repository key, so
 // for the same credentials only; each call gets a view whose reads count
 // against MaxTotalBytes from zero.
@@ -570,7 +583,7 @@ func (c *Cache) Tree(url string, auth Auth, hash string, limits tree.Limits) (*t
 	if err != nil {
 		return nil, err
 	}
-	repo, clean, err := c.open(url, auth)
+	h, clean, err := c.open(url, auth)
 	if err != nil {
 		return nil, err
 	}
@@ -579,7 +592,12 @@ func (c *Cache) Tree(url string, auth Auth, hash string, limits tree.Limits) (*t
 		if cached, ok := c.trees.Get(treeKey); ok {
 			return cached, nil
 		}
-		t, err := c.walkTree(repo, clean, hash, limits)
+		var t *tree.Tree
+		err := h.with(func(repo *gogit.Repository) error {
+			var err error
+			t, err = c.walkTree(repo, clean, hash, limits)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -591,7 +609,13 @@ func (c *Cache) Tree(url string, auth Auth, hash string, limits tree.Limits) (*t
 	}
 	maxFile := limits.MaxFileBytes
 	return walked.(*tree.Tree).View(func(key string) ([]byte, error) {
-		return readBlob(repo, plumbing.NewHash(key), maxFile)
+		var data []byte
+		err := h.with(func(repo *gogit.Repository) error {
+			var err error
+			data, err = readBlob(repo, plumbing.NewHash(key), maxFile)
+			return err
+		})
+		return data, err
 	}), nil
 }
 

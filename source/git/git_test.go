@@ -490,3 +490,62 @@ func TestATreeIsNotServedToOtherCredentials(t *testing.T) {
 		t.Error("credentials that never proved access got the tree of a commit read with others")
 	}
 }
+
+// TestARepositoryStaysOpenAndAFetchIsSeen: reads of a repository share one
+// open handle (its pack indexes decoded once), a fetch that adds a commit
+// makes the next read open it afresh and see the commit, and a view taken
+// before the fetch still reads its own commit — also while views of both
+// commits are read at once (run with -race).
+func TestARepositoryStaysOpenAndAFetchIsSeen(t *testing.T) {
+	w, url, first := newRepo(t, map[string]string{"a.yaml": "one", "b.yaml": "bee"})
+	c := newCache(t)
+	read(t, c, url, git.Ref{Branch: "main"}, httpAuth, "a.yaml")
+	old, err := c.Tree(url, httpAuth, first, tree.Limits{MaxFiles: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read(t, c, url, git.Ref{Branch: "main"}, httpAuth, "b.yaml")
+	if got := c.RepositoriesOpened(); got != 1 {
+		t.Errorf("%d opens for reads of one repository and commit, want 1", got)
+	}
+	second, err := w.Commit("second", map[string]string{"a.yaml": "two"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Push("main"); err != nil {
+		t.Fatal(err)
+	}
+	rev, content := read(t, c, url, git.Ref{Branch: "main"}, httpAuth, "a.yaml")
+	if rev.Hash != second || content != "two" {
+		t.Errorf("after a push: %s %q, want %s %q", rev, content, second, "two")
+	}
+	if got := c.RepositoriesOpened(); got != 2 {
+		t.Errorf("%d opens after a fetch added a commit, want 2 (the stale handle replaced)", got)
+	}
+	current, err := c.Tree(url, httpAuth, second, tree.Limits{MaxFiles: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for i := range 40 {
+		wg.Go(func() {
+			view, want := old, "one"
+			if i%2 == 1 {
+				view, want = current, "two"
+			}
+			data, err := view.ReadFile("a.yaml")
+			if err == nil && string(data) != want {
+				err = fmt.Errorf("read %q, want %q", data, want)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}

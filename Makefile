@@ -19,6 +19,10 @@ TEST_FLAGS ?= -count=1 -timeout 45m
 # FUZZTIME=2000000x). A count, not a duration: Go 1.26's fuzz coordinator can fail a
 # duration-bounded run with a spurious "context deadline exceeded" (golang/go#75804).
 FUZZTIME ?= 50000x
+# Packages whose shared state is read from many goroutines run again under the
+# race detector (not source/render: the detector cannot allocate its shadow memory
+# under the render sandbox's memory limit).
+RACE_PACKAGES := ./source/git ./compact ./digest ./queue
 # package:target[:executions] — a target whose executions are slow (a whole
 # Kustomize build each) runs fewer.
 FUZZ_TARGETS := ./source/manifest:FuzzParse ./source/tree:FuzzResolve ./webhook:FuzzNormalizeURL ./webhook:FuzzHandler \
@@ -35,6 +39,7 @@ demo: controlplane ## Run plumb on a local control plane it starts, narrated (Ct
 .PHONY: test
 test: controlplane ## Run every test: unit, integration and e2e, then each fuzz target briefly.
 	go test $(TEST_FLAGS) ./...
+	go test -race $(TEST_FLAGS) $(RACE_PACKAGES)
 	@$(MAKE) --no-print-directory fuzz
 
 .PHONY: fuzz

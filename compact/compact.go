@@ -193,6 +193,7 @@ func managedEntries(v any) ([]ManagedEntry, error) {
 func digests(u *unstructured.Unstructured) (applied, rest Digest, err error) {
 	metadata, _ := u.Object["metadata"].(map[string]any)
 	var e digest.Encoder
+	e.Grow(2048)
 	err = e.Map(u.Object, func(key string, v any) (any, bool) {
 		switch key {
 		case "status":
@@ -303,6 +304,15 @@ func (o *Object) AppliedDigest() Digest { return o.applied }
 // cache keeps (compacted).
 func (o *Object) Content() *unstructured.Unstructured { return o.whole }
 
+// WithoutContent is o without the content Whole kept (a copy; o is not
+// changed): for keeping what a tick learnt from an object read whole
+// without keeping the whole object.
+func (o *Object) WithoutContent() *Object {
+	c := *o
+	c.whole = nil
+	return &c
+}
+
 // GetObjectMeta serves the object's identity and resourceVersion to
 // client-go's key functions (meta.Accessor), which the informer's store
 // uses.
@@ -336,7 +346,9 @@ func Relevant(old, new *Object) bool {
 // statusSubresource is the interned name of the status subresource.
 var statusSubresource = unique.Make("status")
 
-// sameOwnership compares managedFields without times and status entries.
+// sameOwnership compares managedFields without times and status entries,
+// in any order (the API server orders entries by time, so a new time alone
+// may reorder them).
 func sameOwnership(a, b []ManagedEntry) bool {
 	strip := func(entries []ManagedEntry) []ManagedEntry {
 		out := make([]ManagedEntry, 0, len(entries))
@@ -346,6 +358,15 @@ func sameOwnership(a, b []ManagedEntry) bool {
 				out = append(out, e)
 			}
 		}
+		slices.SortFunc(out, func(x, y ManagedEntry) int {
+			for _, pair := range [...][2]unique.Handle[string]{{x.Manager, y.Manager}, {x.Operation, y.Operation},
+				{x.Subresource, y.Subresource}, {x.APIVersion, y.APIVersion}, {x.Fields, y.Fields}} {
+				if c := strings.Compare(pair[0].Value(), pair[1].Value()); c != 0 {
+					return c
+				}
+			}
+			return 0
+		})
 		return out
 	}
 	return slices.Equal(strip(a), strip(b))

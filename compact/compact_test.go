@@ -152,6 +152,10 @@ func TestDigestsAndRelevance(t *testing.T) {
 		{"deletion", func(u *unstructured.Unstructured) {
 			u.Object["metadata"].(map[string]any)["deletionTimestamp"] = "2026-12-01T06:00:00Z"
 		}, false, true},
+		{"the order of managedFields entries (by time)", func(u *unstructured.Unstructured) {
+			fields := u.Object["metadata"].(map[string]any)["managedFields"].([]any)
+			fields[0], fields[1] = fields[1], fields[0]
+		}, false, false},
 		{"who owns a field", func(u *unstructured.Unstructured) {
 			fields := u.Object["metadata"].(map[string]any)["managedFields"].([]any)
 			fields[0].(map[string]any)["manager"] = "kubectl-edit"

@@ -29,6 +29,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -236,11 +237,13 @@ func CompareHashed(desired *unstructured.Unstructured, hash string, live *compac
 	})
 	content := live.Content()
 	if content == nil {
-		// Compacted: what the fields hold is not known here.
-		if lost.Empty() && !hasAdditionsInPlumbItems(live, recorded, ignore, left) {
+		// Compacted: which fields changed and who owns them now is known
+		// here, not what they hold.
+		added := addedFields(live, recorded, ignore, left)
+		if lost.Empty() && len(added) == 0 {
 			return Result{Kind: Unchanged}, nil
 		}
-		return Result{Kind: Drifted, Incomplete: true}, nil
+		return Result{Kind: Drifted, Incomplete: true, Changes: append(attribute(desired, live, nil, lost), added...)}, nil
 	}
 	changes, additions := additionsInPlumbItems(live, content, recorded, ignore, left)
 	if lost.Empty() && len(additions) == 0 {
@@ -284,16 +287,21 @@ func addedRoots(live *compact.Object, plumbFields *fieldpath.Set, ignore Ignore,
 	}
 }
 
-// hasAdditionsInPlumbItems reports whether another manager owns a field
-// inside a list item plumb applied (see additionsInPlumbItems).
-func hasAdditionsInPlumbItems(live *compact.Object, plumbFields *fieldpath.Set, ignore Ignore, left *fieldpath.Set) bool {
-	any := false
-	addedRoots(live, plumbFields, ignore, left, func(fieldpath.Path, compact.ManagedEntry) bool {
-		any = true
-		return false
+// addedFields are the fields another manager owns inside list items plumb
+// applied (see additionsInPlumbItems), without their values.
+func addedFields(live *compact.Object, plumbFields *fieldpath.Set, ignore Ignore, left *fieldpath.Set) []Change {
+	var out []Change
+	addedRoots(live, plumbFields, ignore, left, func(root fieldpath.Path, entry compact.ManagedEntry) bool {
+		out = append(out, Change{Path: root.String(), FieldPath: root, After: NotRead,
+			Manager: entry.Manager.Value(), Operation: entry.Operation.Value(), Time: entry.Time()})
+		return true
 	})
-	return any
+	return out
 }
+
+// NotRead stands for a live value the Diff phase did not read (the object
+// could not be fetched whole).
+const NotRead = "(not read)"
 
 // additionsInPlumbItems finds fields other managers added inside list items
 // that plumb applied (keyed items such as a container by name): they change
@@ -436,7 +444,8 @@ func pointerTo(obj map[string]any, p fieldpath.Path) (string, []PatchOp, bool) {
 }
 
 // attribute names, for each lost field, its values (content is the live
-// object whole) and the manager that owns it now.
+// object whole; nil: the live values are NotRead) and the manager that
+// owns it now.
 func attribute(desired *unstructured.Unstructured, live *compact.Object, content *unstructured.Unstructured, lost *fieldpath.Set) []Change {
 	type owner struct {
 		set   *fieldpath.Set
@@ -458,8 +467,13 @@ func attribute(desired *unstructured.Unstructured, live *compact.Object, content
 	lost.Iterate(func(p fieldpath.Path) {
 		c := Change{Path: p.String(), FieldPath: p.Copy(), Manager: "unknown", Operation: "unknown"}
 		before, hadBefore := valueAt(desired.Object, p)
-		after, hasAfter := valueAt(content.Object, p)
-		c.Before, c.After = render(before, hadBefore), render(after, hasAfter)
+		var after any
+		hasAfter := true
+		c.Before, c.After = render(before, hadBefore), NotRead
+		if content != nil {
+			after, hasAfter = valueAt(content.Object, p)
+			c.After = render(after, hasAfter)
+		}
 		if secret && (strings.HasPrefix(c.Path, ".data") || strings.HasPrefix(c.Path, ".stringData") || strings.Contains(c.Path, "last-applied-configuration")) {
 			c.Before, c.After = "*** (before)", "*** (after)"
 		}
@@ -485,14 +499,33 @@ func render(v any, ok bool) string {
 	if !ok {
 		return ""
 	}
-	if s, isString := v.(string); isString {
+	s, isString := v.(string)
+	if !isString {
+		data, err := json.Marshal(v)
+		if err != nil {
+			s = fmt.Sprint(v)
+		} else {
+			s = string(data)
+		}
+	}
+	return shorten(s)
+}
+
+// maxValueBytes bounds a value shown in a Change: a drift is described in
+// Events and kept between ticks, and a field may hold megabytes.
+const maxValueBytes = 256
+
+// shorten cuts s to maxValueBytes (at a character boundary), saying how
+// long it was.
+func shorten(s string) string {
+	if len(s) <= maxValueBytes {
 		return s
 	}
-	data, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprint(v)
+	cut := maxValueBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
 	}
-	return string(data)
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }
 
 // valueAt finds the value at a managedFields path in an object.

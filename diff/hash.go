@@ -21,6 +21,7 @@ import (
 // JSON types.
 func Hash(obj *unstructured.Unstructured) (string, error) {
 	var e digest.Encoder
+	e.Grow(1024)
 	err := e.Map(obj.Object, func(key string, v any) (any, bool) {
 		if metadata, ok := v.(map[string]any); ok && key == "metadata" {
 			return withoutOwnAnnotations(metadata), false

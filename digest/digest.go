@@ -38,6 +38,10 @@ const (
 // map written by Map.
 type Filter func(key string, v any) (out any, skip bool)
 
+// Grow makes room for n more bytes, so that encoding a value of about that
+// size allocates once.
+func (e *Encoder) Grow(n int) { e.buf = slices.Grow(e.buf, n) }
+
 // Reset empties the encoder, keeping its buffer.
 func (e *Encoder) Reset() { e.buf = e.buf[:0] }
 
@@ -70,16 +74,24 @@ func (e *Encoder) Map(m map[string]any, filter Filter) error {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	if filter == nil {
+		e.buf = append(e.buf, tagMap)
+		e.length(len(keys))
+		for _, k := range keys {
+			e.str(k)
+			if err := e.Value(m[k]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	// Filter first, so that the length written counts only the keys kept.
 	kept := keys[:0]
 	values := make([]any, 0, len(keys))
 	for _, k := range keys {
-		v := m[k]
-		if filter != nil {
-			var skip bool
-			if v, skip = filter(k, v); skip {
-				continue
-			}
+		v, skip := filter(k, m[k])
+		if skip {
+			continue
 		}
 		kept = append(kept, k)
 		values = append(values, v)

@@ -62,7 +62,7 @@ type objectMemory struct {
 	record    diff.Record
 	hasRecord bool
 	// verified are the inputs of the Diff phase's last Unchanged verdict
-	// (liveRV "" for none; see verification).
+	// (live nil for none; see verification).
 	verified verification
 	// described is the drift last described from the object fetched whole,
 	// kept while the cached object stays as it was then.
@@ -172,14 +172,22 @@ func (m *memory) remember(key types.NamespacedName, id objectID, rec diff.Record
 	o.described = nil
 }
 
-// verification is what an Unchanged verdict of the Diff phase depended on:
-// the live object's resourceVersion, the hash of the desired object and the
-// App's generation (its ignore rules). While all three stay the same, the
-// verdict does too, and the tick need not compare the object again.
+// verification is what a verdict of the Diff phase depended on: the
+// cached live object, the hash of the desired object and the App's
+// generation (its ignore rules). While the hash and generation stay the
+// same and the cached object changes in nothing a tick looks at (a new
+// status and resourceVersion are not: compact.Relevant), the verdict does
+// too, and the tick need not compare the object again.
 type verification struct {
-	liveRV     string
+	live       *compact.Object
 	hash       string
 	generation int64
+}
+
+// holds reports whether a verdict under v still holds under now.
+func (v verification) holds(now verification) bool {
+	return v.live != nil && now.live != nil && v.hash == now.hash && v.generation == now.generation &&
+		(v.live == now.live || !compact.Relevant(v.live, now.live))
 }
 
 // verify records that the object was found Unchanged under v.
@@ -200,9 +208,9 @@ type describedDrift struct {
 }
 
 // describeDrift keeps the description of a drift seen on the cached object
-// under v (v.liveRV "" keeps nothing).
+// under v (v.live nil keeps nothing).
 func (m *memory) describeDrift(key types.NamespacedName, id objectID, v verification, result diff.Result, live *compact.Object) {
-	if v.liveRV == "" {
+	if v.live == nil {
 		return
 	}
 	m.mu.Lock()
@@ -215,7 +223,7 @@ func (m *memory) describedDrift(key types.NamespacedName, id objectID, v verific
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o := m.peek(key, id)
-	if o == nil || o.described == nil || o.described.under != v {
+	if o == nil || o.described == nil || !o.described.under.holds(v) {
 		return describedDrift{}, false
 	}
 	return *o.described, true
@@ -226,7 +234,7 @@ func (m *memory) isVerified(key types.NamespacedName, id objectID, v verificatio
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o := m.peek(key, id)
-	return o != nil && o.verified.liveRV != "" && o.verified == v
+	return o != nil && o.verified.holds(v)
 }
 
 // wrote records the resourceVersion that plumb's write of an object produced.

@@ -80,16 +80,18 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 	if app.Spec.TargetNamespace != "" {
 		defaultNamespace = app.Spec.TargetNamespace
 	}
-	defined, err := definedKinds(result)
+	defined, crds, err := definedKinds(result)
 	if err != nil {
 		return nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 	}
 	kinds := newTickKinds(r.Mapper)
 	desired := make([]*unstructured.Unstructured, 0, len(result.Objects))
 	for _, o := range result.Objects {
-		obj, err := o.Decode()
-		if err != nil {
-			return nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+		obj, decoded := crds[o]
+		if !decoded {
+			if obj, err = o.Decode(); err != nil {
+				return nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+			}
 		}
 		diff.Normalize(obj)
 		gvk := obj.GroupVersionKind()
@@ -148,17 +150,20 @@ func ignoreFor(app *plumbv1.App, obj *unstructured.Unstructured) diff.Ignore {
 }
 
 // definedKinds are the kinds whose CRDs the render itself contains, with
-// the scope each declares.
-func definedKinds(result *source.Result) (map[schema.GroupKind]meta.RESTScopeName, error) {
+// the scope each declares, and those CRDs decoded (each once a tick: they
+// can be large).
+func definedKinds(result *source.Result) (map[schema.GroupKind]meta.RESTScopeName, map[*source.Object]*unstructured.Unstructured, error) {
 	out := map[schema.GroupKind]meta.RESTScopeName{}
+	crds := map[*source.Object]*unstructured.Unstructured{}
 	for _, rendered := range result.Objects {
 		if rendered.GetKind() != "CustomResourceDefinition" || rendered.GroupVersionKind().Group != "apiextensions.k8s.io" {
 			continue
 		}
 		o, err := rendered.Decode()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		crds[rendered] = o
 		group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
 		kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
 		scope, _, _ := unstructured.NestedString(o.Object, "spec", "scope")
@@ -167,7 +172,7 @@ func definedKinds(result *source.Result) (map[schema.GroupKind]meta.RESTScopeNam
 			out[schema.GroupKind{Group: group, Kind: kind}] = meta.RESTScopeNameRoot
 		}
 	}
-	return out, nil
+	return out, crds, nil
 }
 
 // catchUpTimeout bounds the wait for an informer to show plumb's own last

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	ssaerrors "github.com/fluxcd/pkg/ssa/errors"
+	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -99,7 +100,9 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 			result.Kind = diff.Create // its CRD comes with this apply
 		}
 		if result.Kind == diff.Ambiguous && !newNamespaces[obj.GetNamespace()] {
-			if result, l, err = r.askServer(ctx, applier, key, obj, l, app); err != nil {
+			if d, ok := r.memory.describedDrift(key, id, verification{live: l, hash: gitHash, generation: app.Generation}); ok && l != nil && left == nil {
+				result, l = d.result, d.live // a drift askServer described, the object as it was then
+			} else if result, l, err = r.askServer(ctx, applier, key, obj, l, app); err != nil {
 				return nil, err
 			}
 		}
@@ -191,7 +194,7 @@ func (r *Reconciler) compare(ctx context.Context, key types.NamespacedName, app 
 	}
 	var v verification
 	if live != nil && rec != nil {
-		v = verification{liveRV: live.GetResourceVersion(), hash: hash, generation: app.Generation}
+		v = verification{live: live, hash: hash, generation: app.Generation}
 		if r.memory.isVerified(key, id, v) {
 			return diff.Result{Kind: diff.Unchanged}, live, nil
 		}
@@ -204,24 +207,52 @@ func (r *Reconciler) compare(ctx context.Context, key types.NamespacedName, app 
 		return failed(err)
 	}
 	if result.Incomplete {
-		whole, err := r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
-		if err != nil {
-			return failed(fmt.Errorf("reading the drifted object whole: %w", err))
-		}
-		if result, err = diff.CompareHashed(obj, hash, whole, rec, ignore, left); err != nil {
-			return failed(err)
-		}
-		if result.Kind == diff.Drifted {
-			r.memory.describeDrift(key, id, v, result, whole)
+		var whole *compact.Object
+		if result, whole, err = r.describe(ctx, key, app, obj, result, func(whole *compact.Object) (diff.Result, error) {
+			return diff.CompareHashed(obj, hash, whole, rec, ignore, left)
+		}); err != nil {
+			return diff.Result{}, live, err
 		}
 		if whole != nil {
+			if result.Kind == diff.Drifted {
+				r.memory.describeDrift(key, id, v, result, whole.WithoutContent())
+			}
 			live = whole
 		}
 	}
-	if result.Kind == diff.Unchanged && v.liveRV != "" {
+	if result.Kind == diff.Unchanged && v.live != nil {
 		r.memory.verify(key, id, v)
 	}
 	return result, live, nil
+}
+
+// describe confirms and describes a drift that the cached (compacted)
+// object showed, with compare run on the object fetched whole (by plumb's
+// own identity, as the cache watches). A read that fails does not fail the
+// tick: the drift stays as the cache showed it (which fields, and who owns
+// them now, but not their values) and is healed as far as an apply heals
+// it. A fetched object that another App has taken meanwhile fails the tick
+// as ownershipConflicts would have. It returns the fetched object (nil when
+// the read failed).
+func (r *Reconciler) describe(ctx context.Context, key types.NamespacedName, app *plumbv1.App, obj *unstructured.Unstructured,
+	cached diff.Result, compare func(*compact.Object) (diff.Result, error)) (diff.Result, *compact.Object, error) {
+	whole, err := r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+	if err != nil {
+		r.Log.Warn("Could not read a drifted object whole to describe the drift; going on with what the cache shows",
+			zap.String("app", key.String()), zap.Stringer("object", idOf(obj)), zap.Error(err))
+		return cached, nil, nil
+	}
+	if whole != nil {
+		if err := ownershipConflicts(ssa.Owner{Name: app.Name, Namespace: app.Namespace}, []*unstructured.Unstructured{obj},
+			map[objectID]*compact.Object{idOf(obj): whole}); err != nil {
+			return diff.Result{}, nil, err
+		}
+	}
+	result, err := compare(whole)
+	if err != nil {
+		return diff.Result{}, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+	}
+	return result, whole, nil
 }
 
 // annotationOf reads one annotation of obj (nil: none) without copying
@@ -298,17 +329,23 @@ func (r *Reconciler) askServer(ctx context.Context, applier Applier, key types.N
 	if err != nil {
 		return failed(err)
 	}
-	whole, err := r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
-	if err != nil {
-		return failed(fmt.Errorf("reading the drifted object whole: %w", err))
+	result, whole, err := r.describe(ctx, key, app, obj, diff.Result{Kind: diff.Drifted, Incomplete: true},
+		func(whole *compact.Object) (diff.Result, error) {
+			if whole == nil {
+				return diff.Result{Kind: diff.Ambiguous}, nil // deleted meanwhile: the apply creates it
+			}
+			result, err := diff.Compare(obj, whole, &rec, ignoreFor(app, obj), nil)
+			result.Kind, result.Incomplete = diff.Drifted, false
+			return result, err
+		})
+	if err != nil || whole == nil {
+		return result, live, err
 	}
-	if whole == nil {
-		return diff.Result{Kind: diff.Ambiguous}, live, nil // deleted meanwhile: the apply creates it
+	if result.Kind == diff.Drifted {
+		// Kept while the cached object stays as it is: a drift left in place
+		// (the alert policy) is not dry-run and read again every tick.
+		r.memory.describeDrift(key, idOf(obj), verification{live: live, hash: annotationOf(obj, plumbv1.AnnotationContentHash), generation: app.Generation},
+			result, whole.WithoutContent())
 	}
-	result, err := diff.Compare(obj, whole, &rec, ignoreFor(app, obj), nil)
-	if err != nil {
-		return failed(err)
-	}
-	result.Kind, result.Incomplete = diff.Drifted, false
 	return result, whole, nil
 }

@@ -2,9 +2,12 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
+	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -21,11 +24,15 @@ import (
 type fetchingObserver struct {
 	Observer
 	live    *unstructured.Unstructured
+	err     error // what a read fails with
 	fetches int
 }
 
 func (f *fetchingObserver) Fetch(_ context.Context, _ schema.GroupVersionKind, _, _ string) (*compact.Object, error) {
 	f.fetches++
+	if f.err != nil {
+		return nil, f.err
+	}
 	return compact.Whole(f.live)
 }
 
@@ -115,8 +122,16 @@ func TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay(t *testing.T) {
 	if got := kind(liveConfigMap(t, "5", map[string][]string{plumbv1.FieldManager: {"a", "b"}})); got != diff.Unchanged {
 		t.Fatalf("first compare: %s, want unchanged", got)
 	}
-	if !r.memory.isVerified(key, id, verification{liveRV: "5", hash: hash, generation: 1}) {
+	at5 := liveConfigMap(t, "5", map[string][]string{plumbv1.FieldManager: {"a", "b"}})
+	if !r.memory.isVerified(key, id, verification{live: cachedAs(t, at5), hash: hash, generation: 1}) {
 		t.Fatal("an Unchanged verdict was not remembered")
+	}
+	// A new status (a new resourceVersion, nothing a tick looks at) keeps it.
+	statusOnly := at5.DeepCopy()
+	statusOnly.SetResourceVersion("5s")
+	statusOnly.Object["status"] = map[string]any{"observed": "yes"}
+	if !r.memory.isVerified(key, id, verification{live: cachedAs(t, statusOnly), hash: hash, generation: 1}) {
+		t.Error("a status write ended an Unchanged verdict")
 	}
 	if fetcher.fetches != 0 {
 		t.Errorf("%d reads of an unchanged object, want none", fetcher.fetches)
@@ -126,10 +141,12 @@ func TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay(t *testing.T) {
 		t.Errorf("after another manager took a field: %s, want drifted", got)
 	}
 	// The drift is described from the object read whole, once while the
-	// cached object stays at that resourceVersion.
+	// cached object changes in nothing a tick looks at (a status write).
 	kind(liveConfigMap(t, "6", map[string][]string{plumbv1.FieldManager: {"a"}, "kubectl-edit": {"b"}}))
-	if fetcher.fetches != 1 {
-		t.Errorf("%d reads of the drifted object over two compares at one resourceVersion, want 1", fetcher.fetches)
+	drifted := liveConfigMap(t, "6s", map[string][]string{plumbv1.FieldManager: {"a"}, "kubectl-edit": {"b"}})
+	drifted.Object["status"] = map[string]any{"observed": "yes"}
+	if got := kind(drifted); got != diff.Drifted || fetcher.fetches != 1 {
+		t.Errorf("%s after %d reads over three compares of one drifted state, want drifted after 1", got, fetcher.fetches)
 	}
 
 	// A new record (here: plumb owns b, which the live object at the
@@ -151,8 +168,44 @@ func TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay(t *testing.T) {
 	}
 	app.Generation = 2
 	kind(liveAt7)
-	if !r.memory.isVerified(key, id, verification{liveRV: "7", hash: hash, generation: 2}) {
+	if !r.memory.isVerified(key, id, verification{live: cachedAs(t, liveAt7), hash: hash, generation: 2}) {
 		t.Error("a new generation did not compare the object again")
+	}
+}
+
+// TestADriftIsHandledWhenItsObjectCannotBeReadWhole: a drift the cache
+// shows is still a drift when the read that would describe it fails (it is
+// healed by the apply, and described without live values), and an object
+// that another App took meanwhile is a conflict, not healed.
+func TestADriftIsHandledWhenItsObjectCannotBeReadWhole(t *testing.T) {
+	key, app, desired, hash := compareFixture(t)
+	id := idOf(desired)
+	rec, err := diff.RecordOf(desired, liveConfigMap(t, "1", map[string][]string{plumbv1.FieldManager: {"a", "b"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := liveConfigMap(t, "2", map[string][]string{plumbv1.FieldManager: {"a"}, "kubectl-edit": {"b"}})
+
+	fetcher := &fetchingObserver{err: fmt.Errorf("etcdserver: request timed out")}
+	r := &Reconciler{Observer: fetcher, Log: zap.NewNop()}
+	r.memory.remember(key, id, rec)
+	result, _, err := r.compare(context.Background(), key, app, desired.DeepCopy(), hash, cachedAs(t, live), "", nil, nil)
+	if err != nil || result.Kind != diff.Drifted {
+		t.Fatalf("with the read failing: %s, %v; want drifted and no error", result.Kind, err)
+	}
+	if len(result.Changes) != 1 || result.Changes[0].Path != ".data.b" || result.Changes[0].Manager != "kubectl-edit" || result.Changes[0].After != diff.NotRead {
+		t.Errorf("changes = %+v, want .data.b by kubectl-edit, its value not read", result.Changes)
+	}
+
+	taken := live.DeepCopy()
+	taken.SetLabels(map[string]string{plumbv1.LabelAppName: "other", plumbv1.LabelAppNamespace: "team-b"})
+	fetcher.err, fetcher.live = nil, taken
+	r = &Reconciler{Observer: fetcher, Log: zap.NewNop()}
+	r.memory.remember(key, id, rec)
+	_, _, err = r.compare(context.Background(), key, app, desired.DeepCopy(), hash, cachedAs(t, live), "", nil, nil)
+	var phaseErr *PhaseError
+	if !errors.As(err, &phaseErr) || phaseErr.Detail != "Conflict" || !strings.Contains(err.Error(), "team-b/other") {
+		t.Errorf("an object another App took meanwhile: %v, want a Conflict naming team-b/other", err)
 	}
 }
 

@@ -552,24 +552,25 @@ func (c *Cache) open(url string, auth Auth) (*repoHandle, string, error) {
 // descendant, both already in the cache. A false answer for the previously
 // applied commit of a branch means its history was rewritten (force-push).
 func (c *Cache) IsAncestor(url string, auth Auth, ancestor, descendant string) (bool, error) {
-	h, clean, err := c.open(url, auth)
+	// A walk of the history, whose length a pusher controls: through a
+	// handle of its own, so that reads of the shared one do not wait.
+	clean, ep, err := cleanURL(url)
 	if err != nil {
 		return false, err
 	}
-	var isAncestor bool
-	err = h.with(func(repo *gogit.Repository) error {
-		a, err := repo.CommitObject(plumbing.NewHash(ancestor))
-		if err != nil {
-			return nil // not even fetched: not in this history
-		}
-		d, err := repo.CommitObject(plumbing.NewHash(descendant))
-		if err != nil {
-			return fmt.Errorf("commit %s not in the cache of %s: %w", descendant, clean, err)
-		}
-		isAncestor, err = a.IsAncestor(d)
-		return err
-	})
-	return isAncestor, err
+	repo, err := gogit.PlainOpen(c.repoDir(c.key(clean, effectiveAuth(ep, auth))))
+	if err != nil {
+		return false, fmt.Errorf("opening the cached repository of %s: %w", clean, err)
+	}
+	a, err := repo.CommitObject(plumbing.NewHash(ancestor))
+	if err != nil {
+		return false, nil // not even fetched: not in this history
+	}
+	d, err := repo.CommitObject(plumbing.NewHash(descendant))
+	if err != nil {
+		return false, fmt.Errorf("commit %s not in the cache of %s: %w", descendant, clean, err)
+	}
+	return a.IsAncestor(d)
 }
 
 // Tree returns the files of a cached commit, enforcing limits while it reads

@@ -495,7 +495,7 @@ func TestATreeIsNotServedToOtherCredentials(t *testing.T) {
 // open handle (its pack indexes decoded once), a fetch that adds a commit
 // makes the next read open it afresh and see the commit, and a view taken
 // before the fetch still reads its own commit — also while views of both
-// commits are read at once (run with -race).
+// commits are read at once (make test runs this package with -race too).
 func TestARepositoryStaysOpenAndAFetchIsSeen(t *testing.T) {
 	w, url, first := newRepo(t, map[string]string{"a.yaml": "one", "b.yaml": "bee"})
 	c := newCache(t)

@@ -22,8 +22,9 @@ import (
 // handle stale (generation), and the next read opens a new one. Readers
 // that hold the old handle still read what it had: fetches only add packs.
 
-// openHandles is how many repositories stay open.
-const openHandles = 16
+// openHandles is how many repositories stay open. Each keeps its pack
+// indexes decoded, about 30 bytes per object in the repository's history.
+const openHandles = 8
 
 // handleCacheBytes bounds the decoded objects a handle keeps (go-git's own
 // default, 96 MiB, would grow with every blob read by a long-lived handle);

@@ -2,9 +2,10 @@ package main
 
 import (
 	"context"
-
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +25,7 @@ type controllerProcess struct {
 	dir         string
 	metricsAddr string
 	webhookAddr string
+	pprofAddr   string        // Go's profiles, and a way to make the process collect garbage
 	exited      chan struct{} // closed when the process has exited
 	exitErr     error         // set before exited closes
 }
@@ -67,6 +69,10 @@ func startController(ctx context.Context, bin, kubeconfig, dir, webhookSecret st
 	if err != nil {
 		return nil, err
 	}
+	pprofAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	secretFile := filepath.Join(dir, "webhook-secret")
 	if err := os.WriteFile(secretFile, []byte(webhookSecret), 0o600); err != nil {
 		return nil, err
@@ -77,7 +83,7 @@ func startController(ctx context.Context, bin, kubeconfig, dir, webhookSecret st
 	}
 	args := append([]string{"controller",
 		"--kubeconfig", kubeconfig,
-		"--metrics-addr", metricsAddr, "--health-addr", healthAddr,
+		"--metrics-addr", metricsAddr, "--health-addr", healthAddr, "--pprof-addr", pprofAddr,
 		"--webhook-addr", webhookAddr, "--webhook-secret-file", "github=" + secretFile,
 		"--git-cache-dir", filepath.Join(dir, "git"),
 		// Leader election renews a Lease every 2 seconds: a fixed cost per
@@ -93,7 +99,7 @@ func startController(ctx context.Context, bin, kubeconfig, dir, webhookSecret st
 		logFile.Close()
 		return nil, err
 	}
-	p := &controllerProcess{cmd: cmd, dir: dir, metricsAddr: metricsAddr, webhookAddr: webhookAddr, exited: make(chan struct{})}
+	p := &controllerProcess{cmd: cmd, dir: dir, metricsAddr: metricsAddr, webhookAddr: webhookAddr, pprofAddr: pprofAddr, exited: make(chan struct{})}
 	go func() { p.exitErr = cmd.Wait(); logFile.Close(); close(p.exited) }()
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		select {
@@ -193,4 +199,23 @@ func (p *controllerProcess) tail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// collectGarbage makes the controller collect garbage (a heap profile with
+// gc=1 on its pprof address, whose body is dropped).
+func (p *controllerProcess) collectGarbage(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.pprofAddr+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("making the controller collect garbage: %w", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("making the controller collect garbage: %s", resp.Status)
+	}
+	return nil
 }

@@ -173,7 +173,7 @@ func (f *managedFigures) results() result {
 	goal, met := goalAtMost(2)
 	return result{Key: "rss_bytes_per_managed_object_byte", Plumb: single(f.plumb),
 		Baselines: map[string]Spread{"argo_style": single(f.argo)}, Goal: goal, Met: met,
-		Note: fmt.Sprintf("%d Apps grown from one to %d ConfigMaps each (%d managed objects, %s bytes of JSON as the API server serves them, managedFields included), a controller of their own: its live heap after garbage collection (go_gc_heap_live_bytes, the least seen over at least %s before and after, from garbage collections within that watch) grown per byte of JSON; RSS moved by %s bytes per byte; argo_style: this process's live heap gained per byte when an unfiltered cache of the same namespaces fills (its cache alone, where plumb's figure holds everything the controller keeps: its cache, the rendered objects, its records)",
+		Note: fmt.Sprintf("%d Apps grown from one to %d ConfigMaps each (%d managed objects, %s bytes of JSON as the API server serves them, managedFields included), a controller of their own: its live heap after garbage collection (go_gc_heap_live_bytes, the least seen over at least %s before and after, the harness making it collect garbage every 0.5s) grown per byte of JSON; RSS moved by %s bytes per byte; argo_style: this process's live heap gained per byte when an unfiltered cache of the same namespaces fills (its cache alone, where plumb's figure holds everything the controller keeps: its cache, the rendered objects, its records)",
 			f.apps, f.perApp, f.apps*f.perApp, formatNumber(f.jsonBytes), heapWindow, formatNumber(f.plumbRSS)),
 	}
 }

@@ -61,6 +61,10 @@ type Options struct {
 	// MetricsAddr serves /metrics; HealthAddr serves /healthz and /readyz.
 	MetricsAddr string
 	HealthAddr  string
+	// PprofAddr, when set, serves Go's profiles on /debug/pprof/ (for
+	// whoever must find where CPU or memory goes; off by default, since
+	// profiles show the controller's internals).
+	PprofAddr string
 	// Workers is how many Apps tick at once.
 	Workers int
 	// LeaderElect makes only one replica tick at a time (a Lease named
@@ -135,6 +139,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		Scheme:                  scheme,
 		Logger:                  runtimeLog,
 		HealthProbeBindAddress:  opts.HealthAddr,
+		PprofBindAddress:        opts.PprofAddr,
 		Metrics:                 metricsserver.Options{BindAddress: "0"},   // plumb serves its own registry
 		GracefulShutdownTimeout: ptr(opts.ShutdownTimeout + 5*time.Second), // the queue cancels ticks at ShutdownTimeout
 		Cache:                   cacheOptions(opts.AppSelector),

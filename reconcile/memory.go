@@ -234,7 +234,11 @@ func (m *memory) isVerified(key types.NamespacedName, id objectID, v verificatio
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o := m.peek(key, id)
-	return o != nil && o.verified.holds(v)
+	if o == nil || !o.verified.holds(v) {
+		return false
+	}
+	o.verified.live = v.live // the cache's newer copy: the older one need not stay in memory
+	return true
 }
 
 // wrote records the resourceVersion that plumb's write of an object produced.

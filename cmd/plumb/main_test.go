@@ -105,10 +105,10 @@ func freeAddr(t *testing.T) string {
 }
 
 func TestControllerServesHealthAndMetricsAndStopsOnSIGTERM(t *testing.T) {
-	healthAddr, metricsAddr := freeAddr(t), freeAddr(t)
+	healthAddr, metricsAddr, pprofAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	cmd := exec.Command(plumbBinary, "controller",
 		"--kubeconfig", cluster.KubeconfigPath,
-		"--health-addr", healthAddr, "--metrics-addr", metricsAddr,
+		"--health-addr", healthAddr, "--metrics-addr", metricsAddr, "--pprof-addr", pprofAddr,
 		"--log-level", "debug", "--log-encoding", "json", "--git-cache-dir", t.TempDir())
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -155,6 +155,12 @@ func TestControllerServesHealthAndMetricsAndStopsOnSIGTERM(t *testing.T) {
 		if !strings.Contains(metricsBody, "\n"+series+" ") {
 			t.Errorf("/metrics does not serve %s", series)
 		}
+	}
+	if status, body := get(ctx, "http://"+pprofAddr+"/debug/pprof/"); status != http.StatusOK || !strings.Contains(body, "heap") {
+		t.Errorf("--pprof-addr: /debug/pprof/ = %d %.200q, want 200 listing the heap profile", status, body)
+	}
+	if status, _ := get(ctx, "http://"+metricsAddr+"/debug/pprof/"); status == http.StatusOK {
+		t.Error("the metrics address serves profiles")
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

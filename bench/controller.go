@@ -135,6 +135,8 @@ type counters struct {
 	// watch and discovery requests that informers and the REST mapper make
 	// once per kind, not per tick.
 	Requests, TickRequests float64
+	// Collections is how many garbage collections the process completed.
+	Collections float64
 }
 
 // counters reads the controller's counters.
@@ -143,8 +145,13 @@ func (p *controllerProcess) counters(ctx context.Context) (counters, error) {
 	if err != nil {
 		return counters{}, err
 	}
+	collections, err := gcCycles(fams)
+	if err != nil {
+		return counters{}, err
+	}
 	return counters{
-		Ticks:    sumWhere(fams, "plumb_ticks_total", nil),
+		Collections: collections,
+		Ticks:       sumWhere(fams, "plumb_ticks_total", nil),
 		Requests: sumWhere(fams, "plumb_api_requests_total", nil),
 		TickRequests: sumWhere(fams, "plumb_api_requests_total", func(l map[string]string) bool {
 			return l["verb"] != "list" && l["verb"] != "watch" && l["verb"] != "discovery"

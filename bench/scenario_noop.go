@@ -19,8 +19,9 @@ type noopFigures struct {
 	serverRequests map[string][]float64
 	// cpu seconds per 1,000 objects per tick, by contender.
 	cpu map[string][]float64
-	// controllerCPU is the controller's own share of plumb's cpu, per run.
-	controllerCPU []float64
+	// controllerCPU is the controller's own share of plumb's cpu, per run,
+	// and collections the garbage collections it completed in each run.
+	controllerCPU, collections []float64
 }
 
 // measureNoop runs runs unchanged timer ticks of plumb and of each baseline.
@@ -90,6 +91,7 @@ func measureNoop(ctx context.Context, s *steadyApp, runs int, logf func(string, 
 		f.serverRequests["plumb"] = append(f.serverRequests["plumb"], perObject(serverAfter-serverBefore))
 		f.cpu["plumb"] = append(f.cpu["plumb"], per1000(max(0, cpuAfter-cpuBefore-idle*window)))
 		f.controllerCPU = append(f.controllerCPU, per1000(ownAfter-ownBefore))
+		f.collections = append(f.collections, after.Collections-before.Collections)
 	}
 
 	// The baselines run in this process while plumb's controller is frozen.
@@ -180,20 +182,23 @@ func (f *noopFigures) results(objects int) []result {
 	}, {
 		Key: "noop_cpu_seconds_per_1000_objects", Plumb: spreadOf(f.cpu["plumb"]), Baselines: baselines(f.cpu),
 		Goal: cpuGoal, Met: cpuMet,
-		Note: fmt.Sprintf("CPU of the controller (for baselines: the bench's process) plus kube-apiserver plus etcd from /proc over the tick, less what etcd and kube-apiserver use idle over as long; plumb's runs in order, all three (the controller alone): %s",
-			runsWithShare(f.cpu["plumb"], f.controllerCPU)),
+		Note: fmt.Sprintf("CPU of the controller (for baselines: the bench's process) plus kube-apiserver plus etcd from /proc over the tick, less what etcd and kube-apiserver use idle over as long; plumb's runs in order, all three (the controller alone; garbage collections it completed meanwhile): %s",
+			runsWithShare(f.cpu["plumb"], f.controllerCPU, f.collections)),
 	}}
 }
 
-// runsWithShare lists each run's figure with a share of it in parentheses.
-func runsWithShare(totals, shares []float64) string {
+// runsWithShare lists each run's figure with a share of it and the
+// garbage collections of the run in parentheses.
+func runsWithShare(totals, shares, collections []float64) string {
+	at := func(values []float64, i int) float64 {
+		if i < len(values) {
+			return values[i]
+		}
+		return math.NaN()
+	}
 	parts := make([]string, len(totals))
 	for i, total := range totals {
-		share := math.NaN()
-		if i < len(shares) {
-			share = shares[i]
-		}
-		parts[i] = fmt.Sprintf("%s (%s)", formatNumber(total), formatNumber(share))
+		parts[i] = fmt.Sprintf("%s (%s; %s GC)", formatNumber(total), formatNumber(at(shares, i)), formatNumber(at(collections, i)))
 	}
 	return strings.Join(parts, ", ")
 }

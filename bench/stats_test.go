@@ -183,7 +183,7 @@ func TestInParallelCallsEachOnceAndStopsAtAnError(t *testing.T) {
 }
 
 func TestRunsWithShare(t *testing.T) {
-	if got := runsWithShare([]float64{0.05, 0.3}, []float64{0.04}); got != "0.05 (0.04), 0.3 (n/a)" {
+	if got := runsWithShare([]float64{0.05, 0.3}, []float64{0.04}, []float64{0, 1}); got != "0.05 (0.04; 0 GC), 0.3 (n/a; 1 GC)" {
 		t.Errorf("runsWithShare = %q", got)
 	}
 }

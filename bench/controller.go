@@ -152,7 +152,7 @@ func (p *controllerProcess) counters(ctx context.Context) (counters, error) {
 	return counters{
 		Collections: collections,
 		Ticks:       sumWhere(fams, "plumb_ticks_total", nil),
-		Requests: sumWhere(fams, "plumb_api_requests_total", nil),
+		Requests:    sumWhere(fams, "plumb_api_requests_total", nil),
 		TickRequests: sumWhere(fams, "plumb_api_requests_total", func(l map[string]string) bool {
 			return l["verb"] != "list" && l["verb"] != "watch" && l["verb"] != "discovery"
 		}),

@@ -6,9 +6,13 @@ import (
 	"os"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 )
 
 // steadyApp is one App of many ConfigMaps, converged, with plumb's
@@ -170,4 +174,26 @@ func logTo(verbose bool) func(string, ...any) {
 			fmt.Fprintf(os.Stderr, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 		}
 	}
+}
+
+// setInterval changes the App's fallback interval and waits until a tick
+// has taken the change in (the App's observed generation).
+func (s *steadyApp) setInterval(ctx context.Context, interval time.Duration) error {
+	app := &plumbv1.App{}
+	key := client.ObjectKey{Namespace: s.ns, Name: s.name}
+	if err := s.w.k8s.Get(ctx, key, app); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(app.DeepCopy())
+	app.Spec.Interval = &metav1.Duration{Duration: interval}
+	if err := s.w.k8s.Patch(ctx, app, patch); err != nil {
+		return err
+	}
+	generation := app.Generation
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := s.w.k8s.Get(ctx, key, app); err != nil {
+			return false, nil
+		}
+		return app.Status.ObservedGeneration >= generation, nil
+	})
 }

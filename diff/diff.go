@@ -100,9 +100,12 @@ type Result struct {
 	Kind Kind
 	// Incomplete is set on a Drifted result found on a compacted live
 	// object: compare again with the object whole (compact.Whole) to
-	// confirm the drift and describe it.
-	Incomplete bool
-	Changes    []Change
+	// confirm the drift and describe it. LostOnly says that all it found
+	// are fields plumb no longer owns, which an apply puts back without
+	// the object's content (fields others added inside plumb's list items
+	// need a patch built from it).
+	Incomplete, LostOnly bool
+	Changes              []Change
 	// Additions are fields someone else added inside list items plumb
 	// applied (e.g. an env var in a container from Git), as JSON patch
 	// operations that remove them from the live object, each guarded by a
@@ -243,7 +246,7 @@ func CompareHashed(desired *unstructured.Unstructured, hash string, live *compac
 		if lost.Empty() && len(added) == 0 {
 			return Result{Kind: Unchanged}, nil
 		}
-		return Result{Kind: Drifted, Incomplete: true, Changes: append(attribute(desired, live, nil, lost), added...)}, nil
+		return Result{Kind: Drifted, Incomplete: true, LostOnly: len(added) == 0, Changes: append(attribute(desired, live, nil, lost), added...)}, nil
 	}
 	changes, additions := additionsInPlumbItems(live, content, recorded, ignore, left)
 	if lost.Empty() && len(additions) == 0 {

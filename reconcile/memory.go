@@ -205,25 +205,26 @@ type describedDrift struct {
 	under  verification
 	result diff.Result
 	live   *compact.Object
+	until  time.Time // zero: no end but the verification's
 }
 
 // describeDrift keeps the description of a drift seen on the cached object
 // under v (v.live nil keeps nothing).
-func (m *memory) describeDrift(key types.NamespacedName, id objectID, v verification, result diff.Result, live *compact.Object) {
+func (m *memory) describeDrift(key types.NamespacedName, id objectID, v verification, result diff.Result, live *compact.Object, until time.Time) {
 	if v.live == nil {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.object(key, id).described = &describedDrift{under: v, result: result, live: live}
+	m.object(key, id).described = &describedDrift{under: v, result: result, live: live, until: until}
 }
 
 // describedDrift returns the description of a drift kept under v.
-func (m *memory) describedDrift(key types.NamespacedName, id objectID, v verification) (describedDrift, bool) {
+func (m *memory) describedDrift(key types.NamespacedName, id objectID, v verification, now time.Time) (describedDrift, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o := m.peek(key, id)
-	if o == nil || o.described == nil || !o.described.under.holds(v) {
+	if o == nil || o.described == nil || !o.described.under.holds(v) || (!o.described.until.IsZero() && now.After(o.described.until)) {
 		return describedDrift{}, false
 	}
 	return *o.described, true

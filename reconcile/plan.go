@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	ssaerrors "github.com/fluxcd/pkg/ssa/errors"
 	"go.uber.org/zap"
@@ -100,7 +101,8 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 			result.Kind = diff.Create // its CRD comes with this apply
 		}
 		if result.Kind == diff.Ambiguous && !newNamespaces[obj.GetNamespace()] {
-			if d, ok := r.memory.describedDrift(key, id, verification{live: l, hash: gitHash, generation: app.Generation}); ok && l != nil && left == nil {
+			if d, ok := r.memory.describedDrift(key, id, verification{live: l, hash: gitHash, generation: app.Generation}, r.now()); ok &&
+				l != nil && left == nil && inInventory(app, obj) {
 				result, l = d.result, d.live // a drift askServer described, the object as it was then
 			} else if result, l, err = r.askServer(ctx, applier, key, obj, l, app); err != nil {
 				return nil, err
@@ -198,7 +200,7 @@ func (r *Reconciler) compare(ctx context.Context, key types.NamespacedName, app 
 		if r.memory.isVerified(key, id, v) {
 			return diff.Result{Kind: diff.Unchanged}, live, nil
 		}
-		if d, ok := r.memory.describedDrift(key, id, v); ok {
+		if d, ok := r.memory.describedDrift(key, id, v, r.now()); ok {
 			return d.result, d.live, nil
 		}
 	}
@@ -215,7 +217,7 @@ func (r *Reconciler) compare(ctx context.Context, key types.NamespacedName, app 
 		}
 		if whole != nil {
 			if result.Kind == diff.Drifted {
-				r.memory.describeDrift(key, id, v, result, whole.WithoutContent())
+				r.memory.describeDrift(key, id, v, result, whole.WithoutContent(), time.Time{})
 			}
 			live = whole
 		}
@@ -229,15 +231,22 @@ func (r *Reconciler) compare(ctx context.Context, key types.NamespacedName, app 
 // describe confirms and describes a drift that the cached (compacted)
 // object showed, with compare run on the object fetched whole (by plumb's
 // own identity, as the cache watches). A read that fails does not fail the
-// tick: the drift stays as the cache showed it (which fields, and who owns
-// them now, but not their values) and is healed as far as an apply heals
-// it. A fetched object that another App has taken meanwhile fails the tick
+// tick when all the cache shows are fields plumb lost: the drift stays as
+// the cache showed it (which fields, and who owns them now, but not their
+// values) and the apply puts them back. Fields others added inside plumb's
+// list items can only be removed by a patch built from the content, so
+// then, as when the tick is cancelled, the failed read fails the Diff
+// phase (retried with backoff). A fetched object that another App has taken meanwhile fails the tick
 // as ownershipConflicts would have. It returns the fetched object (nil when
 // the read failed).
 func (r *Reconciler) describe(ctx context.Context, key types.NamespacedName, app *plumbv1.App, obj *unstructured.Unstructured,
 	cached diff.Result, compare func(*compact.Object) (diff.Result, error)) (diff.Result, *compact.Object, error) {
 	whole, err := r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
 	if err != nil {
+		if !cached.LostOnly || ctx.Err() != nil {
+			return diff.Result{}, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed,
+				Err: fmt.Errorf("%s drifted, and reading it to describe and heal the drift failed: %w", idOf(obj), err)}
+		}
 		r.Log.Warn("Could not read a drifted object whole to describe the drift; going on with what the cache shows",
 			zap.String("app", key.String()), zap.Stringer("object", idOf(obj)), zap.Error(err))
 		return cached, nil, nil
@@ -342,10 +351,13 @@ func (r *Reconciler) askServer(ctx context.Context, applier Applier, key types.N
 		return result, live, err
 	}
 	if result.Kind == diff.Drifted {
-		// Kept while the cached object stays as it is: a drift left in place
-		// (the alert policy) is not dry-run and read again every tick.
+		// Kept while the cached object stays as it is, for one interval: a
+		// drift left in place (the alert policy) is not dry-run and read
+		// again every tick; the dry-run also depends on what the object
+		// alone does not show (the kind's schema and defaults, admission),
+		// so it is asked again each interval.
 		r.memory.describeDrift(key, idOf(obj), verification{live: live, hash: annotationOf(obj, plumbv1.AnnotationContentHash), generation: app.Generation},
-			result, whole.WithoutContent())
+			result, whole.WithoutContent(), r.now().Add(app.Spec.IntervalOrDefault()))
 	}
 	return result, whole, nil
 }

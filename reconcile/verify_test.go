@@ -197,6 +197,32 @@ func TestADriftIsHandledWhenItsObjectCannotBeReadWhole(t *testing.T) {
 		t.Errorf("changes = %+v, want .data.b by kubectl-edit, its value not read", result.Changes)
 	}
 
+	// Fields others added inside plumb's list items need a patch built from
+	// the content: without it the tick fails (retried) rather than claim a
+	// heal; and a cancelled tick goes no further.
+	for _, tc := range []struct {
+		name   string
+		cached diff.Result
+		cancel bool
+	}{
+		{"fields added inside plumb's items", diff.Result{Kind: diff.Drifted, Incomplete: true}, false},
+		{"a cancelled tick", diff.Result{Kind: diff.Drifted, Incomplete: true, LostOnly: true}, true},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		if tc.cancel {
+			cancel()
+		}
+		_, whole, err := r.describe(ctx, key, app, desired.DeepCopy(), tc.cached, func(*compact.Object) (diff.Result, error) {
+			t.Fatal("compared without a read")
+			return diff.Result{}, nil
+		})
+		cancel()
+		var phaseErr *PhaseError
+		if !errors.As(err, &phaseErr) || phaseErr.Phase != PhaseDiff || whole != nil {
+			t.Errorf("%s, the read failing: %v, want the Diff phase to fail", tc.name, err)
+		}
+	}
+
 	taken := live.DeepCopy()
 	taken.SetLabels(map[string]string{plumbv1.LabelAppName: "other", plumbv1.LabelAppNamespace: "team-b"})
 	fetcher.err, fetcher.live = nil, taken

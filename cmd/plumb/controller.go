@@ -62,7 +62,7 @@ func newControllerCommand() *cobra.Command {
 	flags.StringArrayVar(&f.webhookSecrets, "webhook-secret-file", nil, "provider=path of a file holding that provider's webhook secret (repeatable; providers: github, gitlab, gitea, gogs, bitbucket-server); a provider is served only with a secret")
 	flags.Int64Var(&f.WebhookMaxBodyBytes, "webhook-max-body-bytes", 1<<20, "largest webhook payload in bytes; larger ones get 413")
 	flags.StringVar(&f.HealthAddr, "health-addr", ":8081", "address that serves /healthz and /readyz")
-	flags.StringVar(&f.PprofAddr, "pprof-addr", "", "address that serves Go's profiles on /debug/pprof/ (empty: none; bind it to loopback, profiles show the controller's internals)")
+	flags.StringVar(&f.PprofAddr, "pprof-addr", "", "loopback address that serves Go's profiles on /debug/pprof/, without authentication (empty: none)")
 	flags.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	flags.StringVar(&f.logEncoding, "log-encoding", "json", "log encoding: json or console")
 	flags.IntVar(&f.Workers, "workers", 4, "how many Apps tick at once")
@@ -87,6 +87,12 @@ func (f controllerFlags) validate() error {
 	addrs := map[string]string{"--metrics-addr": f.MetricsAddr, "--webhook-addr": f.WebhookAddr, "--health-addr": f.HealthAddr}
 	if f.PprofAddr != "" {
 		addrs["--pprof-addr"] = f.PprofAddr
+	}
+	if f.PprofAddr != "" {
+		host, _, err := net.SplitHostPort(f.PprofAddr)
+		if ip := net.ParseIP(host); err == nil && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return fmt.Errorf("--pprof-addr %q: profiles are served without authentication, so only on a loopback address (127.0.0.1:PORT, [::1]:PORT or localhost:PORT); reach them with kubectl port-forward", f.PprofAddr)
+		}
 	}
 	for name, addr := range addrs {
 		if _, _, err := net.SplitHostPort(addr); err != nil {

@@ -221,6 +221,8 @@ func TestControllerRejectsBadFlagsBeforeStarting(t *testing.T) {
 		{[]string{"--webhook-secret-file", "github=" + emptyFile}, "the github webhook secret in " + emptyFile + " is empty: refusing to serve github unverified"},
 		{[]string{"--webhook-secret-file", "svn=/x"}, `unknown provider "svn"`},
 		{[]string{"--kube-api-burst", "0"}, "--kube-api-burst 0: want at least 1"},
+		{[]string{"--pprof-addr", ":6060"}, "only on a loopback address"},
+		{[]string{"--pprof-addr", "0.0.0.0:6060"}, "only on a loopback address"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

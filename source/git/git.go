@@ -558,7 +558,7 @@ func (c *Cache) IsAncestor(url string, auth Auth, ancestor, descendant string) (
 	if err != nil {
 		return false, err
 	}
-	repo, err := gogit.PlainOpen(c.repoDir(c.key(clean, effectiveAuth(ep, auth))))
+	repo, err := openBounded(c.repoDir(c.key(clean, effectiveAuth(ep, auth))))
 	if err != nil {
 		return false, fmt.Errorf("opening the cached repository of %s: %w", clean, err)
 	}

@@ -66,15 +66,25 @@ func (h *handles) get(dir string) (*repoHandle, error) {
 			return handle, nil
 		}
 	}
-	storage := filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(handleCacheBytes), filesystem.Options{})
-	repo, err := gogit.Open(storage, nil)
+	repo, err := openBounded(dir)
 	if err != nil {
-		return nil, fmt.Errorf("opening the cached repository %s: %w", dir, err)
+		return nil, err
 	}
 	h.opened.Add(1)
 	handle := &repoHandle{repo: repo, generation: generation}
 	h.open.Add(dir, handle)
 	return handle, nil
+}
+
+// openBounded opens the repository in dir with an object cache of
+// handleCacheBytes.
+func openBounded(dir string) (*gogit.Repository, error) {
+	storage := filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(handleCacheBytes), filesystem.Options{})
+	repo, err := gogit.Open(storage, nil)
+	if err != nil {
+		return nil, fmt.Errorf("opening the cached repository %s: %w", dir, err)
+	}
+	return repo, nil
 }
 
 // fetched records that a fetch added to the folder: its open handle is

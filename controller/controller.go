@@ -147,6 +147,16 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
+	// Per-App series, read from the App cache at scrape time.
+	if err := registry.Register(metrics.NewAppCollector(func(ctx context.Context) ([]plumbv1.App, error) {
+		list := &plumbv1.AppList{}
+		if err := mgr.GetCache().List(ctx, list); err != nil {
+			return nil, err
+		}
+		return list.Items, nil
+	})); err != nil {
+		return err
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -8,10 +9,24 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 )
 
 // metricValue scrapes the main controller and returns one series' value.
 func metricValue(t *testing.T, series string) float64 {
+	t.Helper()
+	v, ok := metricIfExposed(t, series)
+	if !ok {
+		t.Fatalf("series %s not exposed", series)
+	}
+	return v
+}
+
+// metricIfExposed scrapes the main controller for one series.
+func metricIfExposed(t *testing.T, series string) (float64, bool) {
 	t.Helper()
 	var resp *http.Response
 	eventually(t, 30*time.Second, "the metrics endpoint", func() (bool, string) {
@@ -30,11 +45,10 @@ func metricValue(t *testing.T, series string) float64 {
 			if err != nil {
 				t.Fatalf("series %s: %v", series, err)
 			}
-			return v
+			return v, true
 		}
 	}
-	t.Fatalf("series %s not exposed", series)
-	return 0
+	return 0, false
 }
 
 func TestMetricsCountTicksAndPhaseFailures(t *testing.T) {
@@ -57,5 +71,48 @@ func TestMetricsCountTicksAndPhaseFailures(t *testing.T) {
 	eventually(t, 10*time.Second, "the failure to be counted", func() (bool, string) {
 		got := metricValue(t, failures)
 		return got > beforeFailures, fmt.Sprintf("%s = %v", failures, got)
+	})
+
+	// Per-App series, from each App's status: the Ready one, the one whose
+	// Read phase fails, and none left for an App once it is deleted.
+	app := func(series, name string, extra ...string) string {
+		labels := fmt.Sprintf(`name=%q,namespace=%q`, name, ns)
+		for _, e := range extra {
+			labels += "," + e
+		}
+		return series + "{" + labels + "}"
+	}
+	for _, want := range []struct {
+		series string
+		value  float64
+	}{
+		{app("plumb_app_ready", "counted"), 1},
+		{app("plumb_app_ready", "bad"), 0},
+		{app("plumb_app_interval_seconds", "counted"), 600},
+		{app("plumb_app_suspended", "counted"), 0},
+		{app("plumb_app_drifted_objects", "counted"), 0},
+		{app("plumb_app_consecutive_failures", "counted", `phase="read"`), 0},
+	} {
+		if got := metricValue(t, want.series); got != want.value {
+			t.Errorf("%s = %v, want %v", want.series, got, want.value)
+		}
+	}
+	if got := metricValue(t, app("plumb_app_consecutive_failures", "bad", `phase="read"`)); got < 1 {
+		t.Errorf("the failing App's read failures in a row = %v, want at least 1", got)
+	}
+	counted := &plumbv1.App{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "counted"}, counted); err != nil {
+		t.Fatal(err)
+	}
+	if got := metricValue(t, app("plumb_app_last_success_timestamp_seconds", "counted")); counted.Status.LastSuccessfulTickTime == nil ||
+		got != float64(counted.Status.LastSuccessfulTickTime.Unix()) {
+		t.Errorf("last success %v, want the App's lastSuccessfulTickTime %v", got, counted.Status.LastSuccessfulTickTime)
+	}
+	if err := k8s.Delete(context.Background(), counted); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the deleted App's series to go", func() (bool, string) {
+		_, exposed := metricIfExposed(t, app("plumb_app_ready", "counted"))
+		return !exposed, "plumb_app_ready of the deleted App is still served"
 	})
 }

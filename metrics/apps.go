@@ -1,0 +1,101 @@
+package metrics
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+)
+
+// AppLister lists the Apps whose series an AppCollector serves (those this
+// controller ticks: its App cache).
+type AppLister func(ctx context.Context) ([]plumbv1.App, error)
+
+// appListTimeout bounds the listing of one scrape.
+const appListTimeout = 5 * time.Second
+
+// AppCollector serves per-App series, read from each App's spec and status
+// at scrape time: an App's series exist while the App does and go with it,
+// with nothing to forget, and every replica serves the same values (they
+// are the App's own). Labels are the App's namespace and name, and for
+// consecutive failures the phase: never a label per object.
+type AppCollector struct {
+	list AppLister
+
+	lastSuccess, interval, failures, drifted, ready, suspended *prometheus.Desc
+}
+
+// NewAppCollector serves the series of the Apps list returns.
+func NewAppCollector(list AppLister) *AppCollector {
+	app := []string{"namespace", "name"}
+	return &AppCollector{
+		list: list,
+		lastSuccess: prometheus.NewDesc("plumb_app_last_success_timestamp_seconds",
+			"When the App's last successful tick ended (Unix time); its creation time while it has had none.", app, nil),
+		interval: prometheus.NewDesc("plumb_app_interval_seconds",
+			"The App's fallback interval: a successful tick is due at least this often.", app, nil),
+		failures: prometheus.NewDesc("plumb_app_consecutive_failures",
+			"Failures in a row of each phase of the App's ticks since it last succeeded.", append(app, "phase"), nil),
+		drifted: prometheus.NewDesc("plumb_app_drifted_objects",
+			"Objects of the App left drifted after its last tick.", app, nil),
+		ready: prometheus.NewDesc("plumb_app_ready",
+			"1 when the App's Ready condition is True, else 0.", app, nil),
+		suspended: prometheus.NewDesc("plumb_app_suspended",
+			"1 when the App is suspended, else 0.", app, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *AppCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.lastSuccess, c.interval, c.failures, c.drifted, c.ready, c.suspended} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector. A listing that fails (the App
+// cache not synced yet) serves no per-App series for that scrape, and the
+// rest of the scrape goes on: their absence is itself alertable.
+func (c *AppCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), appListTimeout)
+	defer cancel()
+	apps, err := c.list(ctx)
+	if err != nil {
+		return
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	flag := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	for i := range apps {
+		app := &apps[i]
+		ns, name := app.Namespace, app.Name
+		last := app.CreationTimestamp.Time
+		if t := app.Status.LastSuccessfulTickTime; t != nil {
+			last = t.Time
+		}
+		gauge(c.lastSuccess, float64(last.UnixNano())/1e9, ns, name)
+		gauge(c.interval, app.Spec.IntervalOrDefault().Seconds(), ns, name)
+		phases := app.Status.Phases
+		for _, p := range []struct {
+			name   string
+			status plumbv1.PhaseStatus
+		}{{"read", phases.Read}, {"observe", phases.Observe}, {"diff", phases.Diff}, {"apply", phases.Apply}} {
+			gauge(c.failures, float64(p.status.ConsecutiveFailures), ns, name, p.name)
+		}
+		drifted := 0.0
+		if app.Status.Drift != nil {
+			drifted = float64(app.Status.Drift.Count)
+		}
+		gauge(c.drifted, drifted, ns, name)
+		gauge(c.ready, flag(apimeta.IsStatusConditionTrue(app.Status.Conditions, plumbv1.ConditionReady)), ns, name)
+		gauge(c.suspended, flag(app.Spec.Suspend), ns, name)
+	}
+}

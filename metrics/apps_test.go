@@ -1,0 +1,85 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+)
+
+func TestTheAppCollectorServesEachAppsSeriesFromItsStatus(t *testing.T) {
+	created := metav1.NewTime(time.Unix(1000, 0))
+	succeeded := metav1.NewTime(time.Unix(2000, 500_000_000))
+	apps := []plumbv1.App{
+		{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web", CreationTimestamp: created},
+			Spec:       plumbv1.AppSpec{Interval: &metav1.Duration{Duration: time.Minute}},
+			Status: plumbv1.AppStatus{
+				LastSuccessfulTickTime: &succeeded,
+				Conditions:             []metav1.Condition{{Type: plumbv1.ConditionReady, Status: metav1.ConditionTrue}},
+				Drift:                  &plumbv1.DriftSummary{Count: 2},
+			},
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "new", CreationTimestamp: created},
+			Spec:       plumbv1.AppSpec{Suspend: true},
+			Status: plumbv1.AppStatus{
+				Phases:     plumbv1.PhasesStatus{Read: plumbv1.PhaseStatus{ConsecutiveFailures: 3}},
+				Conditions: []metav1.Condition{{Type: plumbv1.ConditionReady, Status: metav1.ConditionFalse}},
+			},
+		},
+	}
+	c := NewAppCollector(func(context.Context) ([]plumbv1.App, error) { return apps, nil })
+	want := `
+# HELP plumb_app_consecutive_failures Failures in a row of each phase of the App's ticks since it last succeeded.
+# TYPE plumb_app_consecutive_failures gauge
+plumb_app_consecutive_failures{name="new",namespace="team-b",phase="apply"} 0
+plumb_app_consecutive_failures{name="new",namespace="team-b",phase="diff"} 0
+plumb_app_consecutive_failures{name="new",namespace="team-b",phase="observe"} 0
+plumb_app_consecutive_failures{name="new",namespace="team-b",phase="read"} 3
+plumb_app_consecutive_failures{name="web",namespace="team-a",phase="apply"} 0
+plumb_app_consecutive_failures{name="web",namespace="team-a",phase="diff"} 0
+plumb_app_consecutive_failures{name="web",namespace="team-a",phase="observe"} 0
+plumb_app_consecutive_failures{name="web",namespace="team-a",phase="read"} 0
+# HELP plumb_app_drifted_objects Objects of the App left drifted after its last tick.
+# TYPE plumb_app_drifted_objects gauge
+plumb_app_drifted_objects{name="new",namespace="team-b"} 0
+plumb_app_drifted_objects{name="web",namespace="team-a"} 2
+# HELP plumb_app_interval_seconds The App's fallback interval: a successful tick is due at least this often.
+# TYPE plumb_app_interval_seconds gauge
+plumb_app_interval_seconds{name="new",namespace="team-b"} 180
+plumb_app_interval_seconds{name="web",namespace="team-a"} 60
+# HELP plumb_app_last_success_timestamp_seconds When the App's last successful tick ended (Unix time); its creation time while it has had none.
+# TYPE plumb_app_last_success_timestamp_seconds gauge
+plumb_app_last_success_timestamp_seconds{name="new",namespace="team-b"} 1000
+plumb_app_last_success_timestamp_seconds{name="web",namespace="team-a"} 2000.5
+# HELP plumb_app_ready 1 when the App's Ready condition is True, else 0.
+# TYPE plumb_app_ready gauge
+plumb_app_ready{name="new",namespace="team-b"} 0
+plumb_app_ready{name="web",namespace="team-a"} 1
+# HELP plumb_app_suspended 1 when the App is suspended, else 0.
+# TYPE plumb_app_suspended gauge
+plumb_app_suspended{name="new",namespace="team-b"} 1
+plumb_app_suspended{name="web",namespace="team-a"} 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	apps = apps[:1] // team-b/new was deleted
+	if got := testutil.CollectAndCount(c, "plumb_app_ready"); got != 1 {
+		t.Errorf("%d plumb_app_ready series after an App was deleted, want 1", got)
+	}
+	failing := NewAppCollector(func(context.Context) ([]plumbv1.App, error) { return nil, errors.New("cache not synced") })
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(failing, prometheus.NewGauge(prometheus.GaugeOpts{Name: "other"}))
+	if families, err := reg.Gather(); err != nil || len(families) != 1 {
+		t.Errorf("a failed listing gathers %d families, %v; want the others alone and no error", len(families), err)
+	}
+}

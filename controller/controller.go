@@ -281,7 +281,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	// is lost (ticks cancelled at once) or the process stops (ticks drain).
 	term := func(lost, stop <-chan struct{}) {
 		tick.StartTerm()
-		q := queue.New("apps", tick.Tick, queue.Options[types.NamespacedName]{Workers: opts.Workers, DrainTimeout: opts.ShutdownTimeout})
+		q := queue.New("apps", tick.Tick, queue.Options[types.NamespacedName]{Workers: opts.Workers, DrainTimeout: opts.ShutdownTimeout,
+			MetricsProvider: loopMetrics.WorkqueueProvider()})
 		runCtx, stopRun := context.WithCancel(context.Background())
 		ran := make(chan struct{})
 		go func() {

@@ -97,6 +97,9 @@ func TestMetricsCountTicksAndPhaseFailures(t *testing.T) {
 			t.Errorf("%s = %v, want %v", want.series, got, want.value)
 		}
 	}
+	if got := metricValue(t, `plumb_workqueue_adds_total{name="apps"}`); got < 2 {
+		t.Errorf("the App queue's adds = %v, want at least the two Apps'", got)
+	}
 	if got := metricValue(t, app("plumb_app_consecutive_failures", "bad", `phase="read"`)); got < 1 {
 		t.Errorf("the failing App's read failures in a row = %v, want at least 1", got)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 )
@@ -81,5 +82,35 @@ plumb_app_suspended{name="web",namespace="team-a"} 0
 	reg.MustRegister(failing, prometheus.NewGauge(prometheus.GaugeOpts{Name: "other"}))
 	if families, err := reg.Gather(); err != nil || len(families) != 1 {
 		t.Errorf("a failed listing gathers %d families, %v; want the others alone and no error", len(families), err)
+	}
+}
+
+func TestAWorkqueueServesItsSeriesUnderPlumbsPrefix(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "apps", MetricsProvider: m.WorkqueueProvider()})
+	defer q.ShutDown()
+	q.Add("a")
+	q.Add("b")
+	key, _ := q.Get()
+	q.AddRateLimited(key)
+	q.Done(key)
+	want := `
+# HELP plumb_workqueue_adds_total Keys added to the queue.
+# TYPE plumb_workqueue_adds_total counter
+plumb_workqueue_adds_total{name="apps"} 2
+# HELP plumb_workqueue_depth Keys waiting in the queue.
+# TYPE plumb_workqueue_depth gauge
+plumb_workqueue_depth{name="apps"} 1
+# HELP plumb_workqueue_retries_total Keys added again after a failure (rate-limited).
+# TYPE plumb_workqueue_retries_total counter
+plumb_workqueue_retries_total{name="apps"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "plumb_workqueue_adds_total", "plumb_workqueue_depth", "plumb_workqueue_retries_total"); err != nil {
+		t.Error(err)
 	}
 }

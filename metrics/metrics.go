@@ -33,6 +33,7 @@ type Metrics struct {
 	webhooks      *prometheus.CounterVec
 	matched       prometheus.Histogram
 	apiRequests   *prometheus.CounterVec
+	workqueue     *workqueueMetrics
 }
 
 // webhookEvents bounds the event label: payload headers are attacker input.
@@ -79,8 +80,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "plumb_api_requests_total",
 			Help: "Requests the controller made to the Kubernetes API server, by verb and whether they were dry runs.",
 		}, []string{"verb", "dry_run"}),
+		workqueue: newWorkqueueMetrics(),
 	}
-	for _, c := range []prometheus.Collector{m.ticks, m.phaseFailures, m.tickDuration, m.phaseDuration, m.changes, m.webhooks, m.matched, m.apiRequests} {
+	for _, c := range append([]prometheus.Collector{m.ticks, m.phaseFailures, m.tickDuration, m.phaseDuration, m.changes, m.webhooks, m.matched, m.apiRequests},
+		m.workqueue.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

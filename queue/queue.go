@@ -76,6 +76,8 @@ type Options[K comparable] struct {
 	// Workers is how many keys are ticked at once (default 4). One key is
 	// never ticked by two workers at the same time.
 	Workers int
+	// MetricsProvider, when set, receives client-go's workqueue metrics.
+	MetricsProvider workqueue.MetricsProvider
 	// BaseBackoff is the first retry delay after a failure (default 1s); it
 	// doubles with each consecutive failure of the key.
 	BaseBackoff time.Duration
@@ -164,8 +166,9 @@ func New[K comparable](name string, handler Handler[K], opts Options[K]) *Queue[
 		events:  map[K]*rate.Limiter{},
 		delayed: map[K]time.Time{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(backoff, workqueue.TypedRateLimitingQueueConfig[K]{
-			Name:  name,
-			Clock: opts.Clock,
+			Name:            name,
+			Clock:           opts.Clock,
+			MetricsProvider: opts.MetricsProvider,
 		}),
 	}
 }

@@ -52,3 +52,13 @@ func numCPU() int {
 	}
 	return len(info)
 }
+
+// cpuSplit is the CPU seconds the controller and the servers have used so
+// far, apart.
+func cpuSplit(controller int, servers []int) (own, server float64, err error) {
+	if own, err = cpuOf([]int{controller}); err != nil {
+		return 0, 0, err
+	}
+	server, err = cpuOf(servers)
+	return own, server, err
+}

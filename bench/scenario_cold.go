@@ -126,11 +126,7 @@ func measureColdSync(ctx context.Context, s *steadyApp, apps, perApp int, logf f
 	}
 	defer watcher.Stop()
 	logf("Thawing the controller: cold sync of %d objects", total)
-	servers0, err := cpuOf(s.w.serverPIDs)
-	if err != nil {
-		return nil, err
-	}
-	controller0, err := cpuOf([]int{s.ctl.pid()})
+	controller0, servers0, err := cpuSplit(s.ctl.pid(), s.w.serverPIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -143,11 +139,7 @@ func measureColdSync(ctx context.Context, s *steadyApp, apps, perApp int, logf f
 		return nil, fmt.Errorf("cold sync: %w\n%s", err, s.ctl.tail(20))
 	}
 	f.plumb = float64(total) / last.Sub(thawed).Seconds()
-	servers1, err := cpuOf(s.w.serverPIDs)
-	if err != nil {
-		return nil, err
-	}
-	controller1, err := cpuOf([]int{s.ctl.pid()})
+	controller1, servers1, err := cpuSplit(s.ctl.pid(), s.w.serverPIDs)
 	if err != nil {
 		return nil, err
 	}

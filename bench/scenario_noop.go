@@ -36,7 +36,6 @@ func measureNoop(ctx context.Context, s *steadyApp, runs int, logf func(string, 
 	f := &noopFigures{requests: map[string][]float64{}, serverRequests: map[string][]float64{}, cpu: map[string][]float64{}}
 	perObject := func(v float64) float64 { return v / float64(s.objects) }
 	per1000 := func(v float64) float64 { return v * 1000 / float64(s.objects) }
-	contenders := append([]int{s.ctl.pid()}, s.w.serverPIDs...)
 	for run := range runs {
 		logf("Unchanged timer tick %d/%d of plumb (%d objects)", run+1, runs, s.objects)
 		before, err := s.ctl.counters(ctx)
@@ -56,12 +55,7 @@ func measureNoop(ctx context.Context, s *steadyApp, runs int, logf func(string, 
 			s.ctl.resume()
 			return nil, err
 		}
-		cpuBefore, err := cpuOf(contenders)
-		if err != nil {
-			s.ctl.resume()
-			return nil, err
-		}
-		ownBefore, err := cpuOf(contenders[:1])
+		ownBefore, serversBefore, err := cpuSplit(s.ctl.pid(), s.w.serverPIDs)
 		if err != nil {
 			s.ctl.resume()
 			return nil, err
@@ -74,11 +68,7 @@ func measureNoop(ctx context.Context, s *steadyApp, runs int, logf func(string, 
 		if err != nil {
 			return nil, err
 		}
-		cpuAfter, err := cpuOf(contenders)
-		if err != nil {
-			return nil, err
-		}
-		ownAfter, err := cpuOf(contenders[:1])
+		ownAfter, serversAfter, err := cpuSplit(s.ctl.pid(), s.w.serverPIDs)
 		if err != nil {
 			return nil, err
 		}
@@ -89,7 +79,7 @@ func measureNoop(ctx context.Context, s *steadyApp, runs int, logf func(string, 
 		}
 		f.requests["plumb"] = append(f.requests["plumb"], perObject(after.Requests-before.Requests))
 		f.serverRequests["plumb"] = append(f.serverRequests["plumb"], perObject(serverAfter-serverBefore))
-		f.cpu["plumb"] = append(f.cpu["plumb"], per1000(max(0, cpuAfter-cpuBefore-idle*window)))
+		f.cpu["plumb"] = append(f.cpu["plumb"], per1000(max(0, ownAfter+serversAfter-ownBefore-serversBefore-idle*window)))
 		f.controllerCPU = append(f.controllerCPU, per1000(ownAfter-ownBefore))
 		f.collections = append(f.collections, after.Collections-before.Collections)
 	}
@@ -118,7 +108,7 @@ func measureNoop(ctx context.Context, s *steadyApp, runs int, logf func(string, 
 		return nil, fmt.Errorf("argo_style: %w", err)
 	}
 	self := []int{os.Getpid()}
-	contenders = append(self, s.w.serverPIDs...)
+	contenders := append(self, s.w.serverPIDs...)
 	tickOf := map[string]func() error{
 		"flux_style": func() error { _, err := flux.tick(ctx, s.desired); return err },
 		"naive":      func() error { _, err := naive.tick(ctx, s.desired); return err },

@@ -31,9 +31,9 @@ import (
 	"github.com/plumb-dev/plumb/digest"
 )
 
-// LastAppliedAnnotation is kubectl's copy of the object it last applied:
+// lastAppliedAnnotation is kubectl's copy of the object it last applied:
 // it is in no digest, and an apply by plumb never sets it.
-const LastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
 // ownPrefix is the prefix of the labels and annotations an Object keeps.
 const ownPrefix = "plumb.dev/"
@@ -232,12 +232,12 @@ func digests(u *unstructured.Unstructured) (applied, rest Digest, err error) {
 // last-applied-configuration (copied only when it has one).
 func withoutLastApplied(v any) map[string]any {
 	annotations, _ := v.(map[string]any)
-	if _, ok := annotations[LastAppliedAnnotation]; !ok {
+	if _, ok := annotations[lastAppliedAnnotation]; !ok {
 		return annotations
 	}
 	out := make(map[string]any, len(annotations))
 	for k, value := range annotations {
-		if k != LastAppliedAnnotation {
+		if k != lastAppliedAnnotation {
 			out[k] = value
 		}
 	}
@@ -343,6 +343,19 @@ func Relevant(old, new *Object) bool {
 		old.contentHash != new.contentHash || !slices.Equal(old.own, new.own) || !sameOwnership(old.managed, new.managed)
 }
 
+// withoutTimes are entries with their times cleared, but for status
+// entries, which are left out.
+func withoutTimes(entries []ManagedEntry) []ManagedEntry {
+	out := make([]ManagedEntry, 0, len(entries))
+	for _, e := range entries {
+		if e.Subresource != statusSubresource {
+			e.unixTime = 0
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // statusSubresource is the interned name of the status subresource.
 var statusSubresource = unique.Make("status")
 
@@ -350,24 +363,20 @@ var statusSubresource = unique.Make("status")
 // in any order (the API server orders entries by time, so a new time alone
 // may reorder them).
 func sameOwnership(a, b []ManagedEntry) bool {
-	strip := func(entries []ManagedEntry) []ManagedEntry {
-		out := make([]ManagedEntry, 0, len(entries))
-		for _, e := range entries {
-			if e.Subresource != statusSubresource {
-				e.unixTime = 0
-				out = append(out, e)
+	x, y := withoutTimes(a), withoutTimes(b)
+	if slices.Equal(x, y) {
+		return true // the usual case: the same entries in the same order
+	}
+	byIdentity := func(p, q ManagedEntry) int {
+		for _, pair := range [...][2]unique.Handle[string]{{p.Manager, q.Manager}, {p.Operation, q.Operation},
+			{p.Subresource, q.Subresource}, {p.APIVersion, q.APIVersion}, {p.Fields, q.Fields}} {
+			if c := strings.Compare(pair[0].Value(), pair[1].Value()); c != 0 {
+				return c
 			}
 		}
-		slices.SortFunc(out, func(x, y ManagedEntry) int {
-			for _, pair := range [...][2]unique.Handle[string]{{x.Manager, y.Manager}, {x.Operation, y.Operation},
-				{x.Subresource, y.Subresource}, {x.APIVersion, y.APIVersion}, {x.Fields, y.Fields}} {
-				if c := strings.Compare(pair[0].Value(), pair[1].Value()); c != 0 {
-					return c
-				}
-			}
-			return 0
-		})
-		return out
+		return 0
 	}
-	return slices.Equal(strip(a), strip(b))
+	slices.SortFunc(x, byIdentity)
+	slices.SortFunc(y, byIdentity)
+	return slices.Equal(x, y)
 }

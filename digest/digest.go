@@ -48,9 +48,6 @@ func (e *Encoder) Reset() { e.buf = e.buf[:0] }
 // Sum256 is the SHA-256 of what was written.
 func (e *Encoder) Sum256() [32]byte { return sha256.Sum256(e.buf) }
 
-// Bytes is what was written (valid until the next write or Reset).
-func (e *Encoder) Bytes() []byte { return e.buf }
-
 // String writes a string value.
 func (e *Encoder) String(s string) {
 	e.buf = append(e.buf, tagString)
@@ -74,33 +71,29 @@ func (e *Encoder) Map(m map[string]any, filter Filter) error {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	if filter == nil {
-		e.buf = append(e.buf, tagMap)
-		e.length(len(keys))
+	// Filter first, so that the length written counts only the keys kept
+	// (values holds what the filter gave; nil without a filter).
+	var values []any
+	if filter != nil {
+		kept := keys[:0]
+		values = make([]any, 0, len(keys))
 		for _, k := range keys {
-			e.str(k)
-			if err := e.Value(m[k]); err != nil {
-				return err
+			if v, skip := filter(k, m[k]); !skip {
+				kept = append(kept, k)
+				values = append(values, v)
 			}
 		}
-		return nil
-	}
-	// Filter first, so that the length written counts only the keys kept.
-	kept := keys[:0]
-	values := make([]any, 0, len(keys))
-	for _, k := range keys {
-		v, skip := filter(k, m[k])
-		if skip {
-			continue
-		}
-		kept = append(kept, k)
-		values = append(values, v)
+		keys = kept
 	}
 	e.buf = append(e.buf, tagMap)
-	e.length(len(kept))
-	for i, k := range kept {
+	e.length(len(keys))
+	for i, k := range keys {
+		v := m[k]
+		if values != nil {
+			v = values[i]
+		}
 		e.str(k)
-		if err := e.Value(values[i]); err != nil {
+		if err := e.Value(v); err != nil {
 			return err
 		}
 	}

@@ -534,14 +534,24 @@ func openOrInit(dir, url string) (*gogit.Repository, error) {
 	return repo, nil
 }
 
+// dirOf is the cache folder of url as fetched with auth, and the URL
+// without credentials.
+func (c *Cache) dirOf(url string, auth Auth) (dir, clean string, err error) {
+	clean, ep, err := cleanURL(url)
+	if err != nil {
+		return "", "", err
+	}
+	return c.repoDir(c.key(clean, effectiveAuth(ep, auth))), clean, nil
+}
+
 // open returns the open handle of the cached repository of url as fetched
 // with auth.
 func (c *Cache) open(url string, auth Auth) (*repoHandle, string, error) {
-	clean, ep, err := cleanURL(url)
+	dir, clean, err := c.dirOf(url, auth)
 	if err != nil {
 		return nil, "", err
 	}
-	h, err := c.handles.get(c.repoDir(c.key(clean, effectiveAuth(ep, auth))))
+	h, err := c.handles.get(dir)
 	if err != nil {
 		return nil, clean, fmt.Errorf("opening the cached repository of %s: %w", clean, err)
 	}
@@ -554,11 +564,11 @@ func (c *Cache) open(url string, auth Auth) (*repoHandle, string, error) {
 func (c *Cache) IsAncestor(url string, auth Auth, ancestor, descendant string) (bool, error) {
 	// A walk of the history, whose length a pusher controls: through a
 	// handle of its own, so that reads of the shared one do not wait.
-	clean, ep, err := cleanURL(url)
+	dir, clean, err := c.dirOf(url, auth)
 	if err != nil {
 		return false, err
 	}
-	repo, err := openBounded(c.repoDir(c.key(clean, effectiveAuth(ep, auth))))
+	repo, err := openBounded(dir)
 	if err != nil {
 		return false, fmt.Errorf("opening the cached repository of %s: %w", clean, err)
 	}

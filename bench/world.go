@@ -210,7 +210,7 @@ func (w *world) readyAt(ctx context.Context, ns, name, hash string, timeout time
 // requestSync asks for the App's next tick now, as a webhook or `plumb
 // sync` does (the sync annotation).
 func (w *world) requestSync(ctx context.Context, ns, name string) error {
-	return syncrequest.Annotate(ctx, w.k8s, client.ObjectKey{Namespace: ns, Name: name}, time.Now())
+	return syncrequest.Annotate(ctx, w.k8s, client.ObjectKey{Namespace: ns, Name: name}, time.Now(), plumbv1.SyncRequestedByManual)
 }
 
 // clientOptions are the options of a client that knows plumb's types.

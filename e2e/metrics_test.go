@@ -119,3 +119,66 @@ func TestMetricsCountTicksAndPhaseFailures(t *testing.T) {
 		return !exposed, "plumb_app_ready of the deleted App is still served"
 	})
 }
+
+func TestMetricsCountSyncsByTriggerAndCommitToApplied(t *testing.T) {
+	setUp(t)
+	ns := newNamespace(t)
+	syncs := func(trigger string) string { return fmt.Sprintf(`plumb_syncs_total{trigger=%q}`, trigger) }
+	const delivered = "plumb_commit_to_applied_seconds_count"
+	before := map[string]float64{}
+	for _, series := range []string{syncs("spec"), syncs("webhook"), syncs("manual"), syncs("drift"), syncs("timer"), delivered} {
+		before[series] = metricValue(t, series)
+	}
+	grew := func(series, what string) {
+		t.Helper()
+		eventually(t, 10*time.Second, series+" to count "+what, func() (bool, string) {
+			got := metricValue(t, series)
+			return got > before[series], fmt.Sprintf("%s = %v, was %v", series, got, before[series])
+		})
+		before[series] = metricValue(t, series)
+	}
+
+	w, url, first := gitRepo(t, map[string]string{"deploy/config.yaml": configMapYAML("settings", "blue")})
+	createApp(t, ns, "triggers", url, nil) // interval 10m: no timer tick during the test
+	readyAt(t, ns, "triggers", first)
+	grew(syncs("spec"), "the new App")
+	if got := metricValue(t, delivered); got != before[delivered] {
+		t.Errorf("%s = %v after an App's first revision, want %v (a first apply is no delivery)", delivered, got, before[delivered])
+	}
+
+	second := commit(t, w, map[string]string{"deploy/config.yaml": configMapYAML("settings", "pushed")})
+	headers, body := githubPush(t, url, ns)
+	if code, answer := postHook(t, "github", headers, body); code != http.StatusAccepted {
+		t.Fatalf("webhook answered %d %q", code, answer)
+	}
+	readyAt(t, ns, "triggers", second)
+	grew(syncs("webhook"), "the push")
+	grew(delivered, "the pushed revision")
+
+	// A sync annotation written by hand (no plumb.dev/sync-requested-by
+	// of the receiver's) is a manual sync.
+	third := commit(t, w, map[string]string{"deploy/config.yaml": configMapYAML("settings", "by-hand")})
+	app := getApp(t, ns, "triggers")
+	patch := client.MergeFrom(app.DeepCopy())
+	app.Annotations[plumbv1.AnnotationSyncRequestedAt] = time.Now().Format(time.RFC3339Nano)
+	delete(app.Annotations, plumbv1.AnnotationSyncRequestedBy)
+	if err := k8s.Patch(context.Background(), app, patch); err != nil {
+		t.Fatal(err)
+	}
+	readyAt(t, ns, "triggers", third)
+	grew(syncs("manual"), "the annotation")
+
+	cm, _ := getConfigMap(t, ns, "settings")
+	cmPatch := client.MergeFrom(cm.DeepCopy())
+	cm.Data["color"] = "changed-by-hand"
+	if err := k8s.Patch(context.Background(), cm, cmPatch); err != nil {
+		t.Fatal(err)
+	}
+	grew(syncs("drift"), "the changed ConfigMap")
+
+	// A failing App is retried after a backoff: by the timer.
+	_, badURL, _ := gitRepo(t, map[string]string{"deploy/config.yaml": "kind: ["})
+	createApp(t, ns, "retried", badURL, nil)
+	notReady(t, ns, "retried", "ReadFailed")
+	grew(syncs("timer"), "the retry")
+}

@@ -80,3 +80,54 @@ func TestWebhookEventLabelsAreBounded(t *testing.T) {
 		t.Errorf("%d series, want 2", got)
 	}
 }
+
+func TestSyncsByTriggerStartAtZeroAndStayBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.CollectAndCount(m.syncs); got != 5 {
+		t.Fatalf("%d trigger series before any tick, want 5", got)
+	}
+	m.ObserveSync("webhook")
+	m.ObserveSync("webhook")
+	m.ObserveSync("drift")
+	m.ObserveSync("anything-else")
+	for trigger, want := range map[string]float64{"webhook": 2, "drift": 1, "timer": 1, "manual": 0, "spec": 0} {
+		if got := testutil.ToFloat64(m.syncs.WithLabelValues(trigger)); got != want {
+			t.Errorf("syncs{trigger=%q} = %v, want %v", trigger, got, want)
+		}
+	}
+	if got := testutil.CollectAndCount(m.syncs); got != 5 {
+		t.Errorf("%d trigger series, want 5", got)
+	}
+}
+
+func TestCommitToAppliedClampsAFutureCommitAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ObserveCommitToApplied(3 * time.Second)
+	m.ObserveCommitToApplied(-time.Hour)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "plumb_commit_to_applied_seconds" {
+			continue
+		}
+		h := f.GetMetric()[0].GetHistogram()
+		if h.GetSampleCount() != 2 || h.GetSampleSum() != 3 {
+			t.Errorf("count %d sum %v, want 2 and 3", h.GetSampleCount(), h.GetSampleSum())
+		}
+		if b := h.GetBucket()[0]; b.GetUpperBound() != 1 || b.GetCumulativeCount() != 1 {
+			t.Errorf("first bucket le=%v holds %d, want le=1 holding the clamped observation", b.GetUpperBound(), b.GetCumulativeCount())
+		}
+		return
+	}
+	t.Fatal("plumb_commit_to_applied_seconds not gathered")
+}

@@ -73,6 +73,11 @@ type MetricsRecorder interface {
 	ObserveTick(d time.Duration, failedPhase, reason string)
 	ObservePhase(phase string, d time.Duration)
 	ObserveChange(action string, n int)
+	// ObserveSync counts a tick (not a suspended App's) by its trigger.
+	ObserveSync(trigger string)
+	// ObserveCommitToApplied records how long after its commit a revision
+	// became live.
+	ObserveCommitToApplied(d time.Duration)
 }
 
 // noMetrics records nothing.
@@ -81,3 +86,5 @@ type noMetrics struct{}
 func (noMetrics) ObserveTick(time.Duration, string, string) {}
 func (noMetrics) ObservePhase(string, time.Duration)        {}
 func (noMetrics) ObserveChange(string, int)                 {}
+func (noMetrics) ObserveSync(string)                        {}
+func (noMetrics) ObserveCommitToApplied(time.Duration)      {}

@@ -119,7 +119,7 @@ func (r *Reconciler) IsOwnWrite(obj *compact.Object) bool {
 // queue. A tick that only an event brought forward reuses the App's last
 // read instead of asking Git.
 func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger queue.Trigger) (time.Duration, error) {
-	log := r.Log.With(zap.String("app", key.String()), zap.String("tick", tickID()), zap.Stringer("trigger", trigger))
+	log := r.Log.With(zap.String("app", key.String()), zap.String("tick", tickID()))
 	app, err := r.getApp(ctx, key)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -138,6 +138,8 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 	if !app.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, app, log)
 	}
+	cause := r.triggerOf(app, trigger)
+	log = log.With(zap.String("trigger", cause))
 	if !slices.Contains(app.Finalizers, plumbv1.Finalizer) {
 		patch := client.MergeFrom(app.DeepCopy())
 		app.Finalizers = append(app.Finalizers, plumbv1.Finalizer)
@@ -159,6 +161,7 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 
 	tickCtx, cancel := context.WithTimeout(ctx, app.Spec.TimeoutOrDefault())
 	defer cancel()
+	r.metrics().ObserveSync(cause)
 	start := r.now()
 	changes, err := r.run(tickCtx, app, trigger, log)
 	r.recordOutcome(app, changes, err, start, log)
@@ -289,6 +292,12 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 	r.timed(PhaseApply, phaseStart)
 	r.countChanges(changes)
 	if len(plan.left) == 0 {
+		// A revision that follows an earlier one went live: how long after
+		// its commit (an App's first revision measures its creation, not a
+		// delivery, and is not counted).
+		if previous := app.Status.LastAppliedRevision; previous != "" && previous != revision && !result.CommitTime.IsZero() {
+			r.metrics().ObserveCommitToApplied(r.now().Sub(result.CommitTime))
+		}
 		app.Status.LastAppliedRevision = revision
 	}
 	return changes, nil

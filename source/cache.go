@@ -3,15 +3,17 @@ package source
 import (
 	"container/list"
 	"sync"
+	"time"
 
 	"github.com/plumb-dev/plumb/source/render"
 )
 
 // cachedRender is a render, or the lasting error it failed with.
 type cachedRender struct {
-	engine  render.Engine
-	objects []*Object
-	err     error
+	engine    render.Engine
+	objects   []*Object
+	committed time.Time // the commit's committer date (zero if unknown)
+	err       error
 }
 
 // renderCache keeps the most recently used renders within a byte budget

@@ -87,6 +87,9 @@ type Capabilities interface {
 type Result struct {
 	// Revision is what was read, e.g. main@sha1:<40 hex>.
 	Revision git.Revision
+	// CommitTime is the revision's committer date; zero when it could not
+	// be read.
+	CommitTime time.Time
 	// Engine is how the folder was rendered.
 	Engine render.Engine
 	// Objects are the rendered objects in a stable order.
@@ -211,7 +214,7 @@ func (r *Reader) Read(ctx context.Context, req Request) (*Result, error) {
 		if cached.err != nil {
 			return nil, cached.err
 		}
-		result.Engine, result.Objects, result.Cached = cached.engine, cached.objects, true
+		result.Engine, result.Objects, result.Cached, result.CommitTime = cached.engine, cached.objects, true, cached.committed
 		return result, nil
 	}
 
@@ -226,8 +229,11 @@ func (r *Reader) Read(ctx context.Context, req Request) (*Result, error) {
 		}
 		return nil, err
 	}
-	r.renders.add(lookup, &cachedRender{engine: engine, objects: objects})
-	result.Engine, result.Objects = engine, objects
+	// The commit's date only labels a metric: a commit that cannot say
+	// when it was made still renders.
+	committed, _ := r.repos.CommitTime(req.URL, req.Auth, rev.Hash)
+	r.renders.add(lookup, &cachedRender{engine: engine, objects: objects, committed: committed})
+	result.Engine, result.Objects, result.CommitTime = engine, objects, committed
 	return result, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -103,6 +104,12 @@ func TestAnUnchangedRepositoryCostsOneRoundTripAndNoRender(t *testing.T) {
 	after := server.RequestCounts(name)
 	if !second.Cached || second.Revision != first.Revision {
 		t.Errorf("second read of an unchanged repository: cached=%v revision=%s, want cached at %s", second.Cached, second.Revision, first.Revision)
+	}
+	if first.CommitTime.IsZero() || !second.CommitTime.Equal(first.CommitTime) {
+		t.Errorf("commit times %v (rendered) and %v (cached), want one non-zero time", first.CommitTime, second.CommitTime)
+	}
+	if committed, err := w.Git("log", "-1", "--format=%ct"); err != nil || committed != strconv.FormatInt(first.CommitTime.Unix(), 10) {
+		t.Errorf("commit time %v, git log says %s (%v)", first.CommitTime, committed, err)
 	}
 	wantDelta := map[string]int{gittest.RequestListRefs: 1, gittest.RequestFetch: 0}
 	gotDelta := map[string]int{

@@ -21,11 +21,13 @@ import (
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 )
 
-// Annotate writes the sync annotation of the App key with the time now:
-// one merge patch, no read.
-func Annotate(ctx context.Context, c client.Client, key types.NamespacedName, now time.Time) error {
+// Annotate writes the sync annotation of the App key with the time now, and
+// who asked (plumbv1.SyncRequestedByWebhook or SyncRequestedByManual): one
+// merge patch, no read.
+func Annotate(ctx context.Context, c client.Client, key types.NamespacedName, now time.Time, by string) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
 		plumbv1.AnnotationSyncRequestedAt: now.UTC().Format(time.RFC3339Nano),
+		plumbv1.AnnotationSyncRequestedBy: by,
 	}}})
 	if err != nil {
 		return err
@@ -42,7 +44,8 @@ func Annotate(ctx context.Context, c client.Client, key types.NamespacedName, no
 // ticks the App).
 const maxRetries = 5
 
-// Requester writes sync annotations in the background, a few at a time.
+// Requester writes the sync annotations that webhook pushes ask for, in the
+// background, a few at a time.
 type Requester struct {
 	client  client.Client
 	log     *zap.Logger
@@ -91,7 +94,7 @@ func (r *Requester) writeNext(ctx context.Context) bool {
 		return false
 	}
 	defer r.queue.Done(key)
-	err := Annotate(ctx, r.client, key, r.now())
+	err := Annotate(ctx, r.client, key, r.now(), plumbv1.SyncRequestedByWebhook)
 	switch {
 	case err == nil:
 		r.queue.Forget(key)

@@ -364,6 +364,15 @@ const (
 	// AnnotationSyncRequestedAt asks for a tick now (`plumb sync APP` sets it
 	// to the current time); a tick that sees a new value reads Git afresh.
 	AnnotationSyncRequestedAt = "plumb.dev/sync-requested-at"
+	// AnnotationSyncRequestedBy says who asked for the sync that
+	// AnnotationSyncRequestedAt records: "webhook" (the push receiver) or
+	// "manual" (a person, the CLI or the dashboard; also assumed when the
+	// annotation is absent). It only labels the sync in metrics and logs.
+	AnnotationSyncRequestedBy = "plumb.dev/sync-requested-by"
+	// SyncRequestedByWebhook and SyncRequestedByManual are the values of
+	// AnnotationSyncRequestedBy.
+	SyncRequestedByWebhook = "webhook"
+	SyncRequestedByManual  = "manual"
 	// Finalizer lets plumb prune an App's objects (when prune is on) before
 	// the App is gone.
 	Finalizer = "plumb.dev/finalizer"

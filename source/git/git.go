@@ -583,6 +583,25 @@ func (c *Cache) IsAncestor(url string, auth Auth, ancestor, descendant string) (
 	return a.IsAncestor(d)
 }
 
+// CommitTime is the committer date of a cached commit: when it was made,
+// as the committer's clock said.
+func (c *Cache) CommitTime(url string, auth Auth, hash string) (time.Time, error) {
+	h, clean, err := c.open(url, auth)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var when time.Time
+	err = h.with(func(repo *gogit.Repository) error {
+		commit, err := repo.CommitObject(plumbing.NewHash(hash))
+		if err != nil {
+			return fmt.Errorf("commit %s not in the cache of %s: %w", hash, clean, err)
+		}
+		when = commit.Committer.When
+		return nil
+	})
+	return when, err
+}
+
 // Tree returns the files of a cached commit, enforcing limits while it reads
 // the commit's tree. Contents load on demand, through the repository's open
 // handle. The tree of a commit (names, sizes and blob hashes,

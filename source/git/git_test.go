@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -547,5 +548,25 @@ func TestARepositoryStaysOpenAndAFetchIsSeen(t *testing.T) {
 		if err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+func TestCommitTimeIsTheCommittersDate(t *testing.T) {
+	w, url, first := newRepo(t, map[string]string{"a.yaml": "one"})
+	c := newCache(t)
+	read(t, c, url, git.Ref{Branch: "main"}, httpAuth, "a.yaml")
+	when, err := c.CommitTime(url, httpAuth, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := w.Git("log", "-1", "--format=%ct", first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strconv.FormatInt(when.Unix(), 10); got != want {
+		t.Errorf("CommitTime = %s (%v), git log says %s", got, when, want)
+	}
+	if _, err := c.CommitTime(url, httpAuth, strings.Repeat("ab", 20)); err == nil {
+		t.Error("CommitTime of a commit not in the cache succeeded")
 	}
 }

@@ -1,0 +1,43 @@
+package reconcile
+
+import (
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/queue"
+)
+
+// The triggers of a tick: what asked for it, as the syncs metric and the
+// tick's log lines name it.
+const (
+	TriggerTimer   = "timer"   // the fallback timer, or a retry after a failure
+	TriggerWebhook = "webhook" // a push webhook (the sync annotation, by the receiver)
+	TriggerDrift   = "drift"   // one of the App's objects changed
+	TriggerManual  = "manual"  // the sync annotation, set by anyone but the receiver
+	TriggerSpec    = "spec"    // a new App, or a spec not tried yet
+)
+
+// Triggers lists every trigger, for metrics that create their series at zero.
+var Triggers = []string{TriggerTimer, TriggerWebhook, TriggerDrift, TriggerManual, TriggerSpec}
+
+// triggerOf tells what asked for this tick of app, from the App itself and
+// the queue's word (timer or event). A spec that this controller has not
+// tried yet comes first, then an unanswered sync request; the timer and
+// events of the App's objects are what is left. Call it before the Read
+// phase records what it tried.
+func (r *Reconciler) triggerOf(app *plumbv1.App, queued queue.Trigger) string {
+	tried, known := r.memory.readGeneration(client.ObjectKeyFromObject(app))
+	if app.Status.ObservedGeneration != app.Generation && (!known || tried != app.Generation) {
+		return TriggerSpec
+	}
+	if request := app.Annotations[plumbv1.AnnotationSyncRequestedAt]; request != "" && request != app.Status.LastHandledSyncRequest {
+		if app.Annotations[plumbv1.AnnotationSyncRequestedBy] == plumbv1.SyncRequestedByWebhook {
+			return TriggerWebhook
+		}
+		return TriggerManual
+	}
+	if queued == queue.TriggerTimer {
+		return TriggerTimer
+	}
+	return TriggerDrift
+}

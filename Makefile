@@ -37,7 +37,7 @@ demo: controlplane ## Run plumb on a local control plane it starts, narrated (Ct
 	go run ./hack/demo
 
 .PHONY: test
-test: controlplane ## Run every test: unit, integration and e2e, then each fuzz target briefly.
+test: controlplane tools ## Run every test: unit, integration and e2e, then each fuzz target briefly.
 	go test $(TEST_FLAGS) ./...
 	go test -race $(TEST_FLAGS) $(RACE_PACKAGES)
 	@$(MAKE) --no-print-directory fuzz
@@ -69,6 +69,10 @@ build: ## Build bin/plumb.
 .PHONY: controlplane
 controlplane: ## Build the local control plane's binaries into the user cache (once; ~9 minutes cold).
 	bash hack/controlplane.sh
+
+.PHONY: tools
+tools: ## Build promtool and Alertmanager, which tests run, into the user cache (once; ~15 minutes cold).
+	bash hack/tools.sh
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deep-copy code and the CRD (also into the Helm chart).

@@ -273,7 +273,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		if err := mgr.Add(httpServer("webhook", opts.WebhookAddr, receiver.Handler(), log)); err != nil {
 			return err
 		}
-		log.Info("Prepared the webhook receiver", zap.Any("providers", receiver.Served()))
+		served := []string{}
+		for _, p := range receiver.Served() {
+			served = append(served, string(p))
+		}
+		loopMetrics.ServeWebhooks(served)
+		log.Info("Prepared the webhook receiver", zap.Strings("providers", served))
 	} else {
 		log.Info("Webhook receiver off: no provider has a secret")
 	}

@@ -90,7 +90,7 @@ func TestMetricsCountTicksAndPhaseFailures(t *testing.T) {
 		{app("plumb_app_ready", "bad"), 0},
 		{app("plumb_app_interval_seconds", "counted"), 600},
 		{app("plumb_app_suspended", "counted"), 0},
-		{app("plumb_app_drifted_objects", "counted"), 0},
+		{fmt.Sprintf(`plumb_app_drifted_objects{drift_policy="heal",name="counted",namespace=%q}`, ns), 0},
 		{app("plumb_app_consecutive_failures", "counted", `phase="read"`), 0},
 	} {
 		if got := metricValue(t, want.series); got != want.value {

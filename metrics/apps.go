@@ -40,7 +40,7 @@ func NewAppCollector(list AppLister) *AppCollector {
 		failures: prometheus.NewDesc("plumb_app_consecutive_failures",
 			"Failures in a row of each phase of the App's ticks since it last succeeded.", append(app, "phase"), nil),
 		drifted: prometheus.NewDesc("plumb_app_drifted_objects",
-			"Objects of the App left drifted after its last tick.", app, nil),
+			"Objects of the App left drifted after its last tick, labelled with the App's drift policy (heal or alert).", append(app, "drift_policy"), nil),
 		ready: prometheus.NewDesc("plumb_app_ready",
 			"1 when the App's Ready condition is True, else 0.", app, nil),
 		suspended: prometheus.NewDesc("plumb_app_suspended",
@@ -94,7 +94,7 @@ func (c *AppCollector) Collect(ch chan<- prometheus.Metric) {
 		if app.Status.Drift != nil {
 			drifted = float64(app.Status.Drift.Count)
 		}
-		gauge(c.drifted, drifted, ns, name)
+		gauge(c.drifted, drifted, ns, name, string(app.Spec.DriftPolicyOrDefault()))
 		gauge(c.ready, flag(apimeta.IsStatusConditionTrue(app.Status.Conditions, plumbv1.ConditionReady)), ns, name)
 		gauge(c.suspended, flag(app.Spec.Suspend), ns, name)
 	}

@@ -21,7 +21,7 @@ func TestTheAppCollectorServesEachAppsSeriesFromItsStatus(t *testing.T) {
 	apps := []plumbv1.App{
 		{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web", CreationTimestamp: created},
-			Spec:       plumbv1.AppSpec{Interval: &metav1.Duration{Duration: time.Minute}},
+			Spec:       plumbv1.AppSpec{Interval: &metav1.Duration{Duration: time.Minute}, DriftPolicy: plumbv1.DriftPolicyAlert},
 			Status: plumbv1.AppStatus{
 				LastSuccessfulTickTime: &succeeded,
 				Conditions:             []metav1.Condition{{Type: plumbv1.ConditionReady, Status: metav1.ConditionTrue}},
@@ -49,10 +49,10 @@ plumb_app_consecutive_failures{name="web",namespace="team-a",phase="apply"} 0
 plumb_app_consecutive_failures{name="web",namespace="team-a",phase="diff"} 0
 plumb_app_consecutive_failures{name="web",namespace="team-a",phase="observe"} 0
 plumb_app_consecutive_failures{name="web",namespace="team-a",phase="read"} 0
-# HELP plumb_app_drifted_objects Objects of the App left drifted after its last tick.
+# HELP plumb_app_drifted_objects Objects of the App left drifted after its last tick, labelled with the App's drift policy (heal or alert).
 # TYPE plumb_app_drifted_objects gauge
-plumb_app_drifted_objects{name="new",namespace="team-b"} 0
-plumb_app_drifted_objects{name="web",namespace="team-a"} 2
+plumb_app_drifted_objects{drift_policy="alert",name="web",namespace="team-a"} 2
+plumb_app_drifted_objects{drift_policy="heal",name="new",namespace="team-b"} 0
 # HELP plumb_app_interval_seconds The App's fallback interval: a successful tick is due at least this often.
 # TYPE plumb_app_interval_seconds gauge
 plumb_app_interval_seconds{name="new",namespace="team-b"} 180

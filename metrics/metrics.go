@@ -48,6 +48,23 @@ var webhookEvents = map[string]string{
 	"ping": "ping", "diagnostics:ping": "ping",
 }
 
+// webhookCodes are the status codes the receiver answers with; ServeWebhooks
+// creates their series at zero.
+var webhookCodes = []string{"200", "202", "400", "401", "405", "413"}
+
+// ServeWebhooks creates the webhook series of each provider the receiver
+// serves at zero (every event label and status code), so that a rate of
+// rejections works from the first one.
+func (m *Metrics) ServeWebhooks(providers []string) {
+	for _, provider := range providers {
+		for _, event := range []string{"push", "tag", "ping", "other"} {
+			for _, code := range webhookCodes {
+				m.webhooks.WithLabelValues(provider, event, code)
+			}
+		}
+	}
+}
+
 // NewMetrics creates the collectors and registers them on reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{

@@ -79,6 +79,13 @@ func TestWebhookEventLabelsAreBounded(t *testing.T) {
 	if got := testutil.CollectAndCount(m.webhooks); got != 2 {
 		t.Errorf("%d series, want 2", got)
 	}
+	m.ServeWebhooks([]string{"github", "gitlab"})
+	if got := testutil.CollectAndCount(m.webhooks); got != 2*4*len(webhookCodes) {
+		t.Errorf("%d series for two served providers, want %d", got, 2*4*len(webhookCodes))
+	}
+	if got := testutil.ToFloat64(m.webhooks.WithLabelValues("gitlab", "push", "401")); got != 0 {
+		t.Errorf("a served provider's rejections start at %v, want 0", got)
+	}
 }
 
 func TestSyncsByTriggerStartAtZeroAndStayBounded(t *testing.T) {

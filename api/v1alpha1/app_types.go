@@ -225,6 +225,16 @@ func (s AppSpec) PruneEnabled() bool {
 	return s.Prune == nil || *s.Prune
 }
 
+// DriftPolicyOrDefault is the drift policy: heal unless the spec says
+// alert (the API server defaults it to heal; an App made without defaulting
+// heals too).
+func (s AppSpec) DriftPolicyOrDefault() DriftPolicy {
+	if s.DriftPolicy == DriftPolicyAlert {
+		return DriftPolicyAlert
+	}
+	return DriftPolicyHeal
+}
+
 // DriftPolicy is what a tick does about drift.
 // +kubebuilder:validation:Enum=heal;alert
 type DriftPolicy string

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the monitoring tools that tests run (promtool, for the alert rules'
+# unit tests, and Alertmanager, for the notification tests) from the Go module
+# proxy into a versioned cache folder outside the repository, so that every
+# clone on this machine reuses them. A warm run builds nothing.
+#
+#   PLUMB_TOOLS_CACHE  root of the cache (default: the user cache directory's
+#                      plumb/tools)
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=../localtools/versions.env
+source "$repo/localtools/versions.env"
+
+cache_root="${PLUMB_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/plumb/tools}"
+dir="$cache_root/prometheus-${PROMETHEUS_VERSION}_alertmanager-${ALERTMANAGER_VERSION}"
+bin="$dir/bin"
+tools="$repo/hack/tools"
+
+die() { echo "tools: $*" >&2; exit 1; }
+grep -qE "^(require)?[[:space:]]*github.com/prometheus/prometheus $PROMETHEUS_VERSION( |$)" "$tools/prometheus/go.mod" ||
+	die "hack/tools/prometheus/go.mod does not require prometheus $PROMETHEUS_VERSION (localtools/versions.env); fix one of them"
+grep -qE "^(require)?[[:space:]]*github.com/prometheus/alertmanager $ALERTMANAGER_VERSION( |$)" "$tools/alertmanager/go.mod" ||
+	die "hack/tools/alertmanager/go.mod does not require alertmanager $ALERTMANAGER_VERSION (localtools/versions.env); fix one of them"
+
+mkdir -p "$bin"
+exec 9>"$dir/.lock"
+flock 9 # one builder per cache folder; a second one waits, then finds the binaries
+
+build() { # name module-dir package
+	local name=$1 module=$2 pkg=$3
+	if [[ -x "$bin/$name" ]]; then
+		echo "tools: $name is built (cached)"
+		return
+	fi
+	echo "tools: building $name from $pkg ..."
+	local start=$SECONDS
+	(cd "$tools/$module" && go build -trimpath -ldflags "-s -w" -o "$bin/$name.partial" "$pkg")
+	mv "$bin/$name.partial" "$bin/$name"
+	echo "tools: built $name in $((SECONDS - start))s"
+}
+
+build promtool prometheus github.com/prometheus/prometheus/cmd/promtool
+build alertmanager alertmanager github.com/prometheus/alertmanager/cmd/alertmanager

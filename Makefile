@@ -22,7 +22,7 @@ FUZZTIME ?= 50000x
 # Packages whose shared state is read from many goroutines run again under the
 # race detector (not source/render: the detector cannot allocate its shadow memory
 # under the render sandbox's memory limit).
-RACE_PACKAGES := ./source/git ./compact ./digest ./queue
+RACE_PACKAGES := ./source/git ./compact ./digest ./queue ./notify
 # package:target[:executions] — a target whose executions are slow (a whole
 # Kustomize build each) runs fewer.
 FUZZ_TARGETS := ./source/manifest:FuzzParse ./source/tree:FuzzResolve ./webhook:FuzzNormalizeURL ./webhook:FuzzHandler \
@@ -78,7 +78,7 @@ tools: ## Build promtool and Alertmanager, which tests run, into the user cache 
 generate: $(CONTROLLER_GEN) ## Generate deep-copy code and the CRD (also into the Helm chart).
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:dir=api/v1alpha1/crd
-	cp api/v1alpha1/crd/plumb.dev_apps.yaml charts/plumb/crds/plumb.dev_apps.yaml
+	cp api/v1alpha1/crd/plumb.dev_apps.yaml api/v1alpha1/crd/plumb.dev_notifications.yaml charts/plumb/crds/
 
 .PHONY: lint
 lint: ## gofmt, go vet, and a check that generated files are current.

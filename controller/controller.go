@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"regexp"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -46,6 +48,7 @@ import (
 	"github.com/plumb-dev/plumb/informers"
 	"github.com/plumb-dev/plumb/leadership"
 	"github.com/plumb-dev/plumb/metrics"
+	"github.com/plumb-dev/plumb/notify"
 	"github.com/plumb-dev/plumb/queue"
 	"github.com/plumb-dev/plumb/reconcile"
 	"github.com/plumb-dev/plumb/runtimelog"
@@ -97,6 +100,9 @@ type Options struct {
 	// Policy holds the tenancy rules: the default ServiceAccount Apps act
 	// as, and the lockdown flags.
 	Policy reconcile.Policy
+	// NotificationBlockedPrefixes are the addresses no Notification's sink
+	// may be reached at (nil: notify.DefaultBlockedPrefixes()).
+	NotificationBlockedPrefixes []netip.Prefix
 }
 
 // Run runs the controller until ctx ends; on the way out it lets ticks
@@ -146,16 +152,6 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
-	}
-	// Per-App series, read from the App cache at scrape time.
-	if err := registry.Register(metrics.NewAppCollector(func(ctx context.Context) ([]plumbv1.App, error) {
-		list := &plumbv1.AppList{}
-		if err := mgr.GetCache().List(ctx, list); err != nil {
-			return nil, err
-		}
-		return list.Items, nil
-	})); err != nil {
-		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
@@ -218,7 +214,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		Exists: impersonation.ServiceAccountsIn(mgr.GetCache()),
 	})
 	secrets := credentials.New(clientset)
+	notifier, err := notifications(mgr, opts.NotificationBlockedPrefixes, loopMetrics, log.Named("notify"))
+	if err != nil {
+		return err
+	}
 	tick := &reconcile.Reconciler{
+		Notifier:    notifier,
 		Metrics:     loopMetrics,
 		Client:      mgr.GetClient(),
 		APIReader:   mgr.GetAPIReader(),
@@ -231,6 +232,17 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		Policy:      opts.Policy,
 		Events:      mgr.GetEventRecorderFor("plumb"),
 		Log:         log.Named("tick"),
+	}
+	// Per-App series, read from the App cache at scrape time (and the last
+	// success from the ticks, which status heartbeats lag).
+	if err := registry.Register(metrics.NewAppCollector(func(ctx context.Context) ([]plumbv1.App, error) {
+		list := &plumbv1.AppList{}
+		if err := mgr.GetCache().List(ctx, list); err != nil {
+			return nil, err
+		}
+		return list.Items, nil
+	}, tick.LastSuccess)); err != nil {
+		return err
 	}
 	// Each leadership term has a queue of its own; events between terms
 	// are dropped (a new term starts by enqueueing every App).
@@ -338,6 +350,38 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// notifications makes the Dispatcher that delivers what ticks tell it to the
+// Notifications of each App's namespace, read from the manager's cache
+// (started on first use, so that a cluster without the Notification CRD
+// only logs), with Secrets read from the API server one at a time (no
+// cache of every Secret).
+func notifications(mgr manager.Manager, blocked []netip.Prefix, m *metrics.Metrics, log *zap.Logger) (*notify.Dispatcher, error) {
+	if blocked == nil {
+		blocked = notify.DefaultBlockedPrefixes()
+	}
+	d := notify.New(notify.Options{
+		Notifications: func(ctx context.Context, namespace string) ([]plumbv1.Notification, error) {
+			list := &plumbv1.NotificationList{}
+			if err := mgr.GetCache().List(ctx, list, client.InNamespace(namespace)); err != nil {
+				return nil, err
+			}
+			return list.Items, nil
+		},
+		Secrets: func(ctx context.Context, key types.NamespacedName) (*corev1.Secret, error) {
+			secret := &corev1.Secret{}
+			if err := mgr.GetAPIReader().Get(ctx, key, secret); err != nil {
+				return nil, err
+			}
+			return secret, nil
+		},
+		Client:       notify.NewClient(blocked),
+		Metrics:      m,
+		QueueMetrics: m.WorkqueueProvider(),
+		Log:          log,
+	})
+	return d, mgr.Add(d)
+}
 
 // currentQueue forwards to the queue of the current leadership term, if any.
 type currentQueue struct {

@@ -105,7 +105,13 @@ type Result struct {
 	// the object's content (fields others added inside plumb's list items
 	// need a patch built from it).
 	Incomplete, LostOnly bool
-	Changes              []Change
+	// Reclaim is set on an Unchanged result whose object holds what Git
+	// says, though another manager took fields plumb applied over (and set
+	// them back to Git's values): no drift, but plumb no longer owns them,
+	// so it could not remove them if Git dropped them. A healing tick
+	// applies the object again to take them back.
+	Reclaim bool
+	Changes []Change
 	// Additions are fields someone else added inside list items plumb
 	// applied (e.g. an env var in a container from Git), as JSON patch
 	// operations that remove them from the live object, each guarded by a
@@ -251,6 +257,9 @@ func CompareHashed(desired *unstructured.Unstructured, hash string, live *compac
 	changes, additions := additionsInPlumbItems(live, content, recorded, ignore, left)
 	if lost.Empty() && len(additions) == 0 {
 		return Result{Kind: Unchanged}, nil
+	}
+	if len(additions) == 0 && len(changes) == 0 && holdsDesired(desired, content, lost) {
+		return Result{Kind: Unchanged, Reclaim: true}, nil
 	}
 	changes = append(attribute(desired, live, content, lost), changes...)
 	return Result{Kind: Drifted, Changes: changes, Additions: additions}, nil
@@ -495,6 +504,22 @@ func attribute(desired *unstructured.Unstructured, live *compact.Object, content
 	})
 	sort.Slice(changes, func(i, j int) bool { return changes[i].Path < changes[j].Path })
 	return changes
+}
+
+// holdsDesired reports whether live holds, at every path of paths, the
+// value desired has there (by meaning: quantities by amount, numbers by
+// value).
+func holdsDesired(desired, live *unstructured.Unstructured, paths *fieldpath.Set) bool {
+	same := true
+	paths.Iterate(func(p fieldpath.Path) {
+		if !same {
+			return
+		}
+		want, ok1 := valueAt(desired.Object, p)
+		got, ok2 := valueAt(live.Object, p)
+		same = ok1 && ok2 && sameMeaning(want, got)
+	})
+	return same
 }
 
 // render shows a value compactly; absent fields show as "".

@@ -412,3 +412,59 @@ func compareBoth(t *testing.T, desired, live *unstructured.Unstructured, rec *Re
 	}
 	return got, nil
 }
+
+// A field that another manager took over and set back to what Git says is
+// no drift, though plumb no longer owns it: the result says so (Reclaim),
+// so that a healing tick takes it back quietly. The compacted cache, which
+// holds no values, cannot tell, and calls for the object whole.
+func TestAFieldSetBackToGitsValueIsNoDrift(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	ns := newNamespace(t, c)
+	desired, rec := applied(t, c, ns, settingsYAML)
+	for _, color := range []string{"red", "blue"} {
+		cm := &corev1.ConfigMap{}
+		typed(t, get(t, c, desired), cm)
+		cm.Data["color"] = color
+		if err := c.Update(ctx, cm, client.FieldOwner("kubectl-edit")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live := get(t, c, desired)
+	if owner := OwnerOf(mustWhole(t, live), fieldpath.MakePathOrDie("data", "color")); owner != "kubectl-edit" {
+		t.Fatalf(".data.color is owned by %q, want kubectl-edit (the test needs plumb to have lost it)", owner)
+	}
+	got, err := Compare(desired, mustWhole(t, live), &rec, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Kind != Unchanged || !got.Reclaim {
+		t.Errorf("Compare = %s (reclaim %v) %s, want unchanged with reclaim", got.Kind, got.Reclaim, Describe(got.Changes))
+	}
+	compacted, err := compact.Of(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromCache, _ := Compare(desired, compacted, &rec, nil, nil); fromCache.Kind != Drifted || !fromCache.Incomplete {
+		t.Errorf("from the cache: %s (incomplete %v), want drifted and incomplete", fromCache.Kind, fromCache.Incomplete)
+	}
+	// A value that differs is still drift.
+	cm := &corev1.ConfigMap{}
+	typed(t, live, cm)
+	cm.Data["color"] = "green"
+	if err := c.Update(ctx, cm, client.FieldOwner("kubectl-edit")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := Compare(desired, mustWhole(t, get(t, c, desired)), &rec, nil, nil); got.Kind != Drifted || got.Reclaim {
+		t.Errorf("after a real change: %s (reclaim %v), want drifted", got.Kind, got.Reclaim)
+	}
+}
+
+func mustWhole(t *testing.T, live *unstructured.Unstructured) *compact.Object {
+	t.Helper()
+	whole, err := compact.Whole(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return whole
+}

@@ -57,6 +57,13 @@ func gitRepo(t *testing.T, files map[string]string) (*gittest.Workdir, string, s
 	t.Helper()
 	repoCount++
 	name := fmt.Sprintf("%s-%d.git", strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())), repoCount)
+	return gitRepoNamed(t, name, files)
+}
+
+// gitRepoNamed pushes files to a new repository at path name (e.g.
+// owner/repo.git).
+func gitRepoNamed(t *testing.T, name string, files map[string]string) (*gittest.Workdir, string, string) {
+	t.Helper()
 	w, err := gitServer.NewWorkdir(name)
 	if err != nil {
 		t.Fatal(err)

@@ -84,8 +84,8 @@ func TestTheRuleTestsCatchABrokenRule(t *testing.T) {
 			}
 			out, err := runPromtool(t, dir, "test", "rules", testsFile)
 			var exit *exec.ExitError
-			if !errors.As(err, &exit) {
-				t.Fatalf("the rule tests passed with the rule broken (%v):\n%s", err, out)
+			if !errors.As(err, &exit) || !strings.Contains(out, "FAILED:") {
+				t.Fatalf("the rule tests did not fail on an alert with the rule broken (%v):\n%s", err, out)
 			}
 		})
 	}
@@ -106,7 +106,7 @@ func TestTheAlertRulesReadServedSeries(t *testing.T) {
 	m.ServeWebhooks([]string{"github"})
 	reg.MustRegister(NewAppCollector(func(context.Context) ([]plumbv1.App, error) {
 		return []plumbv1.App{{}}, nil
-	}))
+	}, nil))
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 )
@@ -13,6 +14,11 @@ import (
 // AppLister lists the Apps whose series an AppCollector serves (those this
 // controller ticks: its App cache).
 type AppLister func(ctx context.Context) ([]plumbv1.App, error)
+
+// LastSuccess is when this replica last saw a tick of the App succeed
+// (false when it has not): fresher than the App's status, which a tick
+// that changed nothing but times writes only now and then.
+type LastSuccess func(key types.NamespacedName) (time.Time, bool)
 
 // appListTimeout bounds the listing of one scrape.
 const appListTimeout = 5 * time.Second
@@ -23,17 +29,21 @@ const appListTimeout = 5 * time.Second
 // are the App's own). Labels are the App's namespace and name, and for
 // consecutive failures the phase: never a label per object.
 type AppCollector struct {
-	list AppLister
+	list        AppLister
+	lastSuccess LastSuccess
 
-	lastSuccess, interval, failures, drifted, ready, suspended *prometheus.Desc
+	lastSuccessDesc, interval, failures, drifted, ready, suspended *prometheus.Desc
 }
 
-// NewAppCollector serves the series of the Apps list returns.
-func NewAppCollector(list AppLister) *AppCollector {
+// NewAppCollector serves the series of the Apps list returns; lastSuccess
+// (nil: none) is consulted for the last success time, the later of it and
+// the status's being served. Only the replica that ticks knows the fresher
+// time, and rules take the max over replicas.
+func NewAppCollector(list AppLister, lastSuccess LastSuccess) *AppCollector {
 	app := []string{"namespace", "name"}
 	return &AppCollector{
-		list: list,
-		lastSuccess: prometheus.NewDesc("plumb_app_last_success_timestamp_seconds",
+		list: list, lastSuccess: lastSuccess,
+		lastSuccessDesc: prometheus.NewDesc("plumb_app_last_success_timestamp_seconds",
 			"When the App's last successful tick ended (Unix time); its creation time while it has had none.", app, nil),
 		interval: prometheus.NewDesc("plumb_app_interval_seconds",
 			"The App's fallback interval: a successful tick is due at least this often.", app, nil),
@@ -50,7 +60,7 @@ func NewAppCollector(list AppLister) *AppCollector {
 
 // Describe implements prometheus.Collector.
 func (c *AppCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.lastSuccess, c.interval, c.failures, c.drifted, c.ready, c.suspended} {
+	for _, d := range []*prometheus.Desc{c.lastSuccessDesc, c.interval, c.failures, c.drifted, c.ready, c.suspended} {
 		ch <- d
 	}
 }
@@ -81,7 +91,12 @@ func (c *AppCollector) Collect(ch chan<- prometheus.Metric) {
 		if t := app.Status.LastSuccessfulTickTime; t != nil {
 			last = t.Time
 		}
-		gauge(c.lastSuccess, float64(last.UnixNano())/1e9, ns, name)
+		if c.lastSuccess != nil {
+			if t, ok := c.lastSuccess(types.NamespacedName{Namespace: ns, Name: name}); ok && t.After(last) {
+				last = t
+			}
+		}
+		gauge(c.lastSuccessDesc, float64(last.UnixNano())/1e9, ns, name)
 		gauge(c.interval, app.Spec.IntervalOrDefault().Seconds(), ns, name)
 		phases := app.Status.Phases
 		for _, p := range []struct {

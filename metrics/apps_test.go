@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -37,7 +38,7 @@ func TestTheAppCollectorServesEachAppsSeriesFromItsStatus(t *testing.T) {
 			},
 		},
 	}
-	c := NewAppCollector(func(context.Context) ([]plumbv1.App, error) { return apps, nil })
+	c := NewAppCollector(func(context.Context) ([]plumbv1.App, error) { return apps, nil }, nil)
 	want := `
 # HELP plumb_app_consecutive_failures Failures in a row of each phase of the App's ticks since it last succeeded.
 # TYPE plumb_app_consecutive_failures gauge
@@ -77,7 +78,7 @@ plumb_app_suspended{name="web",namespace="team-a"} 0
 	if got := testutil.CollectAndCount(c, "plumb_app_ready"); got != 1 {
 		t.Errorf("%d plumb_app_ready series after an App was deleted, want 1", got)
 	}
-	failing := NewAppCollector(func(context.Context) ([]plumbv1.App, error) { return nil, errors.New("cache not synced") })
+	failing := NewAppCollector(func(context.Context) ([]plumbv1.App, error) { return nil, errors.New("cache not synced") }, nil)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(failing, prometheus.NewGauge(prometheus.GaugeOpts{Name: "other"}))
 	if families, err := reg.Gather(); err != nil || len(families) != 1 {
@@ -111,6 +112,31 @@ plumb_workqueue_depth{name="apps"} 1
 plumb_workqueue_retries_total{name="apps"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "plumb_workqueue_adds_total", "plumb_workqueue_depth", "plumb_workqueue_retries_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+// The last success served is the later of the status's and the ticking
+// replica's own (the status is written only now and then when nothing but
+// times changed).
+func TestTheLastSuccessIsTheLaterOfTheStatusAndTheTicks(t *testing.T) {
+	written := metav1.NewTime(time.Unix(2000, 0))
+	apps := []plumbv1.App{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "fresh"}, Status: plumbv1.AppStatus{LastSuccessfulTickTime: &written}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "older"}, Status: plumbv1.AppStatus{LastSuccessfulTickTime: &written}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "unknown"}, Status: plumbv1.AppStatus{LastSuccessfulTickTime: &written}},
+	}
+	ticks := map[string]time.Time{"fresh": time.Unix(2600, 0), "older": time.Unix(1000, 0)}
+	c := NewAppCollector(func(context.Context) ([]plumbv1.App, error) { return apps, nil },
+		func(key types.NamespacedName) (time.Time, bool) { at, ok := ticks[key.Name]; return at, ok })
+	want := `
+# HELP plumb_app_last_success_timestamp_seconds When the App's last successful tick ended (Unix time); its creation time while it has had none.
+# TYPE plumb_app_last_success_timestamp_seconds gauge
+plumb_app_last_success_timestamp_seconds{name="fresh",namespace="team"} 2600
+plumb_app_last_success_timestamp_seconds{name="older",namespace="team"} 2000
+plumb_app_last_success_timestamp_seconds{name="unknown",namespace="team"} 2000
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "plumb_app_last_success_timestamp_seconds"); err != nil {
 		t.Error(err)
 	}
 }

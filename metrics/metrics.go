@@ -35,12 +35,18 @@ type Metrics struct {
 	apiRequests   *prometheus.CounterVec
 	syncs         *prometheus.CounterVec
 	commitApplied prometheus.Histogram
+	notifications *prometheus.CounterVec
+	notifyRetries *prometheus.CounterVec
 	workqueue     *workqueueMetrics
 }
 
 // Triggers are the values of plumb_syncs_total's trigger label (the
 // reconcile package's triggers).
 var triggers = []string{"timer", "webhook", "drift", "manual", "spec"}
+
+// sinks are the values of the notification series' sink label: the
+// Notification types, and the controller's own intake.
+var sinks = []string{"webhook", "slack", "alertmanager", "github", "gitlab", "gitea", "intake"}
 
 // webhookEvents bounds the event label: payload headers are attacker input.
 var webhookEvents = map[string]string{
@@ -113,9 +119,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			// 1s … ~4.5h: a webhook-driven delivery takes seconds, a timer-driven one up to an interval.
 			Buckets: prometheus.ExponentialBuckets(1, 2, 15),
 		}),
+		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plumb_notifications_total",
+			Help: "Notification events by sink type and result: delivered, failed (given up after retries, or refused) or dropped (a queue was full; sink \"intake\" when the controller's own intake was).",
+		}, []string{"sink", "result"}),
+		notifyRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plumb_notification_attempt_failures_total",
+			Help: "Failed attempts to deliver a notification, by sink type (each is retried with backoff until it is given up).",
+		}, []string{"sink"}),
 		workqueue: newWorkqueueMetrics(),
 	}
-	for _, c := range append([]prometheus.Collector{m.ticks, m.phaseFailures, m.tickDuration, m.phaseDuration, m.changes, m.webhooks, m.matched, m.apiRequests, m.syncs, m.commitApplied},
+	for _, c := range append([]prometheus.Collector{m.ticks, m.phaseFailures, m.tickDuration, m.phaseDuration, m.changes, m.webhooks, m.matched, m.apiRequests, m.syncs, m.commitApplied,
+		m.notifications, m.notifyRetries},
 		m.workqueue.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -139,6 +154,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m.apiRequests.WithLabelValues("apply", "true")
 	for _, trigger := range triggers {
 		m.syncs.WithLabelValues(trigger)
+	}
+	for _, sink := range sinks {
+		for _, result := range []string{"delivered", "failed", "dropped"} {
+			m.notifications.WithLabelValues(sink, result)
+		}
+		m.notifyRetries.WithLabelValues(sink)
 	}
 	return m, nil
 }
@@ -171,6 +192,16 @@ func (m *Metrics) ObserveSync(trigger string) {
 // became live. A commit dated in the future (a skewed clock) counts as 0.
 func (m *Metrics) ObserveCommitToApplied(d time.Duration) {
 	m.commitApplied.Observe(max(d, 0).Seconds())
+}
+
+// ObserveNotification counts a notification event's result at a sink.
+func (m *Metrics) ObserveNotification(sink, result string) {
+	m.notifications.WithLabelValues(sink, result).Inc()
+}
+
+// ObserveNotificationAttemptFailure counts a failed delivery attempt.
+func (m *Metrics) ObserveNotificationAttemptFailure(sink string) {
+	m.notifyRetries.WithLabelValues(sink).Inc()
 }
 
 // ObservePhase records how long a phase took.

@@ -29,6 +29,8 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 		return queue.Forget, nil
 	}
 	interval := app.Spec.IntervalOrDefault()
+	log = log.With(zap.String("phase", "finalize"), zap.String("revision", app.Status.LastAppliedRevision))
+	r.endDriftEpisode(app)
 	if app.Spec.PruneEnabled() && !app.Spec.Suspend {
 		stale := r.staleObjects(app.Status.Inventory, nil, newTickKinds(r.Mapper))
 		if len(stale) > 0 {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/plumb-dev/plumb/compact"
+	"github.com/plumb-dev/plumb/notify"
 	"github.com/plumb-dev/plumb/source"
 	"github.com/plumb-dev/plumb/ssa"
 )
@@ -66,6 +67,12 @@ type ClusterInfo interface {
 // record.EventRecorder satisfies it).
 type EventRecorder interface {
 	Eventf(object runtime.Object, eventtype, reason, messageFmt string, args ...any)
+}
+
+// Notifier hands events to the Notifications of the App's namespace
+// (package notify). It must not block.
+type Notifier interface {
+	Notify(notify.Event)
 }
 
 // MetricsRecorder records the loop's metrics (package metrics).

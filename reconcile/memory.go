@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/diff"
 	"github.com/plumb-dev/plumb/source"
@@ -53,6 +54,21 @@ type appMemory struct {
 	// unwritten counts the ticks in a row whose status changed in nothing
 	// but times, and was not written.
 	unwritten int
+	// driftNotified says a DriftDetected was sent and its DriftResolved not
+	// yet (an episode of the App, for its Notifications).
+	driftNotified bool
+	// revisionSent is the last revision event sent for the App.
+	revisionSent sentRevision
+	// lastSuccess is when the App's last successful tick ended.
+	lastSuccess time.Time
+}
+
+// sentRevision is a revision event as sent: the revision, the event and
+// what failed.
+type sentRevision struct {
+	revision string
+	kind     plumbv1.NotificationEvent
+	detail   string
 }
 
 // objectMemory is what memory keeps about one object of an App.
@@ -568,5 +584,59 @@ func (m *memory) newTerm() {
 		}
 		a.fieldDrifts = map[objectID]map[string][]fieldChange{}
 		a.conflicts = map[objectID]*objectConflicts{}
+		a.driftNotified, a.revisionSent = false, sentRevision{}
 	}
+}
+
+// driftNotified reports whether the App's drift episode was announced (a
+// DriftDetected sent, its DriftResolved not yet).
+func (m *memory) driftNotifiedOf(key types.NamespacedName) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.app(key).driftNotified
+}
+
+// setDriftNotified records whether the App's drift episode is announced.
+func (m *memory) setDriftNotified(key types.NamespacedName, open bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.app(key).driftNotified = open
+}
+
+// succeeded records when a tick of the App succeeded.
+func (m *memory) succeeded(key types.NamespacedName, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.app(key).lastSuccess = at
+}
+
+// lastSuccessOf is when a tick of the App last succeeded here.
+func (m *memory) lastSuccessOf(key types.NamespacedName) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, ok := m.apps[key]
+	if !ok || a.lastSuccess.IsZero() {
+		return time.Time{}, false
+	}
+	return a.lastSuccess, true
+}
+
+// sendRevision records a revision event and reports whether it differs
+// from the last one sent (and so is to be sent).
+func (m *memory) sendRevision(key types.NamespacedName, sent sentRevision) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.app(key)
+	if a.revisionSent == sent {
+		return false
+	}
+	a.revisionSent = sent
+	return true
+}
+
+// revisionSentFor reports whether any revision event was sent for revision.
+func (m *memory) revisionSentFor(key types.NamespacedName, revision string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.app(key).revisionSent.revision == revision
 }

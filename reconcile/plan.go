@@ -140,6 +140,11 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 			if !newConflict {
 				r.memory.converged(key, id)
 			}
+			if result.Reclaim && app.Spec.DriftPolicy != plumbv1.DriftPolicyAlert {
+				// Git's values, under another manager: take the fields back,
+				// quietly (no drift), so that plumb can remove them later.
+				p.apply = append(p.apply, obj)
+			}
 		case diff.Create, diff.Update, diff.Ambiguous:
 			if !newConflict {
 				ssa.SetRevision(obj, revision) // Git changed it (not a field left to others)
@@ -247,8 +252,8 @@ func (r *Reconciler) describe(ctx context.Context, key types.NamespacedName, app
 			return diff.Result{}, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed,
 				Err: fmt.Errorf("%s drifted, and reading it to describe and heal the drift failed: %w", idOf(obj), err)}
 		}
-		r.Log.Warn("Could not read a drifted object whole to describe the drift; going on with what the cache shows",
-			zap.String("app", key.String()), zap.Stringer("object", idOf(obj)), zap.Error(err))
+		logOf(ctx, r.Log.With(zap.String("app", key.String()))).Warn("Could not read a drifted object whole to describe the drift; going on with what the cache shows",
+			zap.Stringer("object", idOf(obj)), zap.Error(err))
 		return cached, nil, nil
 	}
 	if whole != nil {

@@ -81,6 +81,12 @@ func TestRequestsPerTick(t *testing.T) {
 		if writes != 2 {
 			t.Errorf("%d status writes in %d unchanged ticks, want 2", writes, 2*heartbeatEvery)
 		}
+		// The status lags; the last success the metrics serve does not.
+		written := h.tick(t, key, queue.TriggerEvent).Status.LastSuccessfulTickTime
+		last, ok := h.r.LastSuccess(key)
+		if !ok || written == nil || !last.After(written.Time) {
+			t.Errorf("LastSuccess = %v (%v) after an unwritten tick, want later than the status's %v", last, ok, written)
+		}
 	})
 
 	t.Run("a tick with 5 of 200 objects changed", func(t *testing.T) {

@@ -74,6 +74,7 @@ func setCondition(app *plumbv1.App, condType string, status bool, reason, messag
 // someone else wrote the App) is written over, so no stale field survives.
 func (r *Reconciler) writeStatus(ctx context.Context, original, app *plumbv1.App, log *zap.Logger) {
 	key := client.ObjectKeyFromObject(app)
+	log = log.With(zap.String("phase", "status"), zap.String("revision", app.Status.LastAttemptedRevision))
 	heartbeat := original.ResourceVersion == r.memory.appRV(key) && sameButTimes(original.Status, app.Status)
 	if heartbeat && r.memory.skipWrite(key) {
 		return
@@ -182,7 +183,7 @@ func (r *Reconciler) recordOutcome(app *plumbv1.App, changes *fluxssa.ChangeSet,
 		}
 		setCondition(app, plumbv1.ConditionReconciling, false, plumbv1.ReasonSucceeded, message, now)
 		setCondition(app, plumbv1.ConditionStalled, false, plumbv1.ReasonSucceeded, message, now)
-		log.Info("Ticked", zap.Duration("took", now.Sub(start)))
+		log.Info("Ticked", zap.String("phase", string(PhaseApply)), zap.String("revision", app.Status.LastAppliedRevision), zap.Duration("took", now.Sub(start)))
 		return
 	}
 
@@ -206,7 +207,7 @@ func (r *Reconciler) recordOutcome(app *plumbv1.App, changes *fluxssa.ChangeSet,
 	if isNew {
 		r.Events.Eventf(app, corev1.EventTypeWarning, phaseErr.Reason, "%s", truncate(message, 1024))
 	}
-	log.Error("Tick failed", zap.String("phase", string(phaseErr.Phase)), zap.String("reason", phaseErr.Reason),
+	log.Error("Tick failed", zap.String("phase", string(phaseErr.Phase)), zap.String("revision", app.Status.LastAttemptedRevision), zap.String("reason", phaseErr.Reason),
 		zap.String("detail", phaseErr.Detail), zap.Error(phaseErr.Err))
 }
 

@@ -62,8 +62,11 @@ type Reconciler struct {
 	Enqueue func(types.NamespacedName)
 	// Metrics records tick and phase metrics; nil records nothing.
 	Metrics MetricsRecorder
-	Log     *zap.Logger
-	Clock   clock.PassiveClock
+	// Notifier is told of drift episodes and of each revision's progress;
+	// nil tells no one.
+	Notifier Notifier
+	Log      *zap.Logger
+	Clock    clock.PassiveClock
 	// SyncTimeout bounds the wait for informer caches (default 30s).
 	SyncTimeout time.Duration
 
@@ -129,7 +132,7 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 				r.Identities.Release(key)
 			}
 			r.memory.forgetApp(key)
-			log.Debug("Forgot deleted App")
+			log.Debug("Forgot deleted App", zap.String("phase", "start"), zap.String("revision", ""))
 			return queue.Forget, nil
 		}
 		return plumbv1.DefaultInterval, fmt.Errorf("reading App %s: %w", key, err)
@@ -155,7 +158,7 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 	if app.Spec.Suspend {
 		app.Status.LastHandledSyncRequest = app.Annotations[plumbv1.AnnotationSyncRequestedAt]
 		setCondition(app, plumbv1.ConditionReconciling, false, plumbv1.ReasonSuspended, "the App is suspended", r.now())
-		log.Debug("Skipped suspended App")
+		log.Debug("Skipped suspended App", zap.String("phase", "start"), zap.String("revision", app.Status.LastAppliedRevision))
 		return interval, nil
 	}
 
@@ -165,6 +168,7 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 	start := r.now()
 	changes, err := r.run(tickCtx, app, trigger, log)
 	r.recordOutcome(app, changes, err, start, log)
+	r.notifyOutcome(app, err)
 	var phaseErr *PhaseError
 	if errors.As(err, &phaseErr) {
 		r.metrics().ObserveTick(r.now().Sub(start), string(phaseErr.Phase), phaseErr.Reason)
@@ -175,8 +179,18 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 		r.metrics().ObserveTick(r.now().Sub(start), string(PhaseApply), plumbv1.ReasonApplyFailed)
 	} else {
 		r.metrics().ObserveTick(r.now().Sub(start), "", "")
+		if t := app.Status.LastSuccessfulTickTime; t != nil {
+			r.memory.succeeded(key, t.Time)
+		}
 	}
 	return interval, err
+}
+
+// LastSuccess is when a tick of the App last succeeded in this process
+// (false when none has): the App's status says so too, but a tick that
+// changed nothing but times writes it only every heartbeatEvery ticks.
+func (r *Reconciler) LastSuccess(key types.NamespacedName) (time.Time, bool) {
+	return r.memory.lastSuccessOf(key)
 }
 
 // getApp reads the App from the cache, or from the API server when the
@@ -213,6 +227,22 @@ func (r *Reconciler) timed(phase Phase, start time.Time) time.Time {
 	now := r.now()
 	r.metrics().ObservePhase(string(phase), now.Sub(start))
 	return now
+}
+
+// logKey is the context key of the tick's logger (see withLog).
+type logKey struct{}
+
+// withLog carries a phase's logger to code deep in the phase.
+func withLog(ctx context.Context, log *zap.Logger) context.Context {
+	return context.WithValue(ctx, logKey{}, log)
+}
+
+// logOf is the phase's logger that ctx carries, or fallback.
+func logOf(ctx context.Context, fallback *zap.Logger) *zap.Logger {
+	if log, ok := ctx.Value(logKey{}).(*zap.Logger); ok {
+		return log
+	}
+	return fallback
 }
 
 // tickID is a short random id that ties a tick's log lines together.
@@ -261,13 +291,14 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 		return nil, err
 	}
 	markSuccess(app, PhaseRead, r.now())
+	r.notifyPending(app, revision)
 	applier, err := r.applierFor(ctx, app)
 	if err != nil {
 		return nil, err
 	}
 
 	// Observe.
-	live, err := r.observe(ctx, key, app, desired, kinds, log)
+	live, err := r.observe(ctx, key, app, desired, kinds, log.With(zap.String("phase", string(PhaseObserve))))
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +306,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 	phaseStart = r.timed(PhaseObserve, phaseStart)
 
 	// Diff.
-	plan, err := r.diff(ctx, app, applier, desired, live, kinds, revision)
+	plan, err := r.diff(withLog(ctx, log.With(zap.String("phase", string(PhaseDiff)))), app, applier, desired, live, kinds, revision)
 	if err != nil {
 		return nil, err
 	}
@@ -283,8 +314,9 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 	phaseStart = r.timed(PhaseDiff, phaseStart)
 
 	// Apply.
-	changes, err := r.apply(ctx, app, applier, plan, desired, live, kinds, log)
+	changes, err := r.apply(ctx, app, applier, plan, desired, live, kinds, log.With(zap.String("phase", string(PhaseApply))))
 	r.recordDrift(app, plan, err != nil)
+	r.notifyDrift(app, plan, err != nil, revision)
 	if err != nil {
 		return changes, err
 	}

@@ -47,7 +47,8 @@ func cachedAs(t *testing.T, u *unstructured.Unstructured) *compact.Object {
 }
 
 // liveConfigMap is a ConfigMap as the informer cache holds it: data a and
-// b, at resourceVersion rv, with managers owning the data fields given.
+// b, at resourceVersion rv, with managers owning the data fields given (a
+// field another manager owns holds its own value, as after a real change).
 func liveConfigMap(t *testing.T, rv string, owners map[string][]string) *unstructured.Unstructured {
 	t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{
@@ -57,6 +58,11 @@ func liveConfigMap(t *testing.T, rv string, owners map[string][]string) *unstruc
 	}}
 	var entries []metav1.ManagedFieldsEntry
 	for manager, fields := range owners {
+		if manager != plumbv1.FieldManager {
+			for _, f := range fields {
+				u.Object["data"].(map[string]any)[f] = "set-by-" + manager // another manager's value
+			}
+		}
 		raw := `{"f:data":{`
 		for i, f := range fields {
 			if i > 0 {

@@ -377,7 +377,9 @@ const (
 	// AnnotationSyncRequestedBy says who asked for the sync that
 	// AnnotationSyncRequestedAt records: "webhook" (the push receiver) or
 	// "manual" (a person, the CLI or the dashboard; also assumed when the
-	// annotation is absent). It only labels the sync in metrics and logs.
+	// annotation is absent). It only labels the sync in metrics and logs;
+	// a request by hand that sets only sync-requested-at after a webhook's
+	// keeps the receiver's mark (set this one to "manual" too).
 	AnnotationSyncRequestedBy = "plumb.dev/sync-requested-by"
 	// SyncRequestedByWebhook and SyncRequestedByManual are the values of
 	// AnnotationSyncRequestedBy.

@@ -1,5 +1,5 @@
-// Package v1alpha1 holds the App custom resource (group plumb.dev, version
-// v1alpha1): the Go types, their generated deep-copy functions and the CRD
+// Package v1alpha1 holds the App and Notification custom resources (group
+// plumb.dev, version v1alpha1): the Go types, their generated deep-copy functions and the CRD
 // that controller-gen generates from them.
 //
 // +kubebuilder:object:generate=true
@@ -18,7 +18,7 @@ var GroupVersion = schema.GroupVersion{Group: "plumb.dev", Version: "v1alpha1"}
 // AddToScheme registers this package's types with a scheme. It has the
 // signature of runtime.SchemeBuilder functions, so callers can compose it.
 func AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &App{}, &AppList{})
+	s.AddKnownTypes(GroupVersion, &App{}, &AppList{}, &Notification{}, &NotificationList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/plumb-dev/plumb/controller"
+	"github.com/plumb-dev/plumb/notify"
 	"github.com/plumb-dev/plumb/source"
 	"github.com/plumb-dev/plumb/webhook"
 )
@@ -35,6 +37,7 @@ type controllerFlags struct {
 	webhookSecrets []string // provider=path
 	kubeAPIQPS     float32
 	kubeAPIBurst   int
+	blockedCIDRs   []string
 	controller.Options
 }
 
@@ -78,6 +81,8 @@ func newControllerCommand() *cobra.Command {
 	flags.IntVar(&f.ReadLimits.MaxObjects, "max-objects", f.ReadLimits.MaxObjects, "largest number of objects one App may render (0: no limit)")
 	flags.StringVar(&f.Policy.DefaultServiceAccount, "default-service-account", "", "ServiceAccount, in each App's own namespace, that Apps naming none in spec.serviceAccountName act as (without it such Apps act with the controller's own rights)")
 	flags.BoolVar(&f.Policy.NoCrossNamespace, "no-cross-namespace", false, "refuse renders that place objects outside the App's namespace or hold cluster-scoped objects")
+	flags.StringSliceVar(&f.blockedCIDRs, "notification-blocked-cidrs", defaultBlockedCIDRs(),
+		"address ranges no Notification's sink may be reached at (a tenant writes a Notification's address): by default the link-local ranges, where clouds serve instance metadata, and the unspecified addresses")
 	flags.BoolVar(&f.Policy.AllowFileSources, "allow-file-sources", false, "let Apps read file:// repositories (from the controller's own disk)")
 	return cmd
 }
@@ -118,7 +123,32 @@ func (f controllerFlags) validate() error {
 	if _, err := labels.Parse(f.appSelector); err != nil {
 		return fmt.Errorf("--app-label-selector %q: %w", f.appSelector, err)
 	}
+	if _, err := parseCIDRs(f.blockedCIDRs); err != nil {
+		return err
+	}
 	return nil
+}
+
+// defaultBlockedCIDRs are notify.DefaultBlockedPrefixes as flag values.
+func defaultBlockedCIDRs() []string {
+	out := make([]string, 0, len(notify.DefaultBlockedPrefixes()))
+	for _, p := range notify.DefaultBlockedPrefixes() {
+		out = append(out, p.String())
+	}
+	return out
+}
+
+// parseCIDRs parses --notification-blocked-cidrs.
+func parseCIDRs(values []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(values))
+	for _, v := range values {
+		p, err := netip.ParsePrefix(strings.TrimSpace(v))
+		if err != nil {
+			return nil, fmt.Errorf("--notification-blocked-cidrs %q: want CIDRs such as 169.254.0.0/16: %w", v, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 func runController(ctx context.Context, f controllerFlags) error {
@@ -142,7 +172,8 @@ func runController(ctx context.Context, f controllerFlags) error {
 	limit := clientLimit(ctx, cfg, f.kubeAPIQPS, f.kubeAPIBurst, log)
 	log.Info("Connected to the API server", zap.String("host", cfg.Host), zap.String("version", serverVersion),
 		zap.Float32("qps", cfg.QPS), zap.Int("burst", cfg.Burst), zap.String("clientRateLimit", limit))
-	f.AppSelector, _ = labels.Parse(f.appSelector) // validated above
+	f.AppSelector, _ = labels.Parse(f.appSelector)                // validated above
+	f.NotificationBlockedPrefixes, _ = parseCIDRs(f.blockedCIDRs) // validated above
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding plumb's own binary, which renders Kustomize and Helm builds in a child process: %w", err)

@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"log"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path"
@@ -30,6 +31,7 @@ import (
 	"github.com/plumb-dev/plumb/localcluster"
 	"github.com/plumb-dev/plumb/source"
 	"github.com/plumb-dev/plumb/source/git/gittest"
+	"github.com/plumb-dev/plumb/webhook"
 )
 
 func main() {
@@ -78,7 +80,7 @@ func run(ctx context.Context, w io.Writer, exitWhenDone bool) (err error) {
 	if err := crd.Install(ctx, cluster.Config); err != nil {
 		return err
 	}
-	n.say("Installed the App CRD (apps.plumb.dev)")
+	n.say("Installed the CRDs (apps.plumb.dev, notifications.plumb.dev)")
 
 	gitServer, err := gittest.Start()
 	if err != nil {
@@ -99,10 +101,22 @@ func run(ctx context.Context, w io.Writer, exitWhenDone bool) (err error) {
 	if err != nil {
 		return err
 	}
+	webhookAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	webhookSecret, err := randomSecret()
+	if err != nil {
+		return err
+	}
 	logPath := filepath.Join(workDir, "controller.log")
 	stopController, controllerDone, err := startController(cluster, controller.Options{
 		MetricsAddr: metricsAddr, HealthAddr: healthAddr, Workers: 4,
 		GitCacheDir: filepath.Join(workDir, "git"), ReadLimits: source.DefaultLimits(), ShutdownTimeout: 10 * time.Second,
+		WebhookAddr: webhookAddr, WebhookSecrets: map[webhook.Provider]string{webhook.GitHub: webhookSecret},
+		// The demo's notification receiver listens on loopback, which the
+		// default blocks.
+		NotificationBlockedPrefixes: []netip.Prefix{netip.MustParsePrefix("169.254.0.0/16")},
 	}, logPath)
 	if err != nil {
 		return err
@@ -115,10 +129,20 @@ func run(ctx context.Context, w io.Writer, exitWhenDone bool) (err error) {
 	}()
 	n.say("Started plumb's controller (logs: %s)", logPath)
 
+	receiverKey, err := randomSecret()
+	if err != nil {
+		return err
+	}
+	hooks, err := startReceiver(receiverKey)
+	if err != nil {
+		return err
+	}
+	defer hooks.stop()
 	s, err := newStory(cluster, gitServer, repo, n)
 	if err != nil {
 		return err
 	}
+	s.webhookAddr, s.webhookSecret, s.receiver, s.receiverKey = webhookAddr, webhookSecret, hooks, receiverKey
 	if err := s.tell(ctx, first); err != nil {
 		return err
 	}

@@ -31,6 +31,12 @@ type story struct {
 	git  *gittest.Server
 	repo *gittest.Workdir
 	n    narrator
+	// webhookAddr and webhookSecret reach the controller's push receiver;
+	// receiver is where the App's Notification sends, signed with
+	// receiverKey.
+	webhookAddr, webhookSecret string
+	receiver                   *receiver
+	receiverKey                string
 }
 
 func newStory(cluster *localcluster.Cluster, git *gittest.Server, repo *gittest.Workdir, n narrator) (*story, error) {
@@ -49,6 +55,10 @@ func newStory(cluster *localcluster.Cluster, git *gittest.Server, repo *gittest.
 }
 
 func (s *story) tell(ctx context.Context, first string) error {
+	if err := s.createNotification(ctx); err != nil {
+		return err
+	}
+	s.n.say("Created Notification default/drift: drift events, signed, to a local receiver at %s", s.receiver.URL)
 	if err := s.createApp(ctx); err != nil {
 		return err
 	}
@@ -72,10 +82,10 @@ func (s *story) tell(ctx context.Context, first string) error {
 		return err
 	}
 	start = time.Now()
-	s.n.say("Pushed R2 (main@sha1:%.12s…): replicas 2→3, color blue→green; asked for a sync (as `plumb sync` and webhooks will)", second)
-	if err := s.requestSync(ctx); err != nil {
+	if err := sendPush(ctx, s.webhookAddr, s.webhookSecret, s.git.HTTPURL("shop.git"), second); err != nil {
 		return err
 	}
+	s.n.say("Pushed R2 (main@sha1:%.12s…): replicas 2→3, color blue→green; delivered a signed GitHub push webhook", second)
 	if err := s.waitReady(ctx, second); err != nil {
 		return err
 	}
@@ -89,11 +99,11 @@ func (s *story) tell(ctx context.Context, first string) error {
 		return err
 	}
 	settings.Data["color"] = "hand-edited"
-	if err := s.k8s.Update(ctx, settings); err != nil {
+	if err := s.k8s.Update(ctx, settings, client.FieldOwner("kubectl-edit")); err != nil {
 		return err
 	}
 	start = time.Now()
-	s.n.say("Changed ConfigMap shop/settings by hand (color=hand-edited): drift")
+	s.n.say("Changed ConfigMap shop/settings by hand, as kubectl edit does (color=hand-edited): drift")
 	err = s.poll(ctx, "the drift to be healed", func() (bool, error) {
 		cm := &corev1.ConfigMap{}
 		if err := s.k8s.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "settings"}, cm); err != nil {
@@ -105,16 +115,25 @@ func (s *story) tell(ctx context.Context, first string) error {
 		return err
 	}
 	s.n.say("Healed the drift in %s (the informer saw the change; the App's interval is 3m)", since(start))
+	detected, err := s.receiver.next(ctx, "DriftDetected")
+	if err != nil {
+		return err
+	}
+	s.n.say("A DriftDetected notification reached the receiver, signature valid: %s", describeNotified(detected))
+	if _, err := s.receiver.next(ctx, "DriftResolved"); err != nil {
+		return err
+	}
+	s.n.say("Then DriftResolved: the objects match Git again")
 
 	third, err := s.push("Remove the banner", map[string]string{"deploy/banner.yaml": ""})
 	if err != nil {
 		return err
 	}
 	start = time.Now()
-	s.n.say("Pushed R3 (main@sha1:%.12s…): deleted deploy/banner.yaml; asked for a sync", third)
-	if err := s.requestSync(ctx); err != nil {
+	if err := sendPush(ctx, s.webhookAddr, s.webhookSecret, s.git.HTTPURL("shop.git"), third); err != nil {
 		return err
 	}
+	s.n.say("Pushed R3 (main@sha1:%.12s…): deleted deploy/banner.yaml; delivered a signed GitHub push webhook", third)
 	if err := s.waitReady(ctx, third); err != nil {
 		return err
 	}
@@ -185,17 +204,45 @@ func (s *story) createApp(ctx context.Context) error {
 	})
 }
 
-func (s *story) requestSync(ctx context.Context) error {
-	app := &plumbv1.App{}
-	if err := s.k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "shop"}, app); err != nil {
+// createNotification sends the drift events of the namespace's Apps to the
+// demo's receiver, signed with a key from a Secret.
+func (s *story) createNotification(ctx context.Context) error {
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "drift-receiver"},
+		StringData: map[string]string{"hmacKey": s.receiverKey},
+	}
+	if err := s.k8s.Create(ctx, secret); err != nil {
 		return err
 	}
-	patch := client.MergeFrom(app.DeepCopy())
-	if app.Annotations == nil {
-		app.Annotations = map[string]string{}
+	return s.k8s.Create(ctx, &plumbv1.Notification{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "drift"},
+		Spec: plumbv1.NotificationSpec{Type: plumbv1.SinkWebhook, Address: s.receiver.URL,
+			SecretRef: &plumbv1.LocalObjectReference{Name: secret.Name}},
+	})
+}
+
+// describeNotified says what a drift notification names: each field, its
+// values, and who changed it.
+func describeNotified(e receivedEvent) string {
+	var parts []string
+	for _, o := range e.Objects {
+		for _, f := range o.Fields {
+			who := f.Manager
+			if f.Operation != "" {
+				who += " (" + f.Operation
+				if f.Time != nil {
+					who += " at " + f.Time.UTC().Format(time.TimeOnly)
+				}
+				who += ")"
+			}
+			parts = append(parts, fmt.Sprintf("%s %s/%s %s %s→%s by %s", o.Kind, o.Namespace, o.Name, f.Path, f.Before, f.After, who))
+		}
 	}
-	app.Annotations[plumbv1.AnnotationSyncRequestedAt] = time.Now().Format(time.RFC3339Nano)
-	return s.k8s.Patch(ctx, app, patch)
+	healed := "left in place"
+	if e.Healed {
+		healed = "put back by plumb"
+	}
+	return strings.Join(parts, "; ") + "; " + healed
 }
 
 // waitReady waits until the App is Ready at the commit hash.

@@ -1,5 +1,6 @@
-// Package crd holds the App CustomResourceDefinition that controller-gen
-// generates from api/v1alpha1 (`make generate`), and installs it.
+// Package crd holds the CustomResourceDefinitions (App, Notification) that
+// controller-gen generates from api/v1alpha1 (`make generate`), and installs
+// them.
 package crd
 
 import (
@@ -21,35 +22,52 @@ import (
 //go:embed plumb.dev_apps.yaml
 var appsYAML []byte
 
+//go:embed plumb.dev_notifications.yaml
+var notificationsYAML []byte
+
 // FieldManager is the server-side apply field manager that Install uses.
 const FieldManager = "plumb"
 
-// YAML returns the generated CRD manifest.
+// YAML returns the generated App CRD manifest.
 func YAML() []byte { return append([]byte(nil), appsYAML...) }
 
-// App returns the generated CRD as a typed object.
-func App() (*apiextensionsv1.CustomResourceDefinition, error) {
+// NotificationYAML returns the generated Notification CRD manifest.
+func NotificationYAML() []byte { return append([]byte(nil), notificationsYAML...) }
+
+// App returns the generated App CRD as a typed object.
+func App() (*apiextensionsv1.CustomResourceDefinition, error) { return parse(appsYAML) }
+
+func parse(manifest []byte) (*apiextensionsv1.CustomResourceDefinition, error) {
 	var crd apiextensionsv1.CustomResourceDefinition
-	if err := yaml.UnmarshalStrict(appsYAML, &crd); err != nil {
-		return nil, fmt.Errorf("parsing the generated App CRD: %w", err)
+	if err := yaml.UnmarshalStrict(manifest, &crd); err != nil {
+		return nil, fmt.Errorf("parsing a generated CRD: %w", err)
 	}
 	return &crd, nil
 }
 
-// Install applies the App CRD with server-side apply and waits until the API
-// server serves it (condition Established).
+// Install applies every CRD with server-side apply and waits until the API
+// server serves them (condition Established).
 func Install(ctx context.Context, cfg *rest.Config) error {
-	crd, err := App()
-	if err != nil {
-		return err
-	}
 	client, err := apiextensionsclient.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("building an apiextensions client: %w", err)
 	}
-	body, err := yaml.YAMLToJSON(appsYAML)
+	for _, manifest := range [][]byte{appsYAML, notificationsYAML} {
+		if err := install(ctx, client, manifest); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func install(ctx context.Context, client apiextensionsclient.Interface, manifest []byte) error {
+	crd, err := parse(manifest)
 	if err != nil {
-		return fmt.Errorf("converting the App CRD to JSON: %w", err)
+		return err
+	}
+	body, err := yaml.YAMLToJSON(manifest)
+	if err != nil {
+		return fmt.Errorf("converting CRD %s to JSON: %w", crd.Name, err)
 	}
 	crds := client.ApiextensionsV1().CustomResourceDefinitions()
 	_, err = crds.Patch(ctx, crd.Name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true)})

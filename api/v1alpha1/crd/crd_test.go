@@ -236,13 +236,49 @@ func TestSecretRefCannotNameAnotherNamespace(t *testing.T) {
 	}
 }
 
-func TestHelmChartCarriesTheGeneratedCRD(t *testing.T) {
-	chartCRD, err := os.ReadFile("../../../charts/plumb/crds/plumb.dev_apps.yaml")
-	if err != nil {
-		t.Fatal(err)
+func TestHelmChartCarriesTheGeneratedCRDs(t *testing.T) {
+	for file, generated := range map[string][]byte{"plumb.dev_apps.yaml": crd.YAML(), "plumb.dev_notifications.yaml": crd.NotificationYAML()} {
+		chartCRD, err := os.ReadFile("../../../charts/plumb/crds/" + file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(string(generated), string(chartCRD)); diff != "" {
+			t.Errorf("charts/plumb/crds/%s differs from the generated CRD; run `make generate` (-generated +chart):\n%s", file, diff)
+		}
 	}
-	if diff := cmp.Diff(string(crd.YAML()), string(chartCRD)); diff != "" {
-		t.Errorf("charts/plumb/crds differs from the generated CRD; run `make generate` (-generated +chart):\n%s", diff)
+}
+
+// A Notification is checked by the API server: a sink without an address,
+// or a commit status sink without a Secret for its token, is refused with
+// the rule's message.
+func TestInvalidNotificationsAreRejectedWithAClearMessage(t *testing.T) {
+	c, ns := setup(t)
+	ctx := context.Background()
+	valid := plumbv1.Notification{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ok"},
+		Spec:       plumbv1.NotificationSpec{Type: plumbv1.SinkWebhook, Address: "https://hooks.example.com/plumb"},
+	}
+	if err := c.Create(ctx, &valid); err != nil {
+		t.Fatalf("a valid Notification was refused: %v", err)
+	}
+	for _, tt := range []struct {
+		name string
+		spec plumbv1.NotificationSpec
+		want string
+	}{
+		{"no address", plumbv1.NotificationSpec{Type: plumbv1.SinkSlack}, "address (or a secretRef"},
+		{"no token", plumbv1.NotificationSpec{Type: plumbv1.SinkGitHub}, "needs a secretRef"},
+		{"unknown type", plumbv1.NotificationSpec{Type: "pager", Address: "https://x.example.com"}, "Unsupported value"},
+		{"not http", plumbv1.NotificationSpec{Type: plumbv1.SinkWebhook, Address: "file:///etc/passwd"}, "should match"},
+		{"unknown event", plumbv1.NotificationSpec{Type: plumbv1.SinkWebhook, Address: "https://x.example.com", Events: []plumbv1.NotificationEvent{"Everything"}}, "Unsupported value"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := plumbv1.Notification{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad"}, Spec: tt.spec}
+			err := c.Create(ctx, &n)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want one containing %q", err, tt.want)
+			}
+		})
 	}
 }
 

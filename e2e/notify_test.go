@@ -406,3 +406,33 @@ func TestASinkThatIsDownSlowsNoTickAndGetsEverythingOnceItIsBack(t *testing.T) {
 		}
 	}
 }
+
+// A Notification that cannot deliver says why in its status, where the
+// team that wrote it can see it (not only in the controller's log).
+func TestANotificationThatCannotDeliverSaysWhyInItsStatus(t *testing.T) {
+	setUp(t)
+	ns := newNamespace(t)
+	n := &plumbv1.Notification{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mistyped"},
+		Spec: plumbv1.NotificationSpec{Type: plumbv1.SinkWebhook, Address: "http://127.0.0.1:1/hook",
+			SecretRef: &plumbv1.LocalObjectReference{Name: "no-such-secret"}}}
+	if err := k8s.Create(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+	_, url, first := gitRepo(t, map[string]string{"deploy/config.yaml": configMapYAML("settings", "blue")})
+	createApp(t, ns, "told", url, nil)
+	readyAt(t, ns, "told", first)
+	changeByHand(t, ns, "settings", "red")
+	eventually(t, 30*time.Second, "the Notification's Ready condition to say why", func() (bool, string) {
+		got := &plumbv1.Notification{}
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(n), got); err != nil {
+			return false, err.Error()
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == plumbv1.ConditionReady {
+				return c.Status == metav1.ConditionFalse && c.Reason == plumbv1.ReasonDeliveryFailed &&
+					strings.Contains(c.Message, "no-such-secret"), fmt.Sprintf("Ready %s %s: %s", c.Status, c.Reason, c.Message)
+			}
+		}
+		return false, "no Ready condition"
+	})
+}

@@ -40,8 +40,12 @@ type Options struct {
 	Secrets       SecretReader
 	// Client sends the requests (default: NewClient(DefaultBlockedPrefixes())).
 	Client *http.Client
-	// Workers deliver at once, each to a different Notification (default 4).
-	Workers int
+	// Workers deliver at once, each to a different Notification (default
+	// 4); PerNamespace of them at most to the Notifications of one
+	// namespace (default half the workers, at least 1), so that a team
+	// whose sinks hang cannot hold back every other team's.
+	Workers      int
+	PerNamespace int
 	// Intake bounds the events waiting to be routed (default 1000);
 	// PerNotification bounds each Notification's queue (default 100). An
 	// event that finds a queue full is dropped and counted.
@@ -57,6 +61,10 @@ type Options struct {
 	// each time valid for three times as long (default 5m).
 	AlertRefresh time.Duration
 	Metrics      Recorder
+	// Report, when set, is told when delivery to a Notification starts to
+	// work or to fail, or fails for another reason (for its status). It may
+	// take a request's time; it must not call the Dispatcher.
+	Report func(key types.NamespacedName, delivered bool, message string)
 	// QueueMetrics, when set, receives client-go's workqueue metrics of
 	// the queue of Notifications (named "notifications").
 	QueueMetrics workqueue.MetricsProvider
@@ -70,6 +78,9 @@ func (o *Options) defaults() {
 	}
 	if o.Workers <= 0 {
 		o.Workers = 4
+	}
+	if o.PerNamespace <= 0 {
+		o.PerNamespace = max(1, o.Workers/2)
 	}
 	if o.Intake <= 0 {
 		o.Intake = 1000
@@ -117,8 +128,14 @@ type Dispatcher struct {
 
 	mu       sync.Mutex
 	outboxes map[types.NamespacedName]*outbox
-	alerts   map[alertKey]*openAlert // open Alertmanager alerts, posted again until resolved
+	alerts   map[alertKey]*openAlert         // open Alertmanager alerts, posted again until resolved
+	reported map[types.NamespacedName]string // the state last told to Report: "" delivered, else the failure
+	busy     map[string]int                  // deliveries under way, by namespace
 }
+
+// namespaceWait is how long a Notification waits when its namespace has
+// PerNamespace deliveries under way.
+const namespaceWait = 200 * time.Millisecond
 
 // outbox is one Notification's queue of events, delivered in order.
 type outbox struct {
@@ -147,6 +164,8 @@ func New(opts Options) *Dispatcher {
 			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "notifications", Clock: opts.Clock, MetricsProvider: opts.QueueMetrics}),
 		outboxes: map[types.NamespacedName]*outbox{},
 		alerts:   map[alertKey]*openAlert{},
+		reported: map[types.NamespacedName]string{},
+		busy:     map[string]int{},
 	}
 }
 
@@ -277,6 +296,11 @@ func (d *Dispatcher) deliverNext(ctx context.Context) bool {
 		d.queue.Forget(key)
 		return true
 	}
+	if !d.claim(key.Namespace) {
+		d.queue.AddAfter(key, namespaceWait)
+		return true
+	}
+	defer d.release(key.Namespace)
 	n, err := d.current(ctx, key)
 	if err == nil && n == nil {
 		d.drop(key) // the Notification is gone, or no longer wants events
@@ -286,6 +310,7 @@ func (d *Dispatcher) deliverNext(ctx context.Context) bool {
 		err = d.send(ctx, n, head)
 	}
 	now := d.opts.Clock.Now()
+	d.report(key, err)
 	var permanent *permanentError
 	switch {
 	case err == nil:
@@ -312,6 +337,26 @@ func (d *Dispatcher) deliverNext(ctx context.Context) bool {
 		d.queue.Add(key)
 	}
 	return true
+}
+
+// claim takes one of a namespace's PerNamespace delivery slots, if one is free.
+func (d *Dispatcher) claim(namespace string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.busy[namespace] >= d.opts.PerNamespace {
+		return false
+	}
+	d.busy[namespace]++
+	return true
+}
+
+// release gives a namespace's delivery slot back.
+func (d *Dispatcher) release(namespace string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.busy[namespace]--; d.busy[namespace] <= 0 {
+		delete(d.busy, namespace)
+	}
 }
 
 // current is Notification key as the cache has it now; nil when it is gone
@@ -352,10 +397,30 @@ func (d *Dispatcher) finish(key types.NamespacedName, head *delivery, result str
 	}
 }
 
+// report tells Report how the attempt went, when that differs from what
+// it was told last.
+func (d *Dispatcher) report(key types.NamespacedName, err error) {
+	if d.opts.Report == nil {
+		return
+	}
+	state := ""
+	if err != nil {
+		state = err.Error()
+	}
+	d.mu.Lock()
+	last, known := d.reported[key]
+	d.reported[key] = state
+	d.mu.Unlock()
+	if !known || last != state {
+		d.opts.Report(key, err == nil, state)
+	}
+}
+
 // drop forgets key's queue and open alerts (its Notification is gone).
 func (d *Dispatcher) drop(key types.NamespacedName) {
 	d.mu.Lock()
 	delete(d.outboxes, key)
+	delete(d.reported, key)
 	for a := range d.alerts {
 		if a.notification == key {
 			delete(d.alerts, a)

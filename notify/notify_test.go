@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -229,7 +230,13 @@ func TestFailedDeliveriesAreRetriedInOrderAndNoneIsLost(t *testing.T) {
 		}
 		return http.StatusOK
 	}
-	f := newFixture(t, Options{}, notification("hook", plumbv1.SinkWebhook, r.URL, ""))
+	var reportsMu sync.Mutex
+	var reports []string
+	f := newFixture(t, Options{Report: func(key types.NamespacedName, delivered bool, message string) {
+		reportsMu.Lock()
+		defer reportsMu.Unlock()
+		reports = append(reports, fmt.Sprintf("%s %v %s", key.Name, delivered, message))
+	}}, notification("hook", plumbv1.SinkWebhook, r.URL, ""))
 	for i := range 5 {
 		e := driftEvent(false)
 		e.Message = fmt.Sprint(i)
@@ -255,6 +262,12 @@ func TestFailedDeliveriesAreRetriedInOrderAndNoneIsLost(t *testing.T) {
 	}
 	if n := f.logs.FilterMessageSnippet("Delivering notifications again").Len(); n != 1 {
 		t.Errorf("%d recovery lines, want 1", n)
+	}
+	// The Notification's status is told of the change twice, not at each attempt.
+	reportsMu.Lock()
+	defer reportsMu.Unlock()
+	if want := []string{"hook false the webhook sink answered 503", "hook true "}; !slices.Equal(reports, want) {
+		t.Errorf("reports %q, want %q", reports, want)
 	}
 }
 
@@ -497,5 +510,36 @@ func TestSlackTextEscapesWhatOthersWrote(t *testing.T) {
 	}
 	if !strings.Contains(text, "&lt;!channel&gt;") || !strings.Contains(text, "kubectl-edit (Update at 2026-12-01T10:00:00Z)") {
 		t.Errorf("message %s", text)
+	}
+}
+
+// A team whose sinks all hang holds at most its share of the workers: the
+// next team's events still go out.
+func TestATeamWhoseSinksHangCannotHoldBackAnother(t *testing.T) {
+	hung := newReceiver(t)
+	hung.hold = make(chan struct{})
+	t.Cleanup(func() { close(hung.hold) })
+	other := newReceiver(t)
+	var list []plumbv1.Notification
+	for i := range 3 {
+		list = append(list, notification(fmt.Sprint("hung-", i), plumbv1.SinkWebhook, hung.URL, ""))
+	}
+	elsewhere := notification("fine", plumbv1.SinkWebhook, other.URL, "")
+	elsewhere.Namespace = "other-team"
+	f := newFixture(t, Options{Workers: 3}, append(list, elsewhere)...)
+	f.d.Notify(driftEvent(false)) // to the team's three hanging sinks
+	waitFor(t, "a delivery to a hanging sink to start", func() bool {
+		hung.mu.Lock()
+		defer hung.mu.Unlock()
+		return hung.attempts > 0
+	})
+	e := driftEvent(false)
+	e.App.Namespace = "other-team"
+	f.d.Notify(e)
+	waitFor(t, "the other team's event", func() bool { return len(other.got()) == 1 })
+	f.metrics.mu.Lock()
+	defer f.metrics.mu.Unlock()
+	if n := f.metrics.retries["webhook"]; n != 0 {
+		t.Errorf("the other team's event went out only after %d hung deliveries gave way, want while they all hung", n)
 	}
 }

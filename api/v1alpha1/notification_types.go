@@ -11,8 +11,11 @@ import (
 // and reads its Secret there, so each team wires its own.
 //
 // +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=plumb
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Suspended",type=boolean,JSONPath=`.spec.suspend`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Notification struct {
@@ -21,7 +24,29 @@ type Notification struct {
 
 	// Spec says which events go where.
 	Spec NotificationSpec `json:"spec"`
+
+	// Status says whether the sink takes what is sent.
+	// +optional
+	Status NotificationStatus `json:"status,omitempty"`
 }
+
+// NotificationStatus is how delivery to the sink goes. It is written when
+// that changes (a first delivery, a first failure, a recovery), not at
+// every event.
+type NotificationStatus struct {
+	// Conditions: Ready is True (Delivered) once an event reached the sink,
+	// False (DeliveryFailed) while deliveries fail, with why.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Reasons of a Notification's Ready condition.
+const (
+	ReasonDelivered      = "Delivered"
+	ReasonDeliveryFailed = "DeliveryFailed"
+)
 
 // NotificationList is a list of Notifications.
 //

@@ -358,12 +358,17 @@ func ptr[T any](v T) *T { return &v }
 // reportDelivery writes a Notification's Ready condition: whether its sink
 // takes what is sent, and if not why (the errors of package notify name no
 // address or token).
-func reportDelivery(c client.Client, key types.NamespacedName, delivered bool, message string, log *zap.Logger) {
+// It reads the Notification from the API server, not the cache, so that
+// two changes in quick succession do not patch from the same stale copy.
+func reportDelivery(reader client.Reader, c client.Client, key types.NamespacedName, delivered bool, message string, log *zap.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	n := &plumbv1.Notification{}
-	if err := c.Get(ctx, key, n); err != nil {
-		return // gone
+	if err := reader.Get(ctx, key, n); err != nil {
+		if !apierrors.IsNotFound(err) {
+			log.Warn("Could not read a Notification to write its status", zap.Stringer("notification", key), zap.Error(err))
+		}
+		return
 	}
 	patch := client.MergeFrom(n.DeepCopy())
 	cond := metav1.Condition{Type: plumbv1.ConditionReady, Status: metav1.ConditionTrue, Reason: plumbv1.ReasonDelivered,
@@ -405,7 +410,7 @@ func notifications(mgr manager.Manager, blocked []netip.Prefix, m *metrics.Metri
 			return secret, nil
 		},
 		Report: func(key types.NamespacedName, delivered bool, message string) {
-			reportDelivery(mgr.GetClient(), key, delivered, message, log)
+			reportDelivery(mgr.GetAPIReader(), mgr.GetClient(), key, delivered, message, log)
 		},
 		Client:       notify.NewClient(blocked),
 		Metrics:      m,

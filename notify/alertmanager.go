@@ -96,6 +96,21 @@ func (d *Dispatcher) track(n *plumbv1.Notification, dl *delivery) {
 	}
 }
 
+// pendingFor reports whether key's Notification has a delivery queued for
+// key's App; d.mu is held.
+func (d *Dispatcher) pendingFor(key alertKey) bool {
+	box := d.outboxes[key.notification]
+	if box == nil {
+		return false
+	}
+	for _, dl := range box.pending {
+		if dl.event.App == key.app {
+			return true
+		}
+	}
+	return false
+}
+
 // untrack forgets the alert of app at Notification key.
 func (d *Dispatcher) untrack(key, app types.NamespacedName) {
 	d.mu.Lock()
@@ -121,8 +136,8 @@ func (d *Dispatcher) refreshAlerts(ctx context.Context) {
 		d.mu.Lock()
 		var scheduled []types.NamespacedName
 		for key, open := range d.alerts {
-			if box := d.outboxes[key.notification]; box != nil && len(box.pending) > 0 {
-				continue // something for this sink is on its way already
+			if d.pendingFor(key) {
+				continue // something for this App at this sink is on its way already
 			}
 			if _, first := d.enqueueLocked(key.notification, open.sink, &delivery{event: open.event, queued: d.opts.Clock.Now(), refresh: true}); first {
 				scheduled = append(scheduled, key.notification)

@@ -543,3 +543,46 @@ func TestATeamWhoseSinksHangCannotHoldBackAnother(t *testing.T) {
 		t.Errorf("the other team's event went out only after %d hung deliveries gave way, want while they all hung", n)
 	}
 }
+
+// An address is checked without its IPv6 zone and as the IPv4 address it
+// may carry (mapped, or NAT64), so none of those forms slips past a range.
+func TestBlockedRangesSeeThroughIPv6Forms(t *testing.T) {
+	blocked := DefaultBlockedPrefixes()
+	for _, addr := range []string{"fe80::1%eth0", "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "::ffff:127.0.0.1", "169.254.169.254"} {
+		if !isBlocked(blocked, netip.MustParseAddr(addr)) {
+			t.Errorf("%s is not blocked", addr)
+		}
+	}
+	for _, addr := range []string{"10.0.0.1", "64:ff9b::a00:1", "2001:db8::1"} {
+		if isBlocked(blocked, netip.MustParseAddr(addr)) {
+			t.Errorf("%s is blocked, want it open (a private or public address)", addr)
+		}
+	}
+}
+
+// Every open alert of a Notification is posted again at each refresh, not
+// only one of them (Alertmanager would resolve the others).
+func TestEveryOpenAlertIsRefreshed(t *testing.T) {
+	r := newReceiver(t)
+	clock := clocktesting.NewFakeClock(changedAt.Add(time.Minute))
+	f := newFixture(t, Options{Clock: clock, AlertRefresh: time.Minute}, notification("am", plumbv1.SinkAlertmanager, r.URL, ""))
+	apps := []string{"web", "api", "db", "cache"}
+	for _, name := range apps {
+		e := driftEvent(false)
+		e.App.Name = name
+		f.d.Notify(e)
+	}
+	waitFor(t, "the alerts", func() bool { return f.metrics.get("alertmanager/delivered") == len(apps) })
+	waitFor(t, "the refresh ticker", func() bool { return clock.HasWaiters() })
+	clock.Step(time.Minute)
+	waitFor(t, "every alert posted again", func() bool { return len(r.got()) == 2*len(apps) })
+	refreshed := map[string]bool{}
+	for _, req := range r.got()[len(apps):] {
+		var a []amAlert
+		_ = json.Unmarshal(req.body, &a)
+		refreshed[a[0].Labels["name"]] = true
+	}
+	if len(refreshed) != len(apps) {
+		t.Errorf("refreshed %v, want all of %v", refreshed, apps)
+	}
+}

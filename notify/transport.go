@@ -42,11 +42,8 @@ func NewClient(blocked []netip.Prefix) *http.Client {
 			if err != nil {
 				return err
 			}
-			ip = ip.Unmap()
-			for _, p := range blocked {
-				if p.Contains(ip) {
-					return fmt.Errorf("%w: %s", errBlocked, ip)
-				}
+			if isBlocked(blocked, ip) {
+				return fmt.Errorf("%w: %s", errBlocked, ip)
 			}
 			return nil
 		},
@@ -61,6 +58,29 @@ func NewClient(blocked []netip.Prefix) *http.Client {
 		},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
+}
+
+// nat64 is the well-known NAT64 prefix (RFC 6052): its addresses carry an
+// IPv4 address in their last 4 bytes.
+var nat64 = netip.MustParsePrefix("64:ff9b::/96")
+
+// isBlocked reports whether ip, without its zone and as IPv4 where it is
+// an IPv4 address in IPv6 form (mapped, or NAT64), is in a blocked range.
+func isBlocked(blocked []netip.Prefix, ip netip.Addr) bool {
+	ip = ip.WithZone("").Unmap()
+	candidates := []netip.Addr{ip}
+	if ip.Is6() && nat64.Contains(ip) {
+		b := ip.As16()
+		candidates = append(candidates, netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}))
+	}
+	for _, p := range blocked {
+		for _, c := range candidates {
+			if p.Contains(c) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 var errBlocked = errors.New("the sink's address is in a blocked range")

@@ -158,9 +158,14 @@ func (r *Reconciler) notifyOutcome(app *plumbv1.App, err error) {
 	var phaseErr *PhaseError
 	var readErr *source.Error
 	switch {
+	case err == nil && revision != applied:
+		// Applied but for drift left in place: pending again, should a
+		// failure have been told meanwhile.
+		e = r.event(app, plumbv1.EventRevisionPending, revision)
+		e.Message = fmt.Sprintf("plumb is applying %s to App %s/%s", shortRevision(revision), app.Namespace, app.Name)
 	case err == nil:
 		ready := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
-		if revision != applied || ready == nil {
+		if ready == nil {
 			return
 		}
 		if ready.Status == "True" {
@@ -184,7 +189,11 @@ func (r *Reconciler) notifyOutcome(app *plumbv1.App, err error) {
 		}
 		e.Message = fmt.Sprintf("the %s phase failed for App %s/%s (%s)", phaseErr.Phase, app.Namespace, app.Name, reason)
 	}
-	if r.memory.sendRevision(key, sentRevision{revision: e.Revision, kind: e.Kind, detail: e.Phase + "/" + e.Reason}) {
+	detail := ""
+	if e.Phase != "" || e.Reason != "" {
+		detail = e.Phase + "/" + e.Reason
+	}
+	if r.memory.sendRevision(key, sentRevision{revision: e.Revision, kind: e.Kind, detail: detail}) {
 		r.Notifier.Notify(e)
 	}
 }

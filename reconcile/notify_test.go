@@ -63,6 +63,11 @@ func TestRevisionEventsAreToldOncePerChange(t *testing.T) {
 	r.notifyOutcome(app, nil)
 	r.notifyPending(app, b)
 	r.notifyOutcome(app, nil)
+	// An Observe failure at b (the API server away), then a tick that
+	// succeeds with drift still left: b is pending again, not failed.
+	r.notifyOutcome(app, &PhaseError{Phase: PhaseObserve, Reason: plumbv1.ReasonObserveFailed, Err: errors.New("timeout")})
+	r.notifyOutcome(app, nil)
+	r.notifyOutcome(app, nil)
 	// Then b fails to read, three ticks in a row (and once Git is
 	// unreachable, which says nothing about b), then is fixed.
 	for _, err := range []error{readFailedAt(b), readFailedAt(b), unreachable, readFailedAt(b)} {
@@ -74,11 +79,11 @@ func TestRevisionEventsAreToldOncePerChange(t *testing.T) {
 	ready("True", plumbv1.ReasonSucceeded)
 	r.notifyOutcome(app, nil)
 
-	want := "RevisionPending@a RevisionSucceeded@a RevisionPending@b RevisionFailed@b RevisionSucceeded@b"
+	want := "RevisionPending@a RevisionSucceeded@a RevisionPending@b RevisionFailed@b RevisionPending@b RevisionFailed@b RevisionSucceeded@b"
 	if got := n.kinds(); got != want {
 		t.Errorf("told %q, want %q", got, want)
 	}
-	failed := n.events[3]
+	failed := n.events[5]
 	if failed.Phase != "read" || !strings.Contains(failed.Message, "read phase") || !strings.Contains(failed.Message, "InvalidManifest") {
 		t.Errorf("failure %+v, want it to name the read phase and its reason", failed)
 	}

@@ -82,7 +82,7 @@ func newControllerCommand() *cobra.Command {
 	flags.StringVar(&f.Policy.DefaultServiceAccount, "default-service-account", "", "ServiceAccount, in each App's own namespace, that Apps naming none in spec.serviceAccountName act as (without it such Apps act with the controller's own rights)")
 	flags.BoolVar(&f.Policy.NoCrossNamespace, "no-cross-namespace", false, "refuse renders that place objects outside the App's namespace or hold cluster-scoped objects")
 	flags.StringSliceVar(&f.blockedCIDRs, "notification-blocked-cidrs", defaultBlockedCIDRs(),
-		"address ranges no Notification's sink may be reached at (a tenant writes a Notification's address): by default the link-local ranges, where clouds serve instance metadata, and the unspecified addresses")
+		"address ranges no Notification's sink may be reached at (a tenant writes a Notification's address): by default the link-local ranges and the other addresses where clouds serve instance metadata, loopback (the controller's own ports) and the unspecified addresses; private ranges stay open")
 	flags.BoolVar(&f.Policy.AllowFileSources, "allow-file-sources", false, "let Apps read file:// repositories (from the controller's own disk)")
 	return cmd
 }

@@ -78,6 +78,18 @@ func (r *recorder) scheduled() []schedule {
 	return append([]schedule(nil), r.schedules...)
 }
 
+// armedStep steps the fake clock once the workqueue's delaying loop has
+// armed its timer for the next waiting key (a waiter besides its
+// heartbeat ticker). Stepping while the loop is between reading the time
+// and arming that timer would arm it late, past the step, and the key
+// would never come due (client-go's waitingLoop reads Now, then calls
+// NewTimer(readyAt-now)).
+func armedStep(t *testing.T, clock *clocktesting.FakeClock, d time.Duration) {
+	t.Helper()
+	eventually(t, "the delaying queue's timer", func() bool { return clock.Waiters() >= 2 })
+	clock.Step(d)
+}
+
 // eventually polls cond until it holds or a deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -113,12 +125,12 @@ func TestASuccessfulTickIsScheduledAgainAtTheInterval(t *testing.T) {
 	if diff := cmp.Diff([]schedule{{"app", 3 * time.Minute, 0}}, r.scheduled()); diff != "" {
 		t.Fatalf("schedule (-want +got):\n%s", diff)
 	}
-	clock.Step(3 * time.Minute)
+	armedStep(t, clock, 3*time.Minute)
 	eventually(t, "the timer's tick", func() bool { return r.count("app") == 2 })
 	// Many more intervals: the loop never ends.
 	for i := 3; i <= 5; i++ {
 		eventually(t, "the next schedule", func() bool { return len(r.scheduled()) == i-1 })
-		clock.Step(3 * time.Minute)
+		armedStep(t, clock, 3*time.Minute)
 		eventually(t, "the next tick", func() bool { return r.count("app") == i })
 	}
 }
@@ -132,7 +144,7 @@ func TestFailuresBackOffExponentiallyCappedAtTheInterval(t *testing.T) {
 	for i, after := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second} {
 		want = append(want, schedule{"app", after, i + 1})
 		eventually(t, "a failed tick's schedule", func() bool { return len(r.scheduled()) == i+1 })
-		clock.Step(after)
+		armedStep(t, clock, after)
 	}
 	if diff := cmp.Diff(want, r.scheduled()[:len(want)]); diff != "" {
 		t.Errorf("backoff (-want +got):\n%s", diff)
@@ -141,7 +153,7 @@ func TestFailuresBackOffExponentiallyCappedAtTheInterval(t *testing.T) {
 	t.Run("a success resets the backoff", func(t *testing.T) {
 		eventually(t, "the tick after the last step", func() bool { return len(r.scheduled()) == len(want)+1 })
 		r.set("app", result{interval: 10 * time.Second})
-		clock.Step(10 * time.Second)
+		armedStep(t, clock, 10*time.Second)
 		eventually(t, "a successful tick", func() bool { return len(r.scheduled()) == len(want)+2 })
 		s := r.scheduled()
 		// The success came 45 s after the start, between slots (whole 10 s):
@@ -364,10 +376,10 @@ func TestAnEventTickKeepsTheFallbackTimersSchedule(t *testing.T) {
 	}
 	q.Add("app") // the first tick counts as the timer's
 	ticks(1)
-	clock.Step(40 * time.Minute)
+	armedStep(t, clock, 40*time.Minute)
 	q.AddEvent("app") // drift, 40 minutes before the timer
 	ticks(2)
-	clock.Step(20 * time.Minute) // the hour is up
+	armedStep(t, clock, 20*time.Minute) // the hour is up
 	ticks(3)
 	triggers, schedule := r.snapshot()
 	if diff := cmp.Diff([]Trigger{TriggerTimer, TriggerEvent, TriggerTimer}, triggers); diff != "" {
@@ -401,7 +413,7 @@ func TestEventTicksAreRateLimitedPerKey(t *testing.T) {
 	if got := q.AddEvent("other"); got != 0 {
 		t.Errorf("another key's first event waits %s, want 0: the limit is per key", got)
 	}
-	clock.Step(time.Second)
+	armedStep(t, clock, time.Second)
 	eventually(t, "the held-back events' one tick", func() bool { triggers, _ := r.snapshot(); return len(triggers) == 4 })
 	if got := q.AddEvent("app"); got != time.Second {
 		t.Errorf("an event after the held-back tick waits %s, want 1s (one token a second)", got)
@@ -447,7 +459,7 @@ func TestKeysAddedTogetherSpreadTheirTimersOverTheInterval(t *testing.T) {
 	}
 	eventually(t, "every first tick", func() bool { return len(r.scheduled()) == keys })
 	spread(1, r.scheduled())
-	clock.Step(3 * interval / 2) // every timer came due: all tick together, late
+	armedStep(t, clock, 3*interval/2) // every timer came due: all tick together, late
 	eventually(t, "every second tick", func() bool { return len(r.scheduled()) == 2*keys })
 	spread(2, r.scheduled()[keys:])
 }
@@ -472,9 +484,9 @@ func TestAKeyTicksAtItsSlotAfterFailures(t *testing.T) {
 	q.Add("app")
 	eventually(t, "the failed tick", func() bool { return len(r.scheduled()) == 1 })
 	r.set("app", result{interval: 100 * time.Second})
-	clock.Step(time.Second)
+	armedStep(t, clock, time.Second)
 	eventually(t, "the first success", func() bool { return len(r.scheduled()) == 2 })
-	clock.Step(124 * time.Second) // its slot: 25 s past a whole 100 s
+	armedStep(t, clock, 124*time.Second) // its slot: 25 s past a whole 100 s
 	eventually(t, "the tick at its slot", func() bool { return len(r.scheduled()) == 3 })
 	var afters []time.Duration
 	for _, s := range r.scheduled() {

@@ -112,6 +112,11 @@ func jsonRequest(ctx context.Context, target string, body any) (*http.Request, e
 	if err != nil {
 		return nil, err
 	}
+	return postJSON(ctx, target, data)
+}
+
+// postJSON is a POST of JSON data to target.
+func postJSON(ctx context.Context, target string, data []byte) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(data))
 	if err != nil {
 		return nil, errors.New("building the request failed")
@@ -134,19 +139,17 @@ type webhookPayload struct {
 func webhookRequest(ctx context.Context, target *url.URL, key []byte, e *Event) (*http.Request, error) {
 	payload := webhookPayload{Event: e}
 	payload.App.Namespace, payload.App.Name = e.App.Namespace, e.App.Name
-	req, err := jsonRequest(ctx, target.String(), payload)
+	data, err := json.Marshal(payload)
+	if err != nil {
+		return nil, err
+	}
+	req, err := postJSON(ctx, target.String(), data)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set(EventHeader, string(e.Kind))
 	if len(key) > 0 {
-		body, err := req.GetBody()
-		if err != nil {
-			return nil, err
-		}
-		var buf bytes.Buffer
-		_, _ = buf.ReadFrom(body)
-		req.Header.Set(SignatureHeader, "sha256="+Sign(key, buf.Bytes()))
+		req.Header.Set(SignatureHeader, "sha256="+Sign(key, data))
 	}
 	return req, nil
 }

@@ -83,9 +83,7 @@ func startReceiver(key string) (*receiver, error) {
 	r := &receiver{URL: "http://" + listener.Addr().String() + "/plumb", events: make(chan receivedEvent, 16)}
 	r.server = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
-		mac := hmac.New(sha256.New, []byte(key))
-		mac.Write(body)
-		want := "sha256=" + hex.EncodeToString(mac.Sum(nil))
+		want := "sha256=" + notify.Sign([]byte(key), body)
 		if err != nil || !hmac.Equal([]byte(req.Header.Get(notify.SignatureHeader)), []byte(want)) {
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return

@@ -95,6 +95,12 @@ type Options struct {
 	// AppSelector, when set, limits this controller to the Apps whose labels
 	// match it (shard Apps between controllers, like Flux's sharding).
 	AppSelector labels.Selector
+	// WatchNamespaces, when set, limits the controller to these namespaces:
+	// it watches Apps, Notifications, ServiceAccounts and the objects it
+	// manages only there, so that Roles in them are all the rights it
+	// needs; objects elsewhere, and cluster-scoped ones, are out of scope
+	// (ObserveFailed). Empty: the whole cluster.
+	WatchNamespaces []string
 	// WebhookAddr serves the push webhook receiver for the providers in
 	// WebhookSecrets; with no secret the receiver is off.
 	WebhookAddr    string
@@ -152,7 +158,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		PprofBindAddress:        opts.PprofAddr,
 		Metrics:                 metricsserver.Options{BindAddress: "0"},   // plumb serves its own registry
 		GracefulShutdownTimeout: ptr(opts.ShutdownTimeout + 5*time.Second), // the queue cancels ticks at ShutdownTimeout
-		Cache:                   cacheOptions(opts.AppSelector),
+		Cache:                   cacheOptions(opts.AppSelector, opts.WatchNamespaces),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -255,6 +261,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	observer := informers.New(dyn, mgr.GetRESTMapper(), informers.Options{
 		OnEvent:    apps.AddEvent,
 		IsOwnWrite: tick.IsOwnWrite,
+		Namespaces: opts.WatchNamespaces,
 	})
 	tick.Observer = observer
 
@@ -455,8 +462,14 @@ func (c *currentQueue) AddEvent(key types.NamespacedName) {
 // cacheOptions limits the App cache to the selected Apps. Nothing reads
 // the managedFields of the objects this cache holds (Apps): they are not
 // kept.
-func cacheOptions(selector labels.Selector) cache.Options {
+func cacheOptions(selector labels.Selector, namespaces []string) cache.Options {
 	opts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	if len(namespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
 	if selector != nil && !selector.Empty() {
 		opts.ByObject = map[client.Object]cache.ByObject{&plumbv1.App{}: {Label: selector}}
 	}

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,6 +35,11 @@ import (
 // ErrUnknownKind means the API server does not serve a kind (no CRD).
 var ErrUnknownKind = errors.New("kind not served by the API server")
 
+// ErrOutOfScope means an object lies outside the namespaces the cache
+// watches (Options.Namespaces), or is cluster-scoped while it watches only
+// namespaces: plumb cannot observe it, so it does not manage it.
+var ErrOutOfScope = errors.New("outside the namespaces the controller watches")
+
 // ErrNotSynced means an informer could not list its type in time; the last
 // list or watch error (e.g. forbidden by RBAC) is wrapped in the message.
 var ErrNotSynced = errors.New("cache not synced")
@@ -46,6 +52,11 @@ type Options struct {
 	// IsOwnWrite, when set, reports an object as plumb's own write that the
 	// tick has already taken into account: its add or update is no event.
 	IsOwnWrite func(obj *compact.Object) bool
+	// Namespaces, when set, are the only namespaces watched (one informer
+	// per namespace and type), for a controller whose rights are Roles in
+	// these namespaces; cluster-scoped kinds are then out of scope. Empty:
+	// every namespace, and cluster-scoped kinds.
+	Namespaces []string
 }
 
 // Cache holds the informers. It is safe for concurrent use.
@@ -62,12 +73,13 @@ type Cache struct {
 	users     map[types.NamespacedName]map[schema.GroupVersionResource]bool
 }
 
-// typeInformer is the informer of one resource type.
+// typeInformer is the informer of one resource type: one for every
+// namespace (key ""), or one per watched namespace.
 type typeInformer struct {
-	gvk      schema.GroupVersionKind
-	informer cache.SharedIndexInformer
-	stop     context.CancelFunc
-	done     chan struct{} // closed when the informer stopped
+	gvk       schema.GroupVersionKind
+	informers map[string]cache.SharedIndexInformer // by namespace; "" is all
+	stop      context.CancelFunc
+	done      chan struct{} // closed when every informer stopped
 
 	mu      sync.Mutex
 	lastErr error  // the last list/watch error, cleared on sync
@@ -94,7 +106,7 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, opts Options) *Cache 
 // fails with ErrUnknownKind naming a kind the API server does not serve.
 func (c *Cache) Ensure(app types.NamespacedName, gvks []schema.GroupVersionKind) error {
 	wanted := map[schema.GroupVersionResource]schema.GroupVersionKind{}
-	var unknown []string
+	var unknown, clusterScoped []string
 	for _, gvk := range gvks {
 		mapping, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
@@ -103,6 +115,10 @@ func (c *Cache) Ensure(app types.NamespacedName, gvks []schema.GroupVersionKind)
 				continue
 			}
 			return fmt.Errorf("mapping %s to a resource: %w", gvk, err)
+		}
+		if len(c.opts.Namespaces) > 0 && mapping.Scope.Name() == meta.RESTScopeNameRoot {
+			clusterScoped = append(clusterScoped, gvk.Kind)
+			continue
 		}
 		wanted[mapping.Resource] = gvk
 	}
@@ -127,6 +143,9 @@ func (c *Cache) Ensure(app types.NamespacedName, gvks []schema.GroupVersionKind)
 	}
 	if len(unknown) > 0 {
 		return fmt.Errorf("%w: %v", ErrUnknownKind, unknown)
+	}
+	if len(clusterScoped) > 0 {
+		return fmt.Errorf("%w (%v): cluster-scoped kinds %v cannot be watched", ErrOutOfScope, c.opts.Namespaces, clusterScoped)
 	}
 	return nil
 }
@@ -175,14 +194,33 @@ func (c *Cache) Stop() {
 
 // start creates and runs the informer of one type. c.mu is held.
 func (c *Cache) start(gvr schema.GroupVersionResource, gvk schema.GroupVersionKind) *typeInformer {
-	informer := dynamicinformer.NewFilteredDynamicInformer(c.client, gvr, metav1.NamespaceAll, 0,
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &typeInformer{gvk: gvk, informers: map[string]cache.SharedIndexInformer{}, stop: cancel, done: make(chan struct{})}
+	namespaces := c.opts.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	var running sync.WaitGroup
+	for _, namespace := range namespaces {
+		informer := c.informerOf(t, gvr, namespace)
+		t.informers[namespace] = informer
+		running.Go(func() { informer.RunWithContext(ctx) })
+	}
+	go func() {
+		defer close(t.done)
+		running.Wait()
+	}()
+	return t
+}
+
+// informerOf creates the informer of gvr in one namespace (or all) for t.
+func (c *Cache) informerOf(t *typeInformer, gvr schema.GroupVersionResource, namespace string) cache.SharedIndexInformer {
+	informer := dynamicinformer.NewFilteredDynamicInformer(c.client, gvr, namespace, 0,
 		cache.Indexers{},
 		func(opts *metav1.ListOptions) { opts.LabelSelector = plumbv1.LabelAppName }, // only objects plumb owns
 	).Informer()
 	// The cache keeps objects compacted (package compact).
 	_ = informer.SetTransform(compact.Transform)
-	ctx, cancel := context.WithCancel(context.Background())
-	t := &typeInformer{gvk: gvk, informer: informer, stop: cancel, done: make(chan struct{})}
 	_ = informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		t.mu.Lock()
 		t.lastErr = err
@@ -217,11 +255,34 @@ func (c *Cache) start(gvr schema.GroupVersionResource, gvk schema.GroupVersionKi
 			c.notify(obj)
 		},
 	})
-	go func() {
-		defer close(t.done)
-		informer.RunWithContext(ctx)
-	}()
-	return t
+	return informer
+}
+
+// hasSynced reports whether every informer of t has listed its objects.
+func (t *typeInformer) hasSynced() bool {
+	for _, informer := range t.informers {
+		if !informer.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// informerFor is the informer that holds objects of namespace ("" for a
+// cluster-scoped object).
+func (t *typeInformer) informerFor(namespace string) (cache.SharedIndexInformer, error) {
+	if all, ok := t.informers[metav1.NamespaceAll]; ok {
+		return all, nil
+	}
+	if informer, ok := t.informers[namespace]; ok {
+		return informer, nil
+	}
+	watched := make([]string, 0, len(t.informers))
+	for ns := range t.informers {
+		watched = append(watched, ns)
+	}
+	slices.Sort(watched)
+	return nil, fmt.Errorf("%w (%v): %s in namespace %q", ErrOutOfScope, watched, t.gvk.Kind, namespace)
 }
 
 // ownWrite asks Options.IsOwnWrite about an event's object.
@@ -297,7 +358,7 @@ func (c *Cache) WaitForSync(ctx context.Context, gvks []schema.GroupVersionKind)
 		if err != nil {
 			return err
 		}
-		for !t.informer.HasSynced() {
+		for !t.hasSynced() {
 			select {
 			case <-ctx.Done():
 				return t.syncError(ctx.Err())
@@ -362,7 +423,11 @@ func (c *Cache) Get(gvk schema.GroupVersionKind, namespace, name string) (*compa
 	if namespace != "" {
 		key = namespace + "/" + name
 	}
-	obj, exists, err := t.informer.GetIndexer().GetByKey(key)
+	informer, err := t.informerFor(namespace)
+	if err != nil {
+		return nil, err
+	}
+	obj, exists, err := informer.GetIndexer().GetByKey(key)
 	if err != nil || !exists {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -92,6 +93,12 @@ func (e *events) count(key types.NamespacedName) int {
 
 func newCache(t *testing.T, cfg *rest.Config) (*Cache, *events) {
 	t.Helper()
+	return newCacheIn(t, cfg, nil)
+}
+
+// newCacheIn is newCache watching only namespaces (nil: all).
+func newCacheIn(t *testing.T, cfg *rest.Config, namespaces []string) (*Cache, *events) {
+	t.Helper()
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +112,7 @@ func newCache(t *testing.T, cfg *rest.Config) (*Cache, *events) {
 		t.Fatal(err)
 	}
 	ev := &events{seen: map[types.NamespacedName]int{}}
-	c := New(dyn, mapper, Options{OnEvent: ev.record, IsOwnWrite: ev.ownWrite})
+	c := New(dyn, mapper, Options{OnEvent: ev.record, IsOwnWrite: ev.ownWrite, Namespaces: namespaces})
 	t.Cleanup(func() {
 		for _, app := range []types.NamespacedName{appA, appB} {
 			c.Release(app)
@@ -124,6 +131,7 @@ func newClient(t *testing.T) client.Client {
 	scheme := runtime.NewScheme()
 	_ = corev1.AddToScheme(scheme)
 	_ = apiextensionsv1.AddToScheme(scheme)
+	_ = rbacv1.AddToScheme(scheme)
 	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -339,6 +347,56 @@ func TestAForbiddenWatchIsReportedNotWaitedOnForever(t *testing.T) {
 	err := cache.WaitForSync(ctx, []schema.GroupVersionKind{secretKind})
 	if !errors.Is(err, ErrNotSynced) || !strings.Contains(err.Error(), "Secret") || !strings.Contains(err.Error(), "forbidden") {
 		t.Errorf("WaitForSync without RBAC: %v, want ErrNotSynced naming Secret and forbidden", err)
+	}
+}
+
+// A cache limited to namespaces needs rights only there (a Role), sees
+// owned objects there, and reports objects elsewhere and cluster-scoped
+// kinds as out of scope rather than as absent.
+func TestACacheLimitedToNamespacesNeedsOnlyARoleThere(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	watched, other := namespace(t, c), namespace(t, c)
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: watched, Name: "watch-configmaps"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: watched, Name: "watch-configmaps"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "namespaced-watcher"}}}
+	for _, obj := range []client.Object{role, binding} {
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := rest.CopyConfig(cluster.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "namespaced-watcher"}
+
+	cache, ev := newCacheIn(t, cfg, []string{watched})
+	if err := cache.Ensure(appA, []schema.GroupVersionKind{configMapKind}); err != nil {
+		t.Fatal(err)
+	}
+	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := cache.WaitForSync(syncCtx, []schema.GroupVersionKind{configMapKind}); err != nil {
+		t.Fatalf("a cache limited to the namespace of its Role did not sync: %v", err)
+	}
+	if err := c.Create(ctx, owned(watched, "inside", appA)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the owned object in the watched namespace", func() bool {
+		o, err := cache.Get(configMapKind, watched, "inside")
+		return err == nil && o != nil && ev.count(appA) > 0
+	})
+	if o, err := cache.Get(configMapKind, other, "elsewhere"); !errors.Is(err, ErrOutOfScope) || !strings.Contains(err.Error(), other) {
+		t.Errorf("Get outside the watched namespaces: %v, %v; want ErrOutOfScope naming %s", o, err, other)
+	}
+
+	namespaceKind := schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}
+	err := cache.Ensure(appA, []schema.GroupVersionKind{configMapKind, namespaceKind})
+	if !errors.Is(err, ErrOutOfScope) || !strings.Contains(err.Error(), "Namespace") {
+		t.Errorf("Ensure of a cluster-scoped kind: %v, want ErrOutOfScope naming Namespace", err)
+	}
+	if _, err := cache.Get(configMapKind, watched, "inside"); err != nil {
+		t.Errorf("the in-scope kind stopped working after an out-of-scope one was asked for: %v", err)
 	}
 }
 

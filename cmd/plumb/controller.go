@@ -73,6 +73,7 @@ func newControllerCommand() *cobra.Command {
 	flags.StringVar(&f.LeaderElectionID, "leader-election-id", "plumb-controller", "name of the leader election Lease")
 	flags.StringVar(&f.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the pod's namespace, or default)")
 	flags.StringVar(&f.appSelector, "app-label-selector", "", "only tick Apps whose labels match this selector (to shard Apps between controllers)")
+	flags.StringSliceVar(&f.WatchNamespaces, "watch-namespaces", nil, "only watch these namespaces (comma-separated): their Apps, and the objects Apps place in them; for a controller whose rights are Roles there (the chart's rbac.mode namespaces). Default: the whole cluster")
 	flags.DurationVar(&f.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long ticks under way may take to finish on SIGTERM")
 	flags.StringVar(&f.GitCacheDir, "git-cache-dir", filepath.Join(os.TempDir(), "plumb", "git"), "folder of the shared Git repository cache")
 	flags.IntVar(&f.ReadLimits.MaxFiles, "max-repository-files", f.ReadLimits.MaxFiles, "largest number of files a repository may hold at a revision (0: no limit)")
@@ -119,6 +120,11 @@ func (f controllerFlags) validate() error {
 	}
 	if sa := f.Policy.DefaultServiceAccount; sa != "" && len(validation.IsDNS1123Subdomain(sa)) > 0 {
 		return fmt.Errorf("--default-service-account %q: not a ServiceAccount name: %s", sa, strings.Join(validation.IsDNS1123Subdomain(sa), "; "))
+	}
+	for _, ns := range f.WatchNamespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("--watch-namespaces: %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
+		}
 	}
 	if _, err := labels.Parse(f.appSelector); err != nil {
 		return fmt.Errorf("--app-label-selector %q: %w", f.appSelector, err)

@@ -1,0 +1,439 @@
+package chart_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/releaseutil"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/plumb-dev/plumb/api/v1alpha1/crd"
+)
+
+const releaseNamespace = "plumb-system"
+
+// loadChart loads the chart from this folder.
+func loadChart(t *testing.T) *chart.Chart {
+	t.Helper()
+	c, err := loader.Load(".")
+	if err != nil {
+		t.Fatalf("loading the chart: %v", err)
+	}
+	return c
+}
+
+// values parses a YAML value set.
+func values(t *testing.T, text string) map[string]any {
+	t.Helper()
+	v := map[string]any{}
+	if err := yaml.Unmarshal([]byte(text), &v); err != nil {
+		t.Fatalf("value set %q: %v", text, err)
+	}
+	return v
+}
+
+// render renders the chart as `helm template` does, and returns its objects.
+func render(t *testing.T, vals map[string]any) ([]*unstructured.Unstructured, string, error) {
+	t.Helper()
+	install := action.NewInstall(&action.Configuration{})
+	install.ClientOnly, install.DryRun, install.Replace = true, true, true
+	install.ReleaseName, install.Namespace = "plumb", releaseNamespace
+	rel, err := install.Run(loadChart(t), vals)
+	if err != nil {
+		return nil, "", err
+	}
+	return parseManifest(t, rel.Manifest), rel.Info.Notes, nil
+}
+
+func parseManifest(t *testing.T, manifest string) []*unstructured.Unstructured {
+	t.Helper()
+	var objects []*unstructured.Unstructured
+	files := releaseutil.SplitManifests(manifest)
+	keys := make([]string, 0, len(files))
+	for k := range files {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(files[k]), &u.Object); err != nil {
+			t.Fatalf("a rendered document is no YAML object: %v\n%s", err, files[k])
+		}
+		if len(u.Object) > 0 {
+			objects = append(objects, u)
+		}
+	}
+	return objects
+}
+
+// valueSets are the sets the chart is rendered and dry-run with.
+var valueSets = map[string]string{
+	"defaults":   ``,
+	"namespaces": "rbac: {mode: namespaces, namespaces: [team-a, team-b]}",
+	"none":       "rbac: {mode: none}\ncontroller: {defaultServiceAccount: plumb-app}",
+	"ingress": `webhook:
+  providers: [github, gitlab]
+  ingress: {enabled: true, className: nginx, host: plumb.example.com, tlsSecretName: plumb-tls,
+    annotations: {cert-manager.io/cluster-issuer: letsencrypt}}`,
+	"monitoring":     "metrics: {serviceMonitor: {enabled: true, labels: {release: prometheus}}, prometheusRule: {enabled: true}}",
+	"networkPolicy":  "networkPolicy: {enabled: true, webhookFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: ingress-nginx}}}]}",
+	"existingSecret": "replicas: 1\nimage: {digest: 'sha256:" + strings.Repeat("ab", 32) + "'}\nwebhook: {providers: [github, gitea], secret: {existingSecret: my-hooks}}",
+	"everything": `controller: {workers: 8, logLevel: debug, logEncoding: console, appLabelSelector: "shard=a", defaultServiceAccount: deployer,
+  noCrossNamespace: true, notificationBlockedCIDRs: [169.254.0.0/16], extraArgs: ["--pprof-addr=127.0.0.1:6060"]}
+rbac: {extraRules: [{apiGroups: [example.com], resources: [widgets], verbs: [get, list, watch, create, patch, delete]}]}`,
+}
+
+func TestTheChartLintsAndRendersWithEveryValueSet(t *testing.T) {
+	for name, set := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			lint := action.NewLint()
+			lint.Namespace = releaseNamespace
+			result := lint.Run([]string{"."}, values(t, set))
+			for _, msg := range result.Messages {
+				if msg.Severity > 1 { // warnings and errors; info is fine
+					t.Errorf("helm lint: %s", msg)
+				}
+			}
+			for _, err := range result.Errors {
+				t.Errorf("helm lint: %v", err)
+			}
+			objects, notes, err := render(t, values(t, set))
+			if err != nil {
+				t.Fatalf("rendering: %v", err)
+			}
+			if len(objects) == 0 || !strings.Contains(notes, "/hooks/github") && !strings.Contains(notes, "github is not in") {
+				t.Errorf("rendered %d objects; NOTES:\n%s", len(objects), notes)
+			}
+			for _, rule := range rulesOf(objects) {
+				if slices.Contains(rule.Verbs, "*") || slices.Contains(rule.Resources, "*") {
+					t.Errorf("a rule grants %v on %v: no wildcard by default", rule.Verbs, rule.Resources)
+				}
+			}
+		})
+	}
+}
+
+// rule is a PolicyRule as rendered, with where it applies.
+type rule struct {
+	Role      string   // kind/namespace/name of the role
+	APIGroups []string `json:"apiGroups"`
+	Resources []string `json:"resources"`
+	Verbs     []string `json:"verbs"`
+}
+
+func rulesOf(objects []*unstructured.Unstructured) []rule {
+	var out []rule
+	for _, o := range objects {
+		if o.GetKind() != "Role" && o.GetKind() != "ClusterRole" {
+			continue
+		}
+		data, _ := json.Marshal(o.Object["rules"])
+		var rules []rule
+		_ = json.Unmarshal(data, &rules)
+		for i := range rules {
+			rules[i].Role = o.GetKind() + "/" + o.GetNamespace() + "/" + o.GetName()
+		}
+		out = append(out, rules...)
+	}
+	return out
+}
+
+func find(objects []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objects {
+		if o.GetKind() == kind && (name == "" || o.GetName() == name) {
+			return o
+		}
+	}
+	return nil
+}
+
+func kinds(objects []*unstructured.Unstructured) []string {
+	var out []string
+	for _, o := range objects {
+		out = append(out, o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// args are the rendered Deployment's container arguments.
+func args(t *testing.T, objects []*unstructured.Unstructured) []string {
+	t.Helper()
+	d := find(objects, "Deployment", "")
+	if d == nil {
+		t.Fatal("no Deployment rendered")
+	}
+	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	out, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	return out
+}
+
+func TestTheDefaultsRunARestrictedPodWithLeaderElection(t *testing.T) {
+	objects, _, err := render(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := find(objects, "Deployment", "plumb")
+	if d == nil {
+		t.Fatalf("no Deployment plumb in %v", kinds(objects))
+	}
+	want := map[string]any{
+		"spec.replicas": int64(2),
+		"spec.template.spec.automountServiceAccountToken":                                             false,
+		"spec.template.spec.securityContext.runAsNonRoot":                                             true,
+		"spec.template.spec.securityContext.runAsUser":                                                int64(65532),
+		"spec.template.spec.securityContext.seccompProfile.type":                                      "RuntimeDefault",
+		"spec.template.spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution": nil, // present
+	}
+	for path, value := range want {
+		got, found, _ := unstructured.NestedFieldNoCopy(d.Object, strings.Split(path, ".")...)
+		if !found || value != nil && fmt.Sprint(got) != fmt.Sprint(value) {
+			t.Errorf("%s = %v (found %v), want %v", path, got, found, value)
+		}
+	}
+	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	c := containers[0].(map[string]any)
+	for path, value := range map[string]any{
+		"securityContext.readOnlyRootFilesystem":   true,
+		"securityContext.allowPrivilegeEscalation": false,
+		"securityContext.capabilities.drop":        []any{"ALL"},
+		"livenessProbe.httpGet.path":               "/healthz",
+		"readinessProbe.httpGet.path":              "/readyz",
+		"resources.requests.memory":                "256Mi",
+	} {
+		got, found, _ := unstructured.NestedFieldNoCopy(c, strings.Split(path, ".")...)
+		if !found || fmt.Sprint(got) != fmt.Sprint(value) {
+			t.Errorf("container %s = %v, want %v", path, got, value)
+		}
+	}
+	a := args(t, objects)
+	for _, flag := range []string{"controller", "--leader-elect=true", "--leader-election-namespace=plumb-system", "--workers=4",
+		"--git-cache-dir=/var/cache/plumb/git", "--webhook-secret-file=github=/etc/plumb/webhook/github", "--max-objects=5000"} {
+		if !slices.Contains(a, flag) {
+			t.Errorf("args %v lack %s", a, flag)
+		}
+	}
+	if sa := find(objects, "ServiceAccount", "plumb"); sa == nil || sa.Object["automountServiceAccountToken"] != false {
+		t.Errorf("ServiceAccount: %v, want one that mounts no token itself", sa)
+	}
+	for _, kind := range []string{"PodDisruptionBudget", "Service", "Secret", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+		if find(objects, kind, "") == nil {
+			t.Errorf("no %s rendered by default: %v", kind, kinds(objects))
+		}
+	}
+	for _, kind := range []string{"Ingress", "ServiceMonitor", "PrometheusRule", "NetworkPolicy"} {
+		if find(objects, kind, "") != nil {
+			t.Errorf("%s rendered though it is off by default", kind)
+		}
+	}
+}
+
+func TestEachRBACModeGrantsWhatItSays(t *testing.T) {
+	writes := []string{"create", "patch", "delete", "update"}
+	managed := func(r rule) bool {
+		return slices.Contains(r.Resources, "deployments") || slices.Contains(r.Resources, "configmaps")
+	}
+
+	t.Run("cluster", func(t *testing.T) {
+		objects, _, _ := render(t, nil)
+		var granted bool
+		for _, r := range rulesOf(objects) {
+			if managed(r) && strings.HasPrefix(r.Role, "ClusterRole/") && slices.Contains(r.Verbs, "patch") {
+				granted = true
+			}
+		}
+		if !granted {
+			t.Errorf("mode cluster grants no write on Deployments in a ClusterRole: %v", rulesOf(objects))
+		}
+	})
+	t.Run("namespaces", func(t *testing.T) {
+		objects, _, err := render(t, values(t, valueSets["namespaces"]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := find(objects, "ClusterRole", ""); o != nil {
+			t.Errorf("mode namespaces rendered a ClusterRole %s", o.GetName())
+		}
+		if o := find(objects, "ClusterRoleBinding", ""); o != nil {
+			t.Errorf("mode namespaces rendered a ClusterRoleBinding %s", o.GetName())
+		}
+		roles := map[string]bool{}
+		for _, o := range objects {
+			if o.GetKind() == "Role" {
+				roles[o.GetNamespace()] = true
+			}
+		}
+		if want := map[string]bool{"team-a": true, "team-b": true, releaseNamespace: true}; fmt.Sprint(roles) != fmt.Sprint(want) {
+			t.Errorf("Roles in %v, want in %v (the listed namespaces, and the Lease's)", roles, want)
+		}
+		if a := args(t, objects); !slices.Contains(a, "--watch-namespaces=team-a,team-b") {
+			t.Errorf("args %v lack --watch-namespaces=team-a,team-b", a)
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		objects, _, err := render(t, values(t, valueSets["none"]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rulesOf(objects) {
+			if managed(r) && slices.ContainsFunc(r.Verbs, func(v string) bool { return slices.Contains(writes, v) }) {
+				t.Errorf("mode none grants %v on %v in %s: plumb must write only as the Apps' ServiceAccounts", r.Verbs, r.Resources, r.Role)
+			}
+		}
+		var impersonates bool
+		for _, r := range rulesOf(objects) {
+			impersonates = impersonates || slices.Contains(r.Resources, "serviceaccounts") && slices.Contains(r.Verbs, "impersonate")
+		}
+		if !impersonates {
+			t.Error("mode none does not let plumb impersonate ServiceAccounts")
+		}
+		if a := args(t, objects); !slices.Contains(a, "--default-service-account=plumb-app") {
+			t.Errorf("args %v lack --default-service-account=plumb-app", a)
+		}
+	})
+}
+
+func TestThePrometheusRuleCarriesTheProjectsAlerts(t *testing.T) {
+	objects, _, err := render(t, values(t, valueSets["monitoring"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := find(objects, "PrometheusRule", "")
+	if rule == nil {
+		t.Fatalf("no PrometheusRule in %v", kinds(objects))
+	}
+	rendered, _ := json.Marshal(rule.Object["spec"])
+	source, err := os.ReadFile("alerts/plumb.rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]any
+	if err := yaml.Unmarshal(source, &want); err != nil {
+		t.Fatal(err)
+	}
+	wantJSON, _ := json.Marshal(want)
+	if string(rendered) != string(wantJSON) {
+		t.Errorf("the PrometheusRule's spec differs from alerts/plumb.rules.yaml:\n%s\nwant\n%s", rendered, wantJSON)
+	}
+	if sm := find(objects, "ServiceMonitor", ""); sm == nil || sm.Object["spec"].(map[string]any)["jobLabel"] != "plumb.dev/scrape-job" {
+		t.Errorf("ServiceMonitor %v: want one naming the job after plumb.dev/scrape-job (the rules expect job=\"plumb\")", sm)
+	}
+}
+
+func TestTheSchemaRejectsWrongValuesWithAClearMessage(t *testing.T) {
+	for name, c := range map[string]struct{ set, want string }{
+		"unknown mode":                     {"rbac: {mode: all}", "/rbac/mode"},
+		"namespaces without any":           {"rbac: {mode: namespaces}", "/rbac/namespaces"},
+		"none without a SA":                {"rbac: {mode: none}", "/controller/defaultServiceAccount"},
+		"no replicas":                      {"replicas: 0", "/replicas"},
+		"an unknown key":                   {"controler: {workers: 2}", "controler"},
+		"a log level":                      {"controller: {logLevel: loud}", "/controller/logLevel"},
+		"ingress without a host":           {"webhook: {ingress: {enabled: true, tlsSecretName: x}}", "/webhook/ingress/host"},
+		"an unknown provider":              {"webhook: {providers: [svn]}", "/webhook/providers/0"},
+		"a bad digest":                     {"image: {digest: latest}", "/image/digest"},
+		"a bad namespace":                  {"rbac: {mode: namespaces, namespaces: [Team_A]}", "/rbac/namespaces/0"},
+		"a wildcard verb in a typo'd rule": {"rbac: {extraRules: [{apiGroups: [''], resources: [pods], verb: ['*']}]}", "/rbac/extraRules/0"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := render(t, values(t, c.set))
+			if err == nil {
+				t.Fatalf("%s was accepted", c.set)
+			}
+			if !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %q, want a schema error naming %s", err, c.want)
+			}
+		})
+	}
+}
+
+// The server-side dry-run: every object of every value set, as the API
+// server would take it on install, with unknown fields refused.
+func TestEveryRenderedObjectPassesAServerSideDryRun(t *testing.T) {
+	ctx := context.Background()
+	clients := newClients(t)
+	for _, ns := range []string{releaseNamespace, "team-a", "team-b"} {
+		clients.ensureNamespace(t, ns)
+	}
+	for name, set := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			objects, _, err := render(t, values(t, set))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range objects {
+				if err := clients.dryRun(ctx, o); err != nil {
+					t.Errorf("%s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+				}
+			}
+		})
+	}
+}
+
+var monitoringCRDs sync.Once
+
+func newClients(t *testing.T) *testClients {
+	t.Helper()
+	ctx := context.Background()
+	if err := crd.Install(ctx, cluster.Config); err != nil {
+		t.Fatalf("installing plumb's CRDs: %v", err)
+	}
+	var installErr error
+	monitoringCRDs.Do(func() { installErr = installMonitoringCRDs(ctx, cluster.Config) })
+	if installErr != nil {
+		t.Fatal(installErr)
+	}
+	c, err := newTestClientsFor(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// installMonitoringCRDs generates the Prometheus Operator's ServiceMonitor
+// and PrometheusRule CRDs from its own API types (the tool module
+// hack/tools/monitoringcrds) and installs them.
+func installMonitoringCRDs(ctx context.Context, cfg *rest.Config) error {
+	dir, err := os.MkdirTemp("", "monitoring-crds-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cmd := exec.Command("go", "run", "sigs.k8s.io/controller-tools/cmd/controller-gen", "crd",
+		"paths=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1", "output:crd:dir="+dir)
+	cmd.Dir = filepath.Join("..", "..", "hack", "tools", "monitoringcrds")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("generating the Prometheus Operator's CRDs (cd hack/tools/monitoringcrds && go run sigs.k8s.io/controller-tools/cmd/controller-gen crd ...): %v\n%s", err, out)
+	}
+	tc, err := newTestClientsFor(cfg)
+	if err != nil {
+		return err
+	}
+	for _, file := range []string{"monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"} {
+		data, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			return err
+		}
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(data, &u.Object); err != nil {
+			return err
+		}
+		if err := tc.apply(ctx, u, false); err != nil {
+			return fmt.Errorf("installing %s: %w", file, err)
+		}
+	}
+	return tc.waitForKinds(ctx, "monitoring.coreos.com", "ServiceMonitor", "PrometheusRule")
+}

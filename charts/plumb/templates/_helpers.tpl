@@ -1,0 +1,128 @@
+{{/* The release's full name: the release name, with "-plumb" unless it holds it. */}}
+{{- define "plumb.fullname" -}}
+{{- if contains "plumb" .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-plumb" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "plumb.selectorLabels" -}}
+app.kubernetes.io/name: plumb
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "plumb.labels" -}}
+{{ include "plumb.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "plumb.serviceAccountName" -}}
+{{- default (include "plumb.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "plumb.webhookSecretName" -}}
+{{- default (printf "%s-webhook" (include "plumb.fullname" .)) .Values.webhook.secret.existingSecret -}}
+{{- end -}}
+
+{{- define "plumb.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end -}}
+{{- end -}}
+
+{{/* The rules on the kinds plumb manages: rules and extraRules. */}}
+{{- define "plumb.managedRules" -}}
+{{- with concat .Values.rbac.rules .Values.rbac.extraRules }}
+{{- toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The same kinds, read-only (mode none: Observe's informers are plumb's own). */}}
+{{- define "plumb.readRules" -}}
+{{- range concat .Values.rbac.rules .Values.rbac.extraRules }}
+- apiGroups: {{ toJson .apiGroups }}
+  resources: {{ toJson .resources }}
+  verbs: ["get", "list", "watch"]
+{{- end }}
+{{- end -}}
+
+{{/* plumb's own needs in one namespace, or in all (mode cluster and none). */}}
+{{- define "plumb.ownRules" -}}
+- apiGroups: ["plumb.dev"]
+  resources: ["apps"]
+  verbs: ["get", "list", "watch", "update", "patch"]
+- apiGroups: ["plumb.dev"]
+  resources: ["apps/status"]
+  verbs: ["get", "update", "patch"]
+- apiGroups: ["plumb.dev"]
+  resources: ["apps/finalizers"]
+  verbs: ["update"]
+- apiGroups: ["plumb.dev"]
+  resources: ["notifications"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["plumb.dev"]
+  resources: ["notifications/status"]
+  verbs: ["get", "update", "patch"]
+# The Secrets that Apps and Notifications name, read one by one (no list).
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+# Apps act as ServiceAccounts of their own namespace.
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["get", "list", "watch", "impersonate"]
+- apiGroups: ["", "events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end -}}
+
+{{/* The controller's arguments, from the values. */}}
+{{- define "plumb.args" -}}
+- controller
+- --leader-elect=true
+- --leader-election-namespace={{ .Release.Namespace }}
+- --leader-election-id={{ include "plumb.fullname" . }}
+- --workers={{ .Values.controller.workers }}
+- --log-level={{ .Values.controller.logLevel }}
+- --log-encoding={{ .Values.controller.logEncoding }}
+- --metrics-addr=:8080
+- --health-addr=:8081
+- --webhook-addr=:9292
+- --git-cache-dir=/var/cache/plumb/git
+- --max-repository-files={{ int64 .Values.controller.readLimits.maxRepositoryFiles }}
+- --max-repository-bytes={{ int64 .Values.controller.readLimits.maxRepositoryBytes }}
+- --max-file-bytes={{ int64 .Values.controller.readLimits.maxFileBytes }}
+- --max-objects={{ int64 .Values.controller.readLimits.maxObjects }}
+- --render-timeout={{ .Values.controller.renderTimeout }}
+- --render-memory-bytes={{ int64 .Values.controller.renderMemoryBytes }}
+- --shutdown-timeout={{ .Values.controller.shutdownTimeout }}
+- --kube-api-qps={{ .Values.controller.kubeAPIQPS }}
+- --kube-api-burst={{ .Values.controller.kubeAPIBurst }}
+- --webhook-max-body-bytes={{ int64 .Values.webhook.maxBodyBytes }}
+{{- range .Values.webhook.providers }}
+- --webhook-secret-file={{ . }}=/etc/plumb/webhook/{{ . }}
+{{- end }}
+{{- with .Values.controller.appLabelSelector }}
+- --app-label-selector={{ . }}
+{{- end }}
+{{- with .Values.controller.defaultServiceAccount }}
+- --default-service-account={{ . }}
+{{- end }}
+{{- if .Values.controller.noCrossNamespace }}
+- --no-cross-namespace
+{{- end }}
+{{- if eq .Values.rbac.mode "namespaces" }}
+- --watch-namespaces={{ join "," .Values.rbac.namespaces }}
+{{- end }}
+{{- with .Values.controller.notificationBlockedCIDRs }}
+- --notification-blocked-cidrs={{ join "," . }}
+{{- end }}
+{{- with .Values.controller.extraArgs }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}

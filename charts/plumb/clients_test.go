@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,6 +23,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 )
+
+var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // testClients talk to the package's control plane as its admin.
 type testClients struct {
@@ -104,3 +107,42 @@ func (c *testClients) waitForKinds(ctx context.Context, group string, kinds ...s
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// sweep lists what is left: every object of every listable kind in
+// namespace (Events aside, which age out by themselves), and every
+// cluster-scoped object matching selector.
+func (c *testClients) sweep(t *testing.T, namespace, selector string) []string {
+	t.Helper()
+	ctx := context.Background()
+	disco, err := discovery.NewDiscoveryClientForConfig(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists, err := disco.ServerPreferredResources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, list := range lists {
+		gv, _ := schema.ParseGroupVersion(list.GroupVersion)
+		for _, r := range list.APIResources {
+			if !slices.Contains(r.Verbs, "list") || r.Name == "events" {
+				continue
+			}
+			resource := c.dyn.Resource(gv.WithResource(r.Name))
+			var items *unstructured.UnstructuredList
+			if r.Namespaced {
+				items, err = resource.Namespace(namespace).List(ctx, metav1.ListOptions{})
+			} else {
+				items, err = resource.List(ctx, metav1.ListOptions{LabelSelector: selector})
+			}
+			if err != nil {
+				t.Fatalf("listing %s: %v", r.Name, err)
+			}
+			for _, item := range items.Items {
+				left = append(left, r.Name+" "+item.GetNamespace()+"/"+item.GetName())
+			}
+		}
+	}
+	return left
+}

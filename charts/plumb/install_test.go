@@ -165,10 +165,13 @@ func TestInstallRunUpgradeAndUninstall(t *testing.T) {
 		deleteApps(t, k8s, "hello", "tenant-ok", "tenant")
 	})
 
+	// With managed rules that leave Secrets out: the App's credentials
+	// Secret is read with plumb's own rights.
 	t.Run("upgrade to mode namespaces: Roles in the listed namespaces are all plumb needs", func(t *testing.T) {
 		upgrade := action.NewUpgrade(helm)
 		upgrade.Namespace = releaseNamespace
-		if _, err := upgrade.Run("plumb", loadChart(t), values(t, "rbac: {mode: namespaces, namespaces: [hello]}")); err != nil {
+		if _, err := upgrade.Run("plumb", loadChart(t), values(t, `rbac: {mode: namespaces, namespaces: [hello],
+  rules: [{apiGroups: [""], resources: [configmaps, services], verbs: [get, list, watch, create, patch, delete]}]}`)); err != nil {
 			t.Fatalf("helm upgrade: %v", err)
 		}
 		for _, kind := range []client.ObjectList{&rbacv1.ClusterRoleList{}, &rbacv1.ClusterRoleBindingList{}} {

@@ -182,6 +182,27 @@ func args(t *testing.T, objects []*unstructured.Unstructured) []string {
 	return out
 }
 
+func TestTheNotesSayHowToWireAGitHubWebhook(t *testing.T) {
+	_, notes, err := render(t, values(t, valueSets["ingress"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Payload URL:  https://plumb.example.com/hooks/github",
+		"kubectl -n plumb-system get secret plumb-webhook -o jsonpath='{.data.github}' | base64 -d",
+		"kind: App", "kubectl get apps -A"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("NOTES lack %q:\n%s", want, notes)
+		}
+	}
+	_, notes, err = render(t, values(t, "webhook: {secret: {existingSecret: my-hooks}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(notes, "get secret my-hooks") || !strings.Contains(notes, "port-forward svc/plumb-webhook") {
+		t.Errorf("NOTES without an Ingress and with an existing Secret:\n%s", notes)
+	}
+}
+
 func TestTheDefaultsRunARestrictedPodWithLeaderElection(t *testing.T) {
 	objects, _, err := render(t, nil)
 	if err != nil {

@@ -68,10 +68,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: ["plumb.dev"]
   resources: ["notifications/status"]
   verbs: ["get", "update", "patch"]
-# The Secrets that Apps and Notifications name, read one by one (no list).
+# The Secrets that Apps and Notifications name: each credentials Secret is
+# watched alone (a field selector on its name; with get only, plumb would
+# read it with a request every tick), the others are read by name.
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get"]
+  verbs: ["get", "list", "watch"]
 # Apps act as ServiceAccounts of their own namespace.
 - apiGroups: [""]
   resources: ["serviceaccounts"]

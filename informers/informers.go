@@ -82,8 +82,12 @@ type typeInformer struct {
 	done      chan struct{} // closed when every informer stopped
 
 	mu      sync.Mutex
-	lastErr error  // the last list/watch error, cleared on sync
-	seenRV  string // the highest resourceVersion of an event handled (the store has it)
+	lastErr error // the last list/watch error, cleared on sync
+	// seenRV is, per informer (by namespace, "" for all), the highest
+	// resourceVersion of an event it handled (its store has it). Versions
+	// are ordered within one watch, not across the informers of several
+	// namespaces, so each informer has its own.
+	seenRV map[string]string
 }
 
 // New creates a cache.
@@ -195,7 +199,8 @@ func (c *Cache) Stop() {
 // start creates and runs the informer of one type. c.mu is held.
 func (c *Cache) start(gvr schema.GroupVersionResource, gvk schema.GroupVersionKind) *typeInformer {
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &typeInformer{gvk: gvk, informers: map[string]cache.SharedIndexInformer{}, stop: cancel, done: make(chan struct{})}
+	t := &typeInformer{gvk: gvk, informers: map[string]cache.SharedIndexInformer{}, seenRV: map[string]string{},
+		stop: cancel, done: make(chan struct{})}
 	namespaces := c.opts.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
@@ -223,6 +228,9 @@ func (c *Cache) informerOf(t *typeInformer, gvr schema.GroupVersionResource, nam
 	_ = informer.SetTransform(compact.Transform)
 	_ = informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		t.mu.Lock()
+		if namespace != metav1.NamespaceAll {
+			err = fmt.Errorf("in namespace %s: %w", namespace, err)
+		}
 		t.lastErr = err
 		t.mu.Unlock()
 	})
@@ -231,13 +239,13 @@ func (c *Cache) informerOf(t *typeInformer, gvr schema.GroupVersionResource, nam
 	// what Get returns, nor of the events reported.
 	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			defer t.saw(obj)
+			defer t.saw(namespace, obj)
 			if !c.ownWrite(obj) {
 				c.notify(obj)
 			}
 		},
 		UpdateFunc: func(oldObj, newObj any) {
-			defer t.saw(newObj)
+			defer t.saw(namespace, newObj)
 			if oldKey, ok := keyOf(oldObj); ok {
 				if newKey, _ := keyOf(newObj); newKey != oldKey {
 					c.opts.OnEvent(oldKey) // the object left that App
@@ -251,7 +259,7 @@ func (c *Cache) informerOf(t *typeInformer, gvr schema.GroupVersionResource, nam
 			c.notify(newObj)
 		},
 		DeleteFunc: func(obj any) {
-			defer t.saw(obj)
+			defer t.saw(namespace, obj)
 			c.notify(obj)
 		},
 	})
@@ -291,8 +299,9 @@ func (c *Cache) ownWrite(obj any) bool {
 	return ok && c.opts.IsOwnWrite != nil && c.opts.IsOwnWrite(o)
 }
 
-// saw raises seenRV to the event object's resourceVersion.
-func (t *typeInformer) saw(obj any) {
+// saw raises the seenRV of the informer of namespace to the event object's
+// resourceVersion.
+func (t *typeInformer) saw(namespace string, obj any) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
@@ -303,10 +312,10 @@ func (t *typeInformer) saw(obj any) {
 	rv := o.GetResourceVersion()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.seenRV == "" {
-		t.seenRV = rv
-	} else if cmp, err := resourceversion.CompareResourceVersion(rv, t.seenRV); err == nil && cmp > 0 {
-		t.seenRV = rv
+	if seen := t.seenRV[namespace]; seen == "" {
+		t.seenRV[namespace] = rv
+	} else if cmp, err := resourceversion.CompareResourceVersion(rv, seen); err == nil && cmp > 0 {
+		t.seenRV[namespace] = rv
 	}
 }
 
@@ -468,17 +477,23 @@ func (c *Cache) Fetch(ctx context.Context, gvk schema.GroupVersionKind, namespac
 	return compact.Whole(u)
 }
 
-// WaitForResourceVersion waits until the informer of gvk has handled an
-// event at resourceVersion rv or later (e.g. the one for plumb's own write),
-// so that Get reflects that write, or what happened to the object after it.
-func (c *Cache) WaitForResourceVersion(ctx context.Context, gvk schema.GroupVersionKind, rv string) error {
+// WaitForResourceVersion waits until the informer that holds gvk's objects
+// of namespace ("" for cluster-scoped ones) has handled an event at
+// resourceVersion rv or later (e.g. the one for plumb's own write), so that
+// Get reflects that write, or what happened to the object after it.
+func (c *Cache) WaitForResourceVersion(ctx context.Context, gvk schema.GroupVersionKind, namespace, rv string) error {
 	t, err := c.typeOf(gvk)
 	if err != nil {
 		return err
 	}
+	if _, all := t.informers[metav1.NamespaceAll]; all {
+		namespace = metav1.NamespaceAll
+	} else if _, watched := t.informers[namespace]; !watched {
+		return nil // out of scope: Get says so
+	}
 	for {
 		t.mu.Lock()
-		seen := t.seenRV
+		seen := t.seenRV[namespace]
 		t.mu.Unlock()
 		if seen != "" {
 			if cmp, err := resourceversion.CompareResourceVersion(seen, rv); err != nil || cmp >= 0 {

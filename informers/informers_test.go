@@ -400,6 +400,36 @@ func TestACacheLimitedToNamespacesNeedsOnlyARoleThere(t *testing.T) {
 	}
 }
 
+// With an informer per namespace, resource versions are ordered only
+// within each one's watch: a write that one informer has seen does not
+// mean another has caught up with it.
+func TestCatchingUpIsPerNamespaceWhenEachHasItsInformer(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	first, second := namespace(t, c), namespace(t, c)
+	cache, _ := newCacheIn(t, cluster.Config, []string{first, second})
+	if err := cache.Ensure(appA, []schema.GroupVersionKind{configMapKind}); err != nil {
+		t.Fatal(err)
+	}
+	obj := owned(first, "written", appA)
+	if err := c.Create(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := cache.WaitForResourceVersion(waitCtx, configMapKind, first, obj.ResourceVersion); err != nil {
+		t.Fatalf("the informer of %s never saw the write: %v", first, err)
+	}
+	shortCtx, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	if err := cache.WaitForResourceVersion(shortCtx, configMapKind, second, obj.ResourceVersion); !errors.Is(err, ErrNotSynced) {
+		t.Errorf("waiting in %s, which saw nothing, for a write made in %s: %v, want ErrNotSynced", second, first, err)
+	}
+	if err := cache.WaitForResourceVersion(ctx, configMapKind, "elsewhere", obj.ResourceVersion); err != nil {
+		t.Errorf("waiting in a namespace that is not watched: %v, want nothing to wait for (Get reports it)", err)
+	}
+}
+
 func ptrTrue() *bool { v := true; return &v }
 
 func unstructuredOf(obj map[string]any) *unstructured.Unstructured {
@@ -461,7 +491,7 @@ func TestUpdatesThatChangeNothingATickLooksAtAreNoEvent(t *testing.T) {
 	}
 	ev.markOwn(ownApply.GetResourceVersion())
 	ev.setWriting(false)
-	if err := cache.WaitForResourceVersion(ctx, deploymentKind, ownApply.GetResourceVersion()); err != nil {
+	if err := cache.WaitForResourceVersion(ctx, deploymentKind, ownApply.GetNamespace(), ownApply.GetResourceVersion()); err != nil {
 		t.Fatal(err)
 	}
 	if got := ev.count(appA); got != 1 {

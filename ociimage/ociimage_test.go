@@ -161,6 +161,15 @@ func TestMakeImage(t *testing.T) {
 	if !strings.Contains(string(out), commit) {
 		t.Errorf("plumb version printed %q, want the commit %s", out, commit)
 	}
+	// The image has no /etc/ssl: without the fallback roots compiled in,
+	// no https:// server would verify.
+	modules, err := exec.Command("go", "version", "-m", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go version -m: %v\n%s", err, modules)
+	}
+	if !regexp.MustCompile(`(?m)^\s+dep\s+golang.org/x/crypto/x509roots/fallback\s`).Match(modules) {
+		t.Errorf("the binary in the image lacks golang.org/x/crypto/x509roots/fallback, so it has no root certificates:\n%s", modules)
+	}
 }
 
 func untar(t *testing.T, path, dir string) {

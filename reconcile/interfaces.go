@@ -31,7 +31,7 @@ type Reader interface {
 type Observer interface {
 	Ensure(app types.NamespacedName, gvks []schema.GroupVersionKind) error
 	WaitForSync(ctx context.Context, gvks []schema.GroupVersionKind) error
-	WaitForResourceVersion(ctx context.Context, gvk schema.GroupVersionKind, rv string) error
+	WaitForResourceVersion(ctx context.Context, gvk schema.GroupVersionKind, namespace, rv string) error
 	Get(gvk schema.GroupVersionKind, namespace, name string) (*compact.Object, error)
 	Fetch(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) (*compact.Object, error)
 	Release(app types.NamespacedName)

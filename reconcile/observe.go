@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/diff"
+	"github.com/plumb-dev/plumb/informers"
 	"github.com/plumb-dev/plumb/source"
 	"github.com/plumb-dev/plumb/ssa"
 )
@@ -208,6 +210,9 @@ func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app 
 		gvks = append(gvks, gvk)
 	}
 	if err := r.Observer.Ensure(key, gvks); err != nil {
+		if errors.Is(err, informers.ErrOutOfScope) {
+			return nil, fail("OutOfScope", err)
+		}
 		return nil, fail("UnknownKind", err)
 	}
 	timeout := r.SyncTimeout
@@ -226,6 +231,9 @@ func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app 
 			continue // its kind is created by this tick
 		}
 		got, err := r.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+		if errors.Is(err, informers.ErrOutOfScope) {
+			return nil, fail("OutOfScope", err)
+		}
 		if err != nil {
 			return nil, fail("CacheRead", err)
 		}
@@ -241,15 +249,22 @@ func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app 
 // goes on with what the cache has.
 func (r *Reconciler) catchUp(ctx context.Context, key types.NamespacedName, desired []*unstructured.Unstructured,
 	kinds map[schema.GroupVersionKind]bool, log *zap.Logger) {
-	newest := map[schema.GroupVersionKind]string{}
+	// Per kind and namespace: an informer per namespace orders versions
+	// only within its own watch.
+	type place struct {
+		gvk       schema.GroupVersionKind
+		namespace string
+	}
+	newest := map[place]string{}
 	for _, obj := range desired {
 		gvk := obj.GroupVersionKind()
 		rv := r.memory.writtenRV(key, idOf(obj))
 		if !kinds[gvk] || rv == "" {
 			continue
 		}
-		if cmp, err := resourceversion.CompareResourceVersion(rv, newest[gvk]); newest[gvk] == "" || (err == nil && cmp > 0) {
-			newest[gvk] = rv
+		at := place{gvk, obj.GetNamespace()}
+		if cmp, err := resourceversion.CompareResourceVersion(rv, newest[at]); newest[at] == "" || (err == nil && cmp > 0) {
+			newest[at] = rv
 		}
 	}
 	if len(newest) == 0 {
@@ -257,16 +272,16 @@ func (r *Reconciler) catchUp(ctx context.Context, key types.NamespacedName, desi
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
-	for gvk, rv := range newest {
-		if err := r.Observer.WaitForResourceVersion(waitCtx, gvk, rv); err != nil {
+	for at, rv := range newest {
+		if err := r.Observer.WaitForResourceVersion(waitCtx, at.gvk, at.namespace, rv); err != nil {
 			// Not again next tick: the informer may have restarted and never
 			// see that write (the object was deleted meanwhile).
 			for _, obj := range desired {
-				if obj.GroupVersionKind() == gvk {
+				if obj.GroupVersionKind() == at.gvk && obj.GetNamespace() == at.namespace {
 					r.memory.wrote(key, idOf(obj), "")
 				}
 			}
-			log.Warn("Went on with a cache that has not caught up with plumb's last write", zap.Stringer("kind", gvk), zap.Error(err))
+			log.Warn("Went on with a cache that has not caught up with plumb's last write", zap.Stringer("kind", at.gvk), zap.String("namespace", at.namespace), zap.Error(err))
 		}
 	}
 }

@@ -127,8 +127,8 @@ func (l *laggingObserver) Get(gvk schema.GroupVersionKind, namespace, name strin
 	return l.Observer.Get(gvk, namespace, name)
 }
 
-func (l *laggingObserver) WaitForResourceVersion(ctx context.Context, gvk schema.GroupVersionKind, rv string) error {
-	err := l.Observer.WaitForResourceVersion(ctx, gvk, rv)
+func (l *laggingObserver) WaitForResourceVersion(ctx context.Context, gvk schema.GroupVersionKind, namespace, rv string) error {
+	err := l.Observer.WaitForResourceVersion(ctx, gvk, namespace, rv)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.waited = true

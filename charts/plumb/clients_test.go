@@ -108,10 +108,24 @@ func (c *testClients) waitForKinds(ctx context.Context, group string, kinds ...s
 
 func ptr[T any](v T) *T { return &v }
 
+// sweepLabelled lists the namespaced objects of namespace matching
+// selector, of every listable kind.
+func (c *testClients) sweepLabelled(t *testing.T, namespace, selector string) []string {
+	t.Helper()
+	return c.list(t, namespace, selector, true)
+}
+
 // sweep lists what is left: every object of every listable kind in
 // namespace (Events aside, which age out by themselves), and every
 // cluster-scoped object matching selector.
 func (c *testClients) sweep(t *testing.T, namespace, selector string) []string {
+	t.Helper()
+	return c.list(t, namespace, selector, false)
+}
+
+// list lists every listable kind: in namespace (matching selector only
+// when namespacedSelector), and cluster-scoped ones matching selector.
+func (c *testClients) list(t *testing.T, namespace, selector string, namespacedSelector bool) []string {
 	t.Helper()
 	ctx := context.Background()
 	disco, err := discovery.NewDiscoveryClientForConfig(cluster.Config)
@@ -132,7 +146,11 @@ func (c *testClients) sweep(t *testing.T, namespace, selector string) []string {
 			resource := c.dyn.Resource(gv.WithResource(r.Name))
 			var items *unstructured.UnstructuredList
 			if r.Namespaced {
-				items, err = resource.Namespace(namespace).List(ctx, metav1.ListOptions{})
+				opts := metav1.ListOptions{}
+				if namespacedSelector {
+					opts.LabelSelector = selector
+				}
+				items, err = resource.Namespace(namespace).List(ctx, opts)
 			} else {
 				items, err = resource.List(ctx, metav1.ListOptions{LabelSelector: selector})
 			}

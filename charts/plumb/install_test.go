@@ -25,6 +25,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -162,6 +163,10 @@ func TestInstallRunUpgradeAndUninstall(t *testing.T) {
 				t.Errorf("Ready=False %s %q does not name %q", cond.Reason, cond.Message, want)
 			}
 		}
+		// Nothing of that commit was applied, not even what was allowed.
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: "hello", Name: "tenant"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+			t.Errorf("ConfigMap hello/tenant: %v, want it never applied", err)
+		}
 		deleteApps(t, k8s, "hello", "tenant-ok", "tenant")
 	})
 
@@ -171,7 +176,8 @@ func TestInstallRunUpgradeAndUninstall(t *testing.T) {
 		upgrade := action.NewUpgrade(helm)
 		upgrade.Namespace = releaseNamespace
 		if _, err := upgrade.Run("plumb", loadChart(t), values(t, `rbac: {mode: namespaces, namespaces: [hello],
-  rules: [{apiGroups: [""], resources: [configmaps, services], verbs: [get, list, watch, create, patch, delete]}]}`)); err != nil {
+  rules: [{apiGroups: [""], resources: [configmaps, services], verbs: [get, list, watch, create, patch, delete]}]}
+controller: {noCrossNamespace: false}`)); err != nil {
 			t.Fatalf("helm upgrade: %v", err)
 		}
 		for _, kind := range []client.ObjectList{&rbacv1.ClusterRoleList{}, &rbacv1.ClusterRoleBindingList{}} {
@@ -202,6 +208,7 @@ func TestInstallRunUpgradeAndUninstall(t *testing.T) {
 			t.Fatalf("helm uninstall: %v", err)
 		}
 		left := tc.sweep(t, releaseNamespace, "app.kubernetes.io/instance=plumb")
+		left = append(left, tc.sweepLabelled(t, "hello", "app.kubernetes.io/instance=plumb")...)
 		if len(left) > 0 {
 			t.Errorf("left behind after uninstall: %v", left)
 		}

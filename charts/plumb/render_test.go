@@ -189,7 +189,7 @@ func TestTheNotesSayHowToWireAGitHubWebhook(t *testing.T) {
 	}
 	for _, want := range []string{"Payload URL:  https://plumb.example.com/hooks/github",
 		"kubectl -n plumb-system get secret plumb-webhook -o jsonpath='{.data.github}' | base64 -d",
-		"kind: App", "kubectl get apps -A"} {
+		"kind: App", "kubectl get apps -A", "Apps that name no ServiceAccount act with plumb's own rights"} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES lack %q:\n%s", want, notes)
 		}
@@ -199,6 +199,13 @@ func TestTheNotesSayHowToWireAGitHubWebhook(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(notes, "get secret my-hooks") || !strings.Contains(notes, "port-forward svc/plumb-webhook") {
+		t.Errorf("NOTES without an Ingress and with an existing Secret:\n%s", notes)
+	}
+	_, notes, err = render(t, values(t, valueSets["none"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(notes, "act with plumb's own rights") {
 		t.Errorf("NOTES without an Ingress and with an existing Secret:\n%s", notes)
 	}
 }
@@ -270,7 +277,10 @@ func TestEachRBACModeGrantsWhatItSays(t *testing.T) {
 	}
 
 	t.Run("cluster", func(t *testing.T) {
-		objects, _, _ := render(t, nil)
+		objects, _, err := render(t, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var granted bool
 		for _, r := range rulesOf(objects) {
 			if managed(r) && strings.HasPrefix(r.Role, "ClusterRole/") && slices.Contains(r.Verbs, "patch") {
@@ -301,8 +311,15 @@ func TestEachRBACModeGrantsWhatItSays(t *testing.T) {
 		if want := map[string]bool{"team-a": true, "team-b": true, releaseNamespace: true}; fmt.Sprint(roles) != fmt.Sprint(want) {
 			t.Errorf("Roles in %v, want in %v (the listed namespaces, and the Lease's)", roles, want)
 		}
-		if a := args(t, objects); !slices.Contains(a, "--watch-namespaces=team-a,team-b") {
-			t.Errorf("args %v lack --watch-namespaces=team-a,team-b", a)
+		if a := args(t, objects); !slices.Contains(a, "--watch-namespaces=team-a,team-b") || !slices.Contains(a, "--no-cross-namespace") {
+			t.Errorf("args %v lack --watch-namespaces=team-a,team-b and the default --no-cross-namespace", a)
+		}
+		objects, _, err = render(t, values(t, valueSets["namespaces"]+"\ncontroller: {noCrossNamespace: false}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := args(t, objects); slices.Contains(a, "--no-cross-namespace") {
+			t.Errorf("args %v: noCrossNamespace false still gave --no-cross-namespace", a)
 		}
 	})
 	t.Run("none", func(t *testing.T) {
@@ -326,6 +343,108 @@ func TestEachRBACModeGrantsWhatItSays(t *testing.T) {
 			t.Errorf("args %v lack --default-service-account=plumb-app", a)
 		}
 	})
+}
+
+// Each value set's values reach what it renders.
+func TestEveryValueReachesTheRenderedObjects(t *testing.T) {
+	objects, _, err := render(t, values(t, valueSets["everything"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := args(t, objects)
+	for _, flag := range []string{"--workers=8", "--log-level=debug", "--log-encoding=console", "--app-label-selector=shard=a",
+		"--default-service-account=deployer", "--no-cross-namespace", "--notification-blocked-cidrs=169.254.0.0/16",
+		"--pprof-addr=127.0.0.1:6060", "--render-cache-bytes=268435456", "--kube-api-burst=300"} {
+		if !slices.Contains(a, flag) {
+			t.Errorf("args %v lack %s", a, flag)
+		}
+	}
+	var widgets bool
+	for _, r := range rulesOf(objects) {
+		widgets = widgets || slices.Contains(r.Resources, "widgets")
+	}
+	if !widgets {
+		t.Error("rbac.extraRules did not reach the ClusterRole")
+	}
+
+	objects, _, err = render(t, values(t, valueSets["ingress"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ingress := find(objects, "Ingress", "")
+	if ingress == nil {
+		t.Fatalf("no Ingress in %v", kinds(objects))
+	}
+	rules, _, _ := unstructured.NestedSlice(ingress.Object, "spec", "rules")
+	paths, _, _ := unstructured.NestedSlice(rules[0].(map[string]any), "http", "paths")
+	tls, _, _ := unstructured.NestedSlice(ingress.Object, "spec", "tls")
+	if len(paths) != 1 || paths[0].(map[string]any)["path"] != "/hooks/" || len(tls) != 1 || tls[0].(map[string]any)["secretName"] != "plumb-tls" ||
+		ingress.Object["spec"].(map[string]any)["ingressClassName"] != "nginx" || ingress.GetAnnotations()["cert-manager.io/cluster-issuer"] != "letsencrypt" {
+		t.Errorf("Ingress %v: want only /hooks/, TLS from plumb-tls, class nginx and the annotation", ingress.Object["spec"])
+	}
+	if a := args(t, objects); !slices.Contains(a, "--webhook-secret-file=gitlab=/etc/plumb/webhook/gitlab") {
+		t.Errorf("args %v lack the gitlab secret file", a)
+	}
+
+	objects, _, err = render(t, values(t, valueSets["existingSecret"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := find(objects, "Secret", ""); s != nil {
+		t.Errorf("the chart made Secret %s though an existing one is named", s.GetName())
+	}
+	if find(objects, "PodDisruptionBudget", "") != nil {
+		t.Error("a PodDisruptionBudget for a single replica would block every drain")
+	}
+	d := find(objects, "Deployment", "")
+	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	if image := containers[0].(map[string]any)["image"]; image != "ghcr.io/plumb-dev/plumb@sha256:"+strings.Repeat("ab", 32) {
+		t.Errorf("image %v, want the digest", image)
+	}
+	volumes, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "volumes")
+	var mounted bool
+	for _, v := range volumes {
+		if name, _, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName"); name == "my-hooks" {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("volumes %v do not mount the existing Secret my-hooks", volumes)
+	}
+	for _, annotation := range []string{"checksum/webhook-providers"} {
+		if v := fmt.Sprint(d.Object["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)["annotations"].(map[string]any)[annotation]); v == "" {
+			t.Errorf("no %s annotation", annotation)
+		}
+	}
+
+	objects, _, err = render(t, values(t, valueSets["networkPolicy"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := find(objects, "NetworkPolicy", "")
+	if policy == nil || !strings.Contains(fmt.Sprint(policy.Object["spec"]), "ingress-nginx") {
+		t.Errorf("NetworkPolicy %v: want the webhook port open only to webhookFrom", policy)
+	}
+}
+
+// The pod's annotations never carry a hash of secrets that values give.
+func TestGivenWebhookSecretsStayOutOfThePodTemplate(t *testing.T) {
+	first, _, err := render(t, values(t, "webhook: {secret: {values: {github: first-secret}}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _, err := render(t, values(t, "webhook: {secret: {values: {github: second-secret}}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(find(first, "Deployment", "").Object)
+	b, _ := json.Marshal(find(second, "Deployment", "").Object)
+	if string(a) != string(b) {
+		t.Error("the Deployment depends on the webhook secret's value: a hash of it is readable by whoever reads pods")
+	}
+	if s := find(first, "Secret", ""); s == nil || fmt.Sprint(s.Object["data"]) != fmt.Sprint(map[string]any{"github": "Zmlyc3Qtc2VjcmV0"}) {
+		t.Errorf("Secret %v, want the given value", s)
+	}
 }
 
 func TestThePrometheusRuleCarriesTheProjectsAlerts(t *testing.T) {
@@ -357,17 +476,19 @@ func TestThePrometheusRuleCarriesTheProjectsAlerts(t *testing.T) {
 
 func TestTheSchemaRejectsWrongValuesWithAClearMessage(t *testing.T) {
 	for name, c := range map[string]struct{ set, want string }{
-		"unknown mode":                     {"rbac: {mode: all}", "/rbac/mode"},
-		"namespaces without any":           {"rbac: {mode: namespaces}", "/rbac/namespaces"},
-		"none without a SA":                {"rbac: {mode: none}", "/controller/defaultServiceAccount"},
-		"no replicas":                      {"replicas: 0", "/replicas"},
-		"an unknown key":                   {"controler: {workers: 2}", "controler"},
-		"a log level":                      {"controller: {logLevel: loud}", "/controller/logLevel"},
-		"ingress without a host":           {"webhook: {ingress: {enabled: true, tlsSecretName: x}}", "/webhook/ingress/host"},
-		"an unknown provider":              {"webhook: {providers: [svn]}", "/webhook/providers/0"},
-		"a bad digest":                     {"image: {digest: latest}", "/image/digest"},
-		"a bad namespace":                  {"rbac: {mode: namespaces, namespaces: [Team_A]}", "/rbac/namespaces/0"},
-		"a wildcard verb in a typo'd rule": {"rbac: {extraRules: [{apiGroups: [''], resources: [pods], verb: ['*']}]}", "/rbac/extraRules/0"},
+		"unknown mode":               {"rbac: {mode: all}", "/rbac/mode"},
+		"namespaces without any":     {"rbac: {mode: namespaces}", "/rbac/namespaces"},
+		"none without a SA":          {"rbac: {mode: none}", "/controller/defaultServiceAccount"},
+		"no replicas":                {"replicas: 0", "/replicas"},
+		"an unknown key":             {"controler: {workers: 2}", "controler"},
+		"a log level":                {"controller: {logLevel: loud}", "/controller/logLevel"},
+		"ingress without a host":     {"webhook: {ingress: {enabled: true, tlsSecretName: x}}", "/webhook/ingress/host"},
+		"an unknown provider":        {"webhook: {providers: [svn]}", "/webhook/providers/0"},
+		"a bad digest":               {"image: {digest: latest}", "/image/digest"},
+		"a bad namespace":            {"rbac: {mode: namespaces, namespaces: [Team_A]}", "/rbac/namespaces/0"},
+		"a rule with a misspelt key": {"rbac: {extraRules: [{apiGroups: [''], resources: [pods], verb: [get]}]}", "/rbac/extraRules/0"},
+		"two webhook secrets":        {"webhook: {secret: {existingSecret: mine, values: {github: s3cret}}}", "/webhook/secret/values"},
+		"an unknown verb":            {"rbac: {extraRules: [{apiGroups: [''], resources: [pods], verbs: [escalate]}]}", "/rbac/extraRules/0/verbs/0"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, _, err := render(t, values(t, c.set))

@@ -121,9 +121,12 @@ func (f controllerFlags) validate() error {
 	if sa := f.Policy.DefaultServiceAccount; sa != "" && len(validation.IsDNS1123Subdomain(sa)) > 0 {
 		return fmt.Errorf("--default-service-account %q: not a ServiceAccount name: %s", sa, strings.Join(validation.IsDNS1123Subdomain(sa), "; "))
 	}
-	for _, ns := range f.WatchNamespaces {
+	for i, ns := range f.WatchNamespaces {
 		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
 			return fmt.Errorf("--watch-namespaces: %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
+		}
+		if slices.Contains(f.WatchNamespaces[:i], ns) {
+			return fmt.Errorf("--watch-namespaces: %s is listed twice", ns)
 		}
 	}
 	if _, err := labels.Parse(f.appSelector); err != nil {

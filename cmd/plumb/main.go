@@ -5,6 +5,11 @@ package main
 import (
 	"fmt"
 	"os"
+
+	// Mozilla's root certificates, which Go uses only where the system has
+	// none: plumb's image has an empty base, and its https:// Git fetches
+	// and notification sinks must still verify their servers.
+	_ "golang.org/x/crypto/x509roots/fallback"
 )
 
 // Set by the linker (see the Makefile's LDFLAGS); the defaults mark a build

@@ -223,6 +223,8 @@ func TestControllerRejectsBadFlagsBeforeStarting(t *testing.T) {
 		{[]string{"--kube-api-burst", "0"}, "--kube-api-burst 0: want at least 1"},
 		{[]string{"--pprof-addr", ":6060"}, "only on a loopback address"},
 		{[]string{"--pprof-addr", "0.0.0.0:6060"}, "only on a loopback address"},
+		{[]string{"--watch-namespaces", "team-a,Team_B"}, `--watch-namespaces: "Team_B" is not a namespace name`},
+		{[]string{"--watch-namespaces", "team-a,team-a"}, "--watch-namespaces: team-a is listed twice"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

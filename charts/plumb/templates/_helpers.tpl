@@ -9,7 +9,7 @@
 
 {{- define "plumb.selectorLabels" -}}
 app.kubernetes.io/name: plumb
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end -}}
 
 {{- define "plumb.labels" -}}
@@ -42,9 +42,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end }}
 {{- end -}}
 
-{{/* The same kinds, read-only (mode none: Observe's informers are plumb's own). */}}
+{{/* The same kinds and the cluster-scoped ones, read-only (mode none: Observe's informers are plumb's own). */}}
 {{- define "plumb.readRules" -}}
-{{- range concat .Values.rbac.rules .Values.rbac.extraRules }}
+{{- range concat .Values.rbac.rules .Values.rbac.extraRules .Values.rbac.clusterRules }}
 - apiGroups: {{ toJson .apiGroups }}
   resources: {{ toJson .resources }}
   verbs: ["get", "list", "watch"]
@@ -83,6 +83,20 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   verbs: ["create", "patch"]
 {{- end -}}
 
+{{/* "true" when Apps may place objects only in their own namespace: as set, or by default in mode namespaces (where plumb's Roles span several teams' namespaces). */}}
+{{- define "plumb.noCrossNamespace" -}}
+{{- if kindIs "bool" .Values.controller.noCrossNamespace -}}
+{{- if .Values.controller.noCrossNamespace }}true{{ end -}}
+{{- else if eq .Values.rbac.mode "namespaces" -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The name of the cluster-scoped RBAC objects: with the namespace, so that installs of one release name in two namespaces do not collide. */}}
+{{- define "plumb.clusterName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "plumb.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{/* The controller's arguments, from the values. */}}
 {{- define "plumb.args" -}}
 - controller
@@ -102,6 +116,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - --max-objects={{ int64 .Values.controller.readLimits.maxObjects }}
 - --render-timeout={{ .Values.controller.renderTimeout }}
 - --render-memory-bytes={{ int64 .Values.controller.renderMemoryBytes }}
+- --render-cache-bytes={{ int64 .Values.controller.renderCacheBytes }}
 - --shutdown-timeout={{ .Values.controller.shutdownTimeout }}
 - --kube-api-qps={{ .Values.controller.kubeAPIQPS }}
 - --kube-api-burst={{ .Values.controller.kubeAPIBurst }}
@@ -115,7 +130,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- with .Values.controller.defaultServiceAccount }}
 - --default-service-account={{ . }}
 {{- end }}
-{{- if .Values.controller.noCrossNamespace }}
+{{- if include "plumb.noCrossNamespace" . }}
 - --no-cross-namespace
 {{- end }}
 {{- if eq .Values.rbac.mode "namespaces" }}

@@ -17,7 +17,11 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/releaseutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
@@ -522,6 +526,43 @@ func TestEveryRenderedObjectPassesAServerSideDryRun(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The pod the Deployment makes passes Pod Security admission's restricted
+// level, enforced by the API server on a namespace labelled for it.
+func TestThePodPassesTheRestrictedPodSecurityLevel(t *testing.T) {
+	ctx := context.Background()
+	clients := newClients(t)
+	const ns = "restricted"
+	clients.ensureNamespace(t, ns)
+	if _, err := clients.kube.CoreV1().Namespaces().Apply(ctx, corev1ac.Namespace(ns).WithLabels(map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest",
+	}), metav1.ApplyOptions{FieldManager: "chart-test", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clients.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "plumb"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	objects, _, err := render(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	template, _, _ := unstructured.NestedMap(find(objects, "Deployment", "plumb").Object, "spec", "template")
+	pod := &unstructured.Unstructured{Object: template}
+	pod.SetAPIVersion("v1")
+	pod.SetKind("Pod")
+	pod.SetNamespace(ns)
+	pod.SetName("plumb-restricted-check")
+	if err := clients.dryRun(ctx, pod); err != nil {
+		t.Errorf("the chart's pod under Pod Security level restricted: %v", err)
+	}
+	// The check can fail: the same pod with a capability added is refused.
+	containers, _, _ := unstructured.NestedSlice(pod.Object, "spec", "containers")
+	_ = unstructured.SetNestedStringSlice(containers[0].(map[string]any), []string{"NET_ADMIN"}, "securityContext", "capabilities", "add")
+	_ = unstructured.SetNestedSlice(pod.Object, containers, "spec", "containers")
+	if err := clients.dryRun(ctx, pod); err == nil || !strings.Contains(err.Error(), "restricted") {
+		t.Errorf("a pod adding NET_ADMIN: %v, want Pod Security's refusal", err)
 	}
 }
 

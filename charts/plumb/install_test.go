@@ -120,6 +120,25 @@ func TestInstallRunUpgradeAndUninstall(t *testing.T) {
 		deleteApps(t, k8s, "hello", "web", "outside")
 	})
 
+	t.Run("mode cluster with a kind granted read-only: the write is refused at Apply", func(t *testing.T) {
+		upgrade := action.NewUpgrade(helm)
+		upgrade.Namespace = releaseNamespace
+		if _, err := upgrade.Run("plumb", loadChart(t), values(t, `webhook: {providers: [github, gitlab]}
+rbac: {extraRules: [{apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [get, list, watch]}]}`)); err != nil {
+			t.Fatalf("helm upgrade: %v", err)
+		}
+		plumb := runAsTheChart(t, plumbBin)
+		defer plumb.stop(t)
+		createApp(t, k8s, "hello", "read-only", repoURL, "outside")
+		cond := waitForReady(t, k8s, "hello", "read-only", func(c *metav1.Condition) bool { return c.Reason == plumbv1.ReasonApplyFailed })
+		for _, want := range []string{"forbidden", `cannot patch resource "clusterroles"`, "system:serviceaccount:plumb-system:plumb"} {
+			if !strings.Contains(cond.Message, want) {
+				t.Errorf("Ready=False %s %q does not name %q", cond.Reason, cond.Message, want)
+			}
+		}
+		deleteApps(t, k8s, "hello", "read-only")
+	})
+
 	t.Run("upgrade to mode none: plumb writes only as the Apps' ServiceAccounts", func(t *testing.T) {
 		before := &corev1.Secret{}
 		_ = k8s.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: "plumb-webhook"}, before)

@@ -219,6 +219,13 @@ controller: {noCrossNamespace: false}`)); err != nil {
 				t.Errorf("Ready=False %s %q does not name %q", cond.Reason, cond.Message, want)
 			}
 		}
+		app := &plumbv1.App{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: "hello", Name: "elsewhere"}, app); err != nil {
+			t.Fatal(err)
+		}
+		if reason := app.Status.Phases.Observe.Reason; reason != "OutOfScope" {
+			t.Errorf("the Observe phase's reason = %q, want OutOfScope", reason)
+		}
 		deleteApps(t, k8s, "hello", "scoped", "elsewhere")
 	})
 

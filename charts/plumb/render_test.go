@@ -97,7 +97,10 @@ var valueSets = map[string]string{
 	"networkPolicy":  "networkPolicy: {enabled: true, webhookFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: ingress-nginx}}}]}",
 	"existingSecret": "replicas: 1\nimage: {digest: 'sha256:" + strings.Repeat("ab", 32) + "'}\nwebhook: {providers: [github, gitea], secret: {existingSecret: my-hooks}}",
 	"everything": `controller: {workers: 8, logLevel: debug, logEncoding: console, appLabelSelector: "shard=a", defaultServiceAccount: deployer,
-  noCrossNamespace: true, notificationBlockedCIDRs: [169.254.0.0/16], extraArgs: ["--pprof-addr=127.0.0.1:6060"]}
+  noCrossNamespace: true, notificationBlockedCIDRs: [169.254.0.0/16], extraArgs: ["--pprof-addr=127.0.0.1:6060"],
+  readLimits: {maxRepositoryFiles: 11, maxRepositoryBytes: 12, maxFileBytes: 13, maxObjects: 14},
+  renderTimeout: 3m, renderMemoryBytes: 536870912, renderCacheBytes: 1048576, shutdownTimeout: 50s, kubeAPIQPS: 20, kubeAPIBurst: 40}
+webhook: {maxBodyBytes: 2048}
 rbac: {extraRules: [{apiGroups: [example.com], resources: [widgets], verbs: [get, list, watch, create, patch, delete]}]}`,
 }
 
@@ -210,7 +213,14 @@ func TestTheNotesSayHowToWireAGitHubWebhook(t *testing.T) {
 		t.Fatal(err)
 	}
 	if strings.Contains(notes, "act with plumb's own rights") {
-		t.Errorf("NOTES without an Ingress and with an existing Secret:\n%s", notes)
+		t.Errorf("NOTES warn that Apps act with plumb's rights, though defaultServiceAccount is set:\n%s", notes)
+	}
+	_, notes, err = render(t, values(t, valueSets["namespaces"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(notes, "Apps may place objects only in their own namespace") {
+		t.Errorf("NOTES of mode namespaces do not say that --no-cross-namespace is on:\n%s", notes)
 	}
 }
 
@@ -259,6 +269,15 @@ func TestTheDefaultsRunARestrictedPodWithLeaderElection(t *testing.T) {
 			t.Errorf("args %v lack %s", a, flag)
 		}
 	}
+	if slices.Contains(a, "--no-cross-namespace") {
+		t.Errorf("args %v: --no-cross-namespace is on by default only in mode namespaces", a)
+	}
+	// The cluster-scoped RBAC carries the namespace in its name, and the
+	// binding names the role it binds.
+	role, binding := find(objects, "ClusterRole", ""), find(objects, "ClusterRoleBinding", "")
+	if role == nil || binding == nil || role.GetName() != "plumb-system:plumb" || binding.Object["roleRef"].(map[string]any)["name"] != role.GetName() {
+		t.Errorf("ClusterRole %v and ClusterRoleBinding %v: want both named plumb-system:plumb, the binding naming the role", role, binding)
+	}
 	if sa := find(objects, "ServiceAccount", "plumb"); sa == nil || sa.Object["automountServiceAccountToken"] != false {
 		t.Errorf("ServiceAccount: %v, want one that mounts no token itself", sa)
 	}
@@ -277,7 +296,7 @@ func TestTheDefaultsRunARestrictedPodWithLeaderElection(t *testing.T) {
 func TestEachRBACModeGrantsWhatItSays(t *testing.T) {
 	writes := []string{"create", "patch", "delete", "update"}
 	managed := func(r rule) bool {
-		return slices.Contains(r.Resources, "deployments") || slices.Contains(r.Resources, "configmaps")
+		return slices.Contains(r.Resources, "deployments") || slices.Contains(r.Resources, "configmaps") || slices.Contains(r.Resources, "namespaces")
 	}
 
 	t.Run("cluster", func(t *testing.T) {
@@ -346,6 +365,13 @@ func TestEachRBACModeGrantsWhatItSays(t *testing.T) {
 		if a := args(t, objects); !slices.Contains(a, "--default-service-account=plumb-app") {
 			t.Errorf("args %v lack --default-service-account=plumb-app", a)
 		}
+		var readsNamespaces bool
+		for _, r := range rulesOf(objects) {
+			readsNamespaces = readsNamespaces || slices.Contains(r.Resources, "namespaces") && slices.Contains(r.Verbs, "watch")
+		}
+		if !readsNamespaces {
+			t.Error("mode none does not let plumb watch the cluster-scoped kinds of rbac.clusterRules")
+		}
 	})
 }
 
@@ -358,10 +384,15 @@ func TestEveryValueReachesTheRenderedObjects(t *testing.T) {
 	a := args(t, objects)
 	for _, flag := range []string{"--workers=8", "--log-level=debug", "--log-encoding=console", "--app-label-selector=shard=a",
 		"--default-service-account=deployer", "--no-cross-namespace", "--notification-blocked-cidrs=169.254.0.0/16",
-		"--pprof-addr=127.0.0.1:6060", "--render-cache-bytes=268435456", "--kube-api-burst=300"} {
+		"--pprof-addr=127.0.0.1:6060", "--max-repository-files=11", "--max-repository-bytes=12", "--max-file-bytes=13", "--max-objects=14",
+		"--render-timeout=3m", "--render-memory-bytes=536870912", "--render-cache-bytes=1048576", "--shutdown-timeout=50s",
+		"--kube-api-qps=20", "--kube-api-burst=40", "--webhook-max-body-bytes=2048"} {
 		if !slices.Contains(a, flag) {
 			t.Errorf("args %v lack %s", a, flag)
 		}
+	}
+	if grace, _, _ := unstructured.NestedFieldNoCopy(find(objects, "Deployment", "").Object, "spec", "template", "spec", "terminationGracePeriodSeconds"); fmt.Sprint(grace) != "65" {
+		t.Errorf("terminationGracePeriodSeconds = %d, want the shutdown timeout (50s) and 15s more", grace)
 	}
 	var widgets bool
 	for _, r := range rulesOf(objects) {
@@ -415,9 +446,23 @@ func TestEveryValueReachesTheRenderedObjects(t *testing.T) {
 	if !mounted {
 		t.Errorf("volumes %v do not mount the existing Secret my-hooks", volumes)
 	}
-	for _, annotation := range []string{"checksum/webhook-providers"} {
-		if v := fmt.Sprint(d.Object["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)["annotations"].(map[string]any)[annotation]); v == "" {
-			t.Errorf("no %s annotation", annotation)
+	// The pods roll when the providers or the Secret's name change.
+	checksum := func(set string) string {
+		t.Helper()
+		objects, _, err := render(t, values(t, set))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, found, _ := unstructured.NestedString(find(objects, "Deployment", "").Object, "spec", "template", "metadata", "annotations", "checksum/webhook-providers")
+		if !found || v == "" {
+			t.Fatalf("no checksum/webhook-providers annotation with %q", set)
+		}
+		return v
+	}
+	base := checksum("")
+	for _, set := range []string{"webhook: {providers: [github, gitlab]}", "webhook: {secret: {existingSecret: other}}"} {
+		if checksum(set) == base {
+			t.Errorf("the pod template does not change with %q: the pods would keep the old secrets", set)
 		}
 	}
 

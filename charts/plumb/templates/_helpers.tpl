@@ -92,9 +92,9 @@ true
 {{- end -}}
 {{- end -}}
 
-{{/* The name of the cluster-scoped RBAC objects: with the namespace, so that installs of one release name in two namespaces do not collide. */}}
+{{/* The name of the cluster-scoped RBAC objects: namespace:fullname, so that installs in two namespaces do not collide (":" is in no namespace or release name). */}}
 {{- define "plumb.clusterName" -}}
-{{- printf "%s-%s" .Release.Namespace (include "plumb.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s:%s" .Release.Namespace (include "plumb.fullname" .) -}}
 {{- end -}}
 
 {{/* The controller's arguments, from the values. */}}

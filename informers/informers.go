@@ -82,7 +82,7 @@ type typeInformer struct {
 	done      chan struct{} // closed when every informer stopped
 
 	mu      sync.Mutex
-	lastErr error // the last list/watch error, cleared on sync
+	lastErr map[string]error // per informer (by namespace): its last list/watch error
 	// seenRV is, per informer (by namespace, "" for all), the highest
 	// resourceVersion of an event it handled (its store has it). Versions
 	// are ordered within one watch, not across the informers of several
@@ -199,7 +199,7 @@ func (c *Cache) Stop() {
 // start creates and runs the informer of one type. c.mu is held.
 func (c *Cache) start(gvr schema.GroupVersionResource, gvk schema.GroupVersionKind) *typeInformer {
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &typeInformer{gvk: gvk, informers: map[string]cache.SharedIndexInformer{}, seenRV: map[string]string{},
+	t := &typeInformer{gvk: gvk, informers: map[string]cache.SharedIndexInformer{}, seenRV: map[string]string{}, lastErr: map[string]error{},
 		stop: cancel, done: make(chan struct{})}
 	namespaces := c.opts.Namespaces
 	if len(namespaces) == 0 {
@@ -231,7 +231,7 @@ func (c *Cache) informerOf(t *typeInformer, gvr schema.GroupVersionResource, nam
 		if namespace != metav1.NamespaceAll {
 			err = fmt.Errorf("in namespace %s: %w", namespace, err)
 		}
-		t.lastErr = err
+		t.lastErr[namespace] = err
 		t.mu.Unlock()
 	})
 	// Handlers run after the store has the event's object, and raise seenRV
@@ -266,10 +266,26 @@ func (c *Cache) informerOf(t *typeInformer, gvr schema.GroupVersionResource, nam
 	return informer
 }
 
-// hasSynced reports whether every informer of t has listed its objects.
-func (t *typeInformer) hasSynced() bool {
-	for _, informer := range t.informers {
-		if !informer.HasSynced() {
+// relevant are the keys of the informers that hold objects of namespaces
+// (nil: every informer); namespaces t does not watch are left out.
+func (t *typeInformer) relevant(namespaces []string) []string {
+	if _, all := t.informers[metav1.NamespaceAll]; all {
+		return []string{metav1.NamespaceAll}
+	}
+	var keys []string
+	for ns := range t.informers {
+		if namespaces == nil || slices.Contains(namespaces, ns) {
+			keys = append(keys, ns)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// hasSynced reports whether the informers of keys have listed their objects.
+func (t *typeInformer) hasSynced(keys []string) bool {
+	for _, key := range keys {
+		if !t.informers[key].HasSynced() {
 			return false
 		}
 	}
@@ -359,39 +375,50 @@ func keyOf(obj any) (types.NamespacedName, bool) {
 	return types.NamespacedName{Namespace: namespace, Name: name}, true
 }
 
-// WaitForSync waits until the informers of these kinds have listed their
-// objects, or ctx ends. It names each kind that did not sync and why.
-func (c *Cache) WaitForSync(ctx context.Context, gvks []schema.GroupVersionKind) error {
+// WaitForSync waits until the informers of these kinds that hold objects of
+// namespaces (nil: of every namespace they watch) have listed their
+// objects, or ctx ends. It names each kind that did not sync and why. With
+// an informer per namespace, one namespace that cannot be listed (its Role
+// is gone) fails only the Apps with objects there.
+func (c *Cache) WaitForSync(ctx context.Context, gvks []schema.GroupVersionKind, namespaces []string) error {
 	for _, gvk := range gvks {
 		t, err := c.typeOf(gvk)
 		if err != nil {
 			return err
 		}
-		for !t.hasSynced() {
+		keys := t.relevant(namespaces)
+		for !t.hasSynced(keys) {
 			select {
 			case <-ctx.Done():
-				return t.syncError(ctx.Err())
+				return t.syncError(keys, ctx.Err())
 			case <-t.done:
-				return t.syncError(errors.New("informer stopped"))
+				return t.syncError(keys, errors.New("informer stopped"))
 			case <-time.After(20 * time.Millisecond):
 			}
 			// Errors that retrying will not fix soon end the wait at once.
-			if last := t.lastError(); last != nil && (apierrors.IsNotFound(last) || apierrors.IsForbidden(last) || apierrors.IsUnauthorized(last)) {
-				return t.syncError(nil)
+			if last := t.lastError(keys); last != nil && (apierrors.IsNotFound(last) || apierrors.IsForbidden(last) || apierrors.IsUnauthorized(last)) {
+				return t.syncError(keys, nil)
 			}
 		}
 	}
 	return nil
 }
 
-func (t *typeInformer) lastError() error {
+// lastError is the last list/watch error of the first informer of keys
+// that has one.
+func (t *typeInformer) lastError(keys []string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.lastErr
+	for _, key := range keys {
+		if err := t.lastErr[key]; err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-func (t *typeInformer) syncError(cause error) error {
-	if last := t.lastError(); last != nil {
+func (t *typeInformer) syncError(keys []string, cause error) error {
+	if last := t.lastError(keys); last != nil {
 		return fmt.Errorf("%w: %s: %v", ErrNotSynced, t.gvk.Kind, last)
 	}
 	return fmt.Errorf("%w: %s: %v", ErrNotSynced, t.gvk.Kind, cause)

@@ -170,7 +170,7 @@ func TestOwnedObjectEventsEnqueueTheirApp(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := cache.WaitForSync(ctx, []schema.GroupVersionKind{configMapKind}); err != nil {
+	if err := cache.WaitForSync(ctx, []schema.GroupVersionKind{configMapKind}, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -305,7 +305,7 @@ func TestCustomResourceTypesComeAndGoWithoutARestart(t *testing.T) {
 	eventually(t, "the new kind to be known", func() bool {
 		return cache.Ensure(appA, []schema.GroupVersionKind{widgetKind}) == nil
 	})
-	if err := cache.WaitForSync(ctx, []schema.GroupVersionKind{widgetKind}); err != nil {
+	if err := cache.WaitForSync(ctx, []schema.GroupVersionKind{widgetKind}, nil); err != nil {
 		t.Fatal(err)
 	}
 	widget := map[string]any{
@@ -344,10 +344,29 @@ func TestAForbiddenWatchIsReportedNotWaitedOnForever(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := cache.WaitForSync(ctx, []schema.GroupVersionKind{secretKind})
+	err := cache.WaitForSync(ctx, []schema.GroupVersionKind{secretKind}, nil)
 	if !errors.Is(err, ErrNotSynced) || !strings.Contains(err.Error(), "Secret") || !strings.Contains(err.Error(), "forbidden") {
 		t.Errorf("WaitForSync without RBAC: %v, want ErrNotSynced naming Secret and forbidden", err)
 	}
+}
+
+// watcherIn binds user a Role that may watch ConfigMaps in namespace only,
+// and returns a config that acts as user.
+func watcherIn(t *testing.T, c client.Client, namespace, user string) *rest.Config {
+	t.Helper()
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "watch-configmaps"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "watch-configmaps"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
+	for _, obj := range []client.Object{role, binding} {
+		if err := c.Create(context.Background(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := rest.CopyConfig(cluster.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	return cfg
 }
 
 // A cache limited to namespaces needs rights only there (a Role), sees
@@ -357,18 +376,7 @@ func TestACacheLimitedToNamespacesNeedsOnlyARoleThere(t *testing.T) {
 	c := newClient(t)
 	ctx := context.Background()
 	watched, other := namespace(t, c), namespace(t, c)
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: watched, Name: "watch-configmaps"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}}}
-	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: watched, Name: "watch-configmaps"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "namespaced-watcher"}}}
-	for _, obj := range []client.Object{role, binding} {
-		if err := c.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := rest.CopyConfig(cluster.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "namespaced-watcher"}
+	cfg := watcherIn(t, c, watched, "namespaced-watcher")
 
 	cache, ev := newCacheIn(t, cfg, []string{watched})
 	if err := cache.Ensure(appA, []schema.GroupVersionKind{configMapKind}); err != nil {
@@ -376,7 +384,7 @@ func TestACacheLimitedToNamespacesNeedsOnlyARoleThere(t *testing.T) {
 	}
 	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := cache.WaitForSync(syncCtx, []schema.GroupVersionKind{configMapKind}); err != nil {
+	if err := cache.WaitForSync(syncCtx, []schema.GroupVersionKind{configMapKind}, nil); err != nil {
 		t.Fatalf("a cache limited to the namespace of its Role did not sync: %v", err)
 	}
 	if err := c.Create(ctx, owned(watched, "inside", appA)); err != nil {
@@ -397,6 +405,28 @@ func TestACacheLimitedToNamespacesNeedsOnlyARoleThere(t *testing.T) {
 	}
 	if _, err := cache.Get(configMapKind, watched, "inside"); err != nil {
 		t.Errorf("the in-scope kind stopped working after an out-of-scope one was asked for: %v", err)
+	}
+}
+
+// With an informer per namespace, a namespace that cannot be listed (its
+// Role is gone) fails only the waits that need it.
+func TestANamespaceThatCannotBeListedFailsOnlyTheAppsWithObjectsThere(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	granted, denied := namespace(t, c), namespace(t, c)
+	cfg := watcherIn(t, c, granted, "half-watcher")
+	cache, _ := newCacheIn(t, cfg, []string{granted, denied})
+	if err := cache.Ensure(appA, []schema.GroupVersionKind{configMapKind}); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := cache.WaitForSync(waitCtx, []schema.GroupVersionKind{configMapKind}, []string{granted}); err != nil {
+		t.Errorf("an App with objects only in %s waited on %s too: %v", granted, denied, err)
+	}
+	err := cache.WaitForSync(waitCtx, []schema.GroupVersionKind{configMapKind}, []string{granted, denied})
+	if !errors.Is(err, ErrNotSynced) || !strings.Contains(err.Error(), "forbidden") || !strings.Contains(err.Error(), "in namespace "+denied) {
+		t.Errorf("an App with objects in %s: %v, want ErrNotSynced naming the namespace and the refusal", denied, err)
 	}
 }
 
@@ -456,7 +486,7 @@ func TestUpdatesThatChangeNothingATickLooksAtAreNoEvent(t *testing.T) {
 	if err := cache.Ensure(appA, []schema.GroupVersionKind{deploymentKind}); err != nil {
 		t.Fatal(err)
 	}
-	if err := cache.WaitForSync(ctx, []schema.GroupVersionKind{deploymentKind}); err != nil {
+	if err := cache.WaitForSync(ctx, []schema.GroupVersionKind{deploymentKind}, nil); err != nil {
 		t.Fatal(err)
 	}
 	dyn := dynamic.NewForConfigOrDie(cluster.Config)

@@ -30,7 +30,7 @@ type Reader interface {
 // server, for a drift that must be described.
 type Observer interface {
 	Ensure(app types.NamespacedName, gvks []schema.GroupVersionKind) error
-	WaitForSync(ctx context.Context, gvks []schema.GroupVersionKind) error
+	WaitForSync(ctx context.Context, gvks []schema.GroupVersionKind, namespaces []string) error
 	WaitForResourceVersion(ctx context.Context, gvk schema.GroupVersionKind, namespace, rv string) error
 	Get(gvk schema.GroupVersionKind, namespace, name string) (*compact.Object, error)
 	Fetch(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) (*compact.Object, error)

@@ -192,9 +192,11 @@ func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app 
 		return &PhaseError{Phase: PhaseObserve, Reason: plumbv1.ReasonObserveFailed, Detail: detail, Err: err}
 	}
 	kinds := map[schema.GroupVersionKind]bool{}
+	namespaces := map[string]bool{} // where the App's objects are: what the caches must have listed
 	for _, obj := range desired {
 		if !tk.isPending(obj.GroupVersionKind()) {
 			kinds[obj.GroupVersionKind()] = true
+			namespaces[obj.GetNamespace()] = true
 		}
 	}
 	if app.Status.Inventory != nil {
@@ -202,6 +204,7 @@ func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app 
 			gvk := schema.GroupVersionKind{Group: ref.Group, Version: ref.Version, Kind: ref.Kind}
 			if _, err := tk.served(gvk); err == nil {
 				kinds[gvk] = true
+				namespaces[ref.Namespace] = true
 			}
 		}
 	}
@@ -221,7 +224,11 @@ func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app 
 	}
 	syncCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := r.Observer.WaitForSync(syncCtx, gvks); err != nil {
+	where := make([]string, 0, len(namespaces))
+	for ns := range namespaces {
+		where = append(where, ns)
+	}
+	if err := r.Observer.WaitForSync(syncCtx, gvks, where); err != nil {
 		return nil, fail("CacheNotSynced", err)
 	}
 	r.catchUp(ctx, key, desired, kinds, log)

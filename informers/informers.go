@@ -292,14 +292,22 @@ func (t *typeInformer) hasSynced(keys []string) bool {
 	return true
 }
 
+// keyFor is the key of the informer that holds objects of namespace ("" for
+// a cluster-scoped object): "" when one informer watches every namespace;
+// false when no informer watches namespace.
+func (t *typeInformer) keyFor(namespace string) (string, bool) {
+	if _, all := t.informers[metav1.NamespaceAll]; all {
+		return metav1.NamespaceAll, true
+	}
+	_, watched := t.informers[namespace]
+	return namespace, watched
+}
+
 // informerFor is the informer that holds objects of namespace ("" for a
 // cluster-scoped object).
 func (t *typeInformer) informerFor(namespace string) (cache.SharedIndexInformer, error) {
-	if all, ok := t.informers[metav1.NamespaceAll]; ok {
-		return all, nil
-	}
-	if informer, ok := t.informers[namespace]; ok {
-		return informer, nil
+	if key, ok := t.keyFor(namespace); ok {
+		return t.informers[key], nil
 	}
 	watched := make([]string, 0, len(t.informers))
 	for ns := range t.informers {
@@ -513,14 +521,13 @@ func (c *Cache) WaitForResourceVersion(ctx context.Context, gvk schema.GroupVers
 	if err != nil {
 		return err
 	}
-	if _, all := t.informers[metav1.NamespaceAll]; all {
-		namespace = metav1.NamespaceAll
-	} else if _, watched := t.informers[namespace]; !watched {
+	key, watched := t.keyFor(namespace)
+	if !watched {
 		return nil // out of scope: Get says so
 	}
 	for {
 		t.mu.Lock()
-		seen := t.seenRV[namespace]
+		seen := t.seenRV[key]
 		t.mu.Unlock()
 		if seen != "" {
 			if cmp, err := resourceversion.CompareResourceVersion(seen, rv); err != nil || cmp >= 0 {

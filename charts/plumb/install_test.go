@@ -95,11 +95,7 @@ func TestInstallRunUpgradeAndUninstall(t *testing.T) {
 		// Observe needs before anything is applied, is forbidden.
 		createApp(t, k8s, "hello", "outside", repoURL, "outside")
 		cond := waitForReady(t, k8s, "hello", "outside", func(c *metav1.Condition) bool { return c.Reason == plumbv1.ReasonObserveFailed })
-		for _, want := range []string{"forbidden", "clusterroles", "system:serviceaccount:plumb-system:plumb"} {
-			if !strings.Contains(cond.Message, want) {
-				t.Errorf("Ready=False %s %q does not name %q", cond.Reason, cond.Message, want)
-			}
-		}
+		names(t, cond, "forbidden", "clusterroles", "system:serviceaccount:plumb-system:plumb")
 
 		// The webhook secret the chart made (and would mount) verifies a
 		// signed push; a push signed with another secret is refused.
@@ -121,32 +117,20 @@ func TestInstallRunUpgradeAndUninstall(t *testing.T) {
 	})
 
 	t.Run("mode cluster with a kind granted read-only: the write is refused at Apply", func(t *testing.T) {
-		upgrade := action.NewUpgrade(helm)
-		upgrade.Namespace = releaseNamespace
-		if _, err := upgrade.Run("plumb", loadChart(t), values(t, `webhook: {providers: [github, gitlab]}
-rbac: {extraRules: [{apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [get, list, watch]}]}`)); err != nil {
-			t.Fatalf("helm upgrade: %v", err)
-		}
+		helmUpgrade(t, helm, values(t, `webhook: {providers: [github, gitlab]}
+rbac: {extraRules: [{apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [get, list, watch]}]}`))
 		plumb := runAsTheChart(t, plumbBin)
 		defer plumb.stop(t)
 		createApp(t, k8s, "hello", "read-only", repoURL, "outside")
 		cond := waitForReady(t, k8s, "hello", "read-only", func(c *metav1.Condition) bool { return c.Reason == plumbv1.ReasonApplyFailed })
-		for _, want := range []string{"forbidden", `cannot patch resource "clusterroles"`, "system:serviceaccount:plumb-system:plumb"} {
-			if !strings.Contains(cond.Message, want) {
-				t.Errorf("Ready=False %s %q does not name %q", cond.Reason, cond.Message, want)
-			}
-		}
+		names(t, cond, "forbidden", `cannot patch resource "clusterroles"`, "system:serviceaccount:plumb-system:plumb")
 		deleteApps(t, k8s, "hello", "read-only")
 	})
 
 	t.Run("upgrade to mode none: plumb writes only as the Apps' ServiceAccounts", func(t *testing.T) {
 		before := &corev1.Secret{}
 		_ = k8s.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: "plumb-webhook"}, before)
-		upgrade := action.NewUpgrade(helm)
-		upgrade.Namespace = releaseNamespace
-		if _, err := upgrade.Run("plumb", loadChart(t), values(t, "webhook: {providers: [github, gitlab]}\nrbac: {mode: none}\ncontroller: {defaultServiceAccount: deployer, workers: 2}")); err != nil {
-			t.Fatalf("helm upgrade: %v", err)
-		}
+		helmUpgrade(t, helm, values(t, "webhook: {providers: [github, gitlab]}\nrbac: {mode: none}\ncontroller: {defaultServiceAccount: deployer, workers: 2}"))
 		after := &corev1.Secret{}
 		if err := k8s.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: "plumb-webhook"}, after); err != nil {
 			t.Fatal(err)
@@ -177,11 +161,7 @@ rbac: {extraRules: [{apiGroups: [rbac.authorization.k8s.io], resources: [cluster
 
 		createApp(t, k8s, "hello", "tenant", repoURL, "tenant")
 		cond := waitForReady(t, k8s, "hello", "tenant", func(c *metav1.Condition) bool { return c.Reason == plumbv1.ReasonApplyFailed })
-		for _, want := range []string{"forbidden", "services", "system:serviceaccount:hello:deployer"} {
-			if !strings.Contains(cond.Message, want) {
-				t.Errorf("Ready=False %s %q does not name %q", cond.Reason, cond.Message, want)
-			}
-		}
+		names(t, cond, "forbidden", "services", "system:serviceaccount:hello:deployer")
 		// Nothing of that commit was applied, not even what was allowed.
 		if err := k8s.Get(ctx, client.ObjectKey{Namespace: "hello", Name: "tenant"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
 			t.Errorf("ConfigMap hello/tenant: %v, want it never applied", err)
@@ -192,13 +172,9 @@ rbac: {extraRules: [{apiGroups: [rbac.authorization.k8s.io], resources: [cluster
 	// With managed rules that leave Secrets out: the App's credentials
 	// Secret is read with plumb's own rights.
 	t.Run("upgrade to mode namespaces: Roles in the listed namespaces are all plumb needs", func(t *testing.T) {
-		upgrade := action.NewUpgrade(helm)
-		upgrade.Namespace = releaseNamespace
-		if _, err := upgrade.Run("plumb", loadChart(t), values(t, `rbac: {mode: namespaces, namespaces: [hello],
+		helmUpgrade(t, helm, values(t, `rbac: {mode: namespaces, namespaces: [hello],
   rules: [{apiGroups: [""], resources: [configmaps, services], verbs: [get, list, watch, create, patch, delete]}]}
-controller: {noCrossNamespace: false}`)); err != nil {
-			t.Fatalf("helm upgrade: %v", err)
-		}
+controller: {noCrossNamespace: false}`))
 		for _, kind := range []client.ObjectList{&rbacv1.ClusterRoleList{}, &rbacv1.ClusterRoleBindingList{}} {
 			if err := k8s.List(ctx, kind, client.MatchingLabels{"app.kubernetes.io/instance": "plumb"}); err != nil {
 				t.Fatal(err)
@@ -214,11 +190,7 @@ controller: {noCrossNamespace: false}`)); err != nil {
 		// An object in a namespace the install does not cover is out of scope.
 		createApp(t, k8s, "hello", "elsewhere", repoURL, "elsewhere")
 		cond := waitForReady(t, k8s, "hello", "elsewhere", func(c *metav1.Condition) bool { return c.Reason == plumbv1.ReasonObserveFailed })
-		for _, want := range []string{"outside the namespaces the controller watches", "[hello]", `"other"`} {
-			if !strings.Contains(cond.Message, want) {
-				t.Errorf("Ready=False %s %q does not name %q", cond.Reason, cond.Message, want)
-			}
-		}
+		names(t, cond, "outside the namespaces the controller watches", "[hello]", `"other"`)
 		app := &plumbv1.App{}
 		if err := k8s.Get(ctx, client.ObjectKey{Namespace: "hello", Name: "elsewhere"}, app); err != nil {
 			t.Fatal(err)
@@ -244,6 +216,26 @@ controller: {noCrossNamespace: false}`)); err != nil {
 			}
 		}
 	})
+}
+
+// helmUpgrade upgrades the release to the chart with vals.
+func helmUpgrade(t *testing.T, helm *action.Configuration, vals map[string]any) {
+	t.Helper()
+	upgrade := action.NewUpgrade(helm)
+	upgrade.Namespace = releaseNamespace
+	if _, err := upgrade.Run("plumb", loadChart(t), vals); err != nil {
+		t.Fatalf("helm upgrade: %v", err)
+	}
+}
+
+// names fails the test unless cond's message holds each of wants.
+func names(t *testing.T, cond *metav1.Condition, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(cond.Message, want) {
+			t.Errorf("Ready=False %s %q does not name %q", cond.Reason, cond.Message, want)
+		}
+	}
 }
 
 // deleteApps deletes Apps and waits until plumb has finalized them (pruned
@@ -375,7 +367,10 @@ type chartProcess struct {
 func runAsTheChart(t *testing.T, plumbBin string) *chartProcess {
 	t.Helper()
 	ctx := context.Background()
-	tc := newClients(t)
+	tc, err := newTestClientsFor(cluster.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
 	k8s := newKubeClient(t)
 	deployment := &appsv1.Deployment{}
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: "plumb"}, deployment); err != nil {

@@ -29,6 +29,7 @@ import (
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/digest"
+	"github.com/plumb-dev/plumb/health"
 )
 
 // lastAppliedAnnotation is kubectl's copy of the object it last applied:
@@ -64,6 +65,10 @@ type Object struct {
 	// (owners, finalizers, deletion), but resourceVersion, generation and
 	// managedFields.
 	applied, rest Digest
+	// healthStatus and healthMessage are the object's kstatus health (the
+	// message interned: objects of one kind in one state share it).
+	healthStatus  health.Status
+	healthMessage unique.Handle[string]
 	// whole is the object as the API server served it, kept only by Whole.
 	whole *unstructured.Unstructured
 }
@@ -130,6 +135,8 @@ func Of(u *unstructured.Unstructured) (*Object, error) {
 	if o.applied, o.rest, err = digests(u); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", u.GetKind(), u.GetName(), err)
 	}
+	h := health.Of(u)
+	o.healthStatus, o.healthMessage = h.Status, intern(h.Message)
 	return o, nil
 }
 
@@ -291,6 +298,20 @@ func (o *Object) ownValue(key string) string {
 		}
 	}
 	return ""
+}
+
+// Health is the object's kstatus health as of this version.
+func (o *Object) Health() health.Result {
+	if o.healthMessage == (unique.Handle[string]{}) {
+		return health.Result{Status: o.healthStatus} // not made by Of
+	}
+	return health.Result{Status: o.healthStatus, Message: o.healthMessage.Value()}
+}
+
+// HealthChanged reports whether new's health differs from old's: the one
+// thing in a write through the status subresource that matters to plumb.
+func HealthChanged(old, new *Object) bool {
+	return old.healthStatus != new.healthStatus || old.healthMessage != new.healthMessage
 }
 
 // ManagedFields are the object's managedFields entries (shared: do not

@@ -258,18 +258,33 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	// are dropped (a new term starts by enqueueing every App).
 	apps := &currentQueue{}
 	tick.Enqueue = apps.AddEvent
+	tick.EnqueueAfter = apps.AddAfter
 	observer := informers.New(dyn, mgr.GetRESTMapper(), informers.Options{
-		OnEvent:    apps.AddEvent,
+		OnEvent:    tick.ObjectChanged,
+		OnHealth:   tick.HealthChanged,
 		IsOwnWrite: tick.IsOwnWrite,
 		Namespaces: opts.WatchNamespaces,
 	})
 	tick.Observer = observer
 
+	// Apps are indexed by the Apps they depend on, so that a change of one
+	// enqueues those that wait for it.
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &plumbv1.App{}, reconcile.DependencyIndex, func(obj client.Object) []string {
+		if app, ok := obj.(*plumbv1.App); ok {
+			return reconcile.DependencyKeys(app)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing Apps by their dependencies: %w", err)
+	}
 	appInformer, err := mgr.GetCache().GetInformer(ctx, &plumbv1.App{})
 	if err != nil {
 		return fmt.Errorf("watching Apps: %w", err)
 	}
 	if _, err := appInformer.AddEventHandler(appEvents(apps.Add)); err != nil {
+		return err
+	}
+	if _, err := appInformer.AddEventHandler(dependentEvents(mgr.GetCache(), tick.ObjectChanged, log.Named("depends-on"))); err != nil {
 		return err
 	}
 	if len(opts.WebhookSecrets) > 0 {
@@ -449,6 +464,13 @@ func (c *currentQueue) get() *queue.Queue[types.NamespacedName] {
 func (c *currentQueue) Add(key types.NamespacedName) {
 	if q := c.get(); q != nil {
 		q.Add(key)
+	}
+}
+
+// AddAfter asks the current term for an event tick of key after delay.
+func (c *currentQueue) AddAfter(key types.NamespacedName, delay time.Duration) {
+	if q := c.get(); q != nil {
+		q.AddAfter(key, delay)
 	}
 }
 

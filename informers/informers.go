@@ -5,7 +5,8 @@
 // manages, not the cluster's size. Add, update and delete events of owned
 // objects are turned into App keys for the workqueue, except updates that
 // change nothing a tick looks at (status, resourceVersion, the times in
-// managedFields) and plumb's own writes. A tick reads live state from here,
+// managedFields) and plumb's own writes; an update that changed only an
+// object's kstatus health is reported apart (Options.OnHealth). A tick reads live state from here,
 // never from the API server; objects are kept compacted (package compact),
 // and Fetch reads one whole when a drift must be described.
 package informers
@@ -49,6 +50,11 @@ type Options struct {
 	// OnEvent is called with the owning App's key of an object that was
 	// added, changed or deleted. It must not block.
 	OnEvent func(app types.NamespacedName)
+	// OnHealth is called with the owning App's key of an object whose
+	// kstatus health changed and nothing else a tick looks at (a write
+	// through its status subresource, by the object's own controller). It
+	// must not block.
+	OnHealth func(app types.NamespacedName)
 	// IsOwnWrite, when set, reports an object as plumb's own write that the
 	// tick has already taken into account: its add or update is no event.
 	IsOwnWrite func(obj *compact.Object) bool
@@ -94,6 +100,9 @@ type typeInformer struct {
 func New(client dynamic.Interface, mapper meta.RESTMapper, opts Options) *Cache {
 	if opts.OnEvent == nil {
 		opts.OnEvent = func(types.NamespacedName) {}
+	}
+	if opts.OnHealth == nil {
+		opts.OnHealth = func(types.NamespacedName) {}
 	}
 	return &Cache{
 		client:    client,
@@ -253,8 +262,19 @@ func (c *Cache) informerOf(t *typeInformer, gvr schema.GroupVersionResource, nam
 					return
 				}
 			}
-			if !relevant(oldObj, newObj) || c.ownWrite(newObj) {
-				return // a resync, a status update, or plumb's own apply
+			if !relevant(oldObj, newObj) {
+				// A resync or a status update (by the object's own
+				// controller): only a change of health matters, and needs
+				// no tick, only a new assessment.
+				if healthChanged(oldObj, newObj) {
+					if key, ok := keyOf(newObj); ok {
+						c.opts.OnHealth(key)
+					}
+				}
+				return
+			}
+			if c.ownWrite(newObj) {
+				return // plumb's own apply
 			}
 			c.notify(newObj)
 		},
@@ -349,6 +369,13 @@ func relevant(oldObj, newObj any) bool {
 	o, ok1 := oldObj.(*compact.Object)
 	n, ok2 := newObj.(*compact.Object)
 	return !ok1 || !ok2 || compact.Relevant(o, n)
+}
+
+// healthChanged reports an update that changed the object's kstatus health.
+func healthChanged(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(*compact.Object)
+	n, ok2 := newObj.(*compact.Object)
+	return ok1 && ok2 && compact.HealthChanged(o, n)
 }
 
 func (t *typeInformer) stopped() bool {

@@ -13,12 +13,13 @@ import (
 // Phases and failure reasons are the label values plumb uses; both sets are
 // small and fixed (no label per App or per object).
 var (
-	phases  = []string{"read", "observe", "diff", "apply"}
+	phases  = []string{"read", "observe", "diff", "apply", "health"}
 	reasons = map[string][]string{
 		"read":    {"ReadFailed"},
 		"observe": {"ObserveFailed"},
 		"diff":    {"DiffFailed"},
 		"apply":   {"ApplyFailed", "PruneFailed"},
+		"health":  {"HealthCheckFailed"},
 	}
 	actions = []string{"created", "configured", "deleted"}
 )
@@ -80,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"result"}),
 		phaseFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plumb_phase_failures_total",
-			Help: "Failed ticks by the phase that failed and its condition reason.",
+			Help: "Failed ticks by the phase that failed and its condition reason ; phase health counts the ticks whose objects failed their health check, and the re-assessments between ticks that found it first.",
 		}, []string{"phase", "reason"}),
 		tickDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "plumb_tick_duration_seconds",
@@ -174,6 +175,12 @@ func (m *Metrics) ObserveTick(d time.Duration, failedPhase, reason string) {
 	}
 	m.ticks.WithLabelValues("failure").Inc()
 	m.phaseFailures.WithLabelValues(failedPhase, reason).Inc()
+}
+
+// ObservePhaseFailure counts a failure of a phase outside a tick's count
+// (a health re-assessment that found the App's objects failed).
+func (m *Metrics) ObservePhaseFailure(phase, reason string) {
+	m.phaseFailures.WithLabelValues(phase, reason).Inc()
 }
 
 // ObserveSync counts a tick by its trigger. An unknown trigger is counted

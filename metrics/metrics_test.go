@@ -15,11 +15,12 @@ func TestEverySeriesExistsAtZeroOnAPrivateRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `
-# HELP plumb_phase_failures_total Failed ticks by the phase that failed and its condition reason.
+# HELP plumb_phase_failures_total Failed ticks by the phase that failed and its condition reason ; phase health counts the ticks whose objects failed their health check, and the re-assessments between ticks that found it first.
 # TYPE plumb_phase_failures_total counter
 plumb_phase_failures_total{phase="apply",reason="ApplyFailed"} 0
 plumb_phase_failures_total{phase="apply",reason="PruneFailed"} 0
 plumb_phase_failures_total{phase="diff",reason="DiffFailed"} 0
+plumb_phase_failures_total{phase="health",reason="HealthCheckFailed"} 0
 plumb_phase_failures_total{phase="observe",reason="ObserveFailed"} 0
 plumb_phase_failures_total{phase="read",reason="ReadFailed"} 0
 # HELP plumb_ticks_total Ticks run, by result (success or failure).

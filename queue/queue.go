@@ -206,6 +206,11 @@ func (q *Queue[K]) AddEvent(key K) time.Duration {
 	return delay
 }
 
+// AddAfter asks for an event tick of key after delay (one already due
+// sooner is not delayed), outside the event budget: for a deadline the
+// handler knows, such as a health timeout.
+func (q *Queue[K]) AddAfter(key K, delay time.Duration) { q.queue.AddAfter(key, delay) }
+
 // Len is the number of keys ready to tick (not those waiting for a timer).
 func (q *Queue[K]) Len() int { return q.queue.Len() }
 

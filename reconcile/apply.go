@@ -19,6 +19,7 @@ import (
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/diff"
+	"github.com/plumb-dev/plumb/health"
 	"github.com/plumb-dev/plumb/ssa"
 )
 
@@ -34,8 +35,8 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applie
 	key := client.ObjectKeyFromObject(app)
 	r.memory.beginWrites(key)
 	defer func() {
-		if r.memory.endWrites(key) && r.Enqueue != nil {
-			r.Enqueue(key)
+		if r.memory.endWrites(key) {
+			r.ObjectChanged(key)
 		}
 	}()
 	changes := fluxssa.NewChangeSet()
@@ -53,6 +54,7 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applie
 		for _, a := range applied {
 			id := idOf(a.Desired)
 			r.memory.wrote(key, id, a.Live.GetResourceVersion())
+			r.memory.wroteHealth(key, id, health.Of(a.Live))
 			if rec, recErr := diff.RecordOf(a.Desired, a.Live); recErr == nil {
 				r.memory.remember(key, id, rec)
 			}
@@ -97,6 +99,7 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applie
 			return changes, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
 		}
 		r.memory.wrote(key, id, patched.GetResourceVersion())
+		r.memory.wroteHealth(key, id, health.Of(patched))
 		changes.Add(fluxssa.ChangeSetEntry{Subject: id.String(), Action: fluxssa.ConfiguredAction})
 	}
 	kept, err := r.prune(ctx, app, applier, desired, kinds, changes, log)

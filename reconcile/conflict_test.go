@@ -35,7 +35,7 @@ func TestAFieldOneManagerKeepsChangingIsLeftToItAndOnlyThatField(t *testing.T) {
 	ctx := context.Background()
 	c := admin(t)
 	w, repo := newRepo(t, map[string]string{"deploy/web.yaml": fightDeployment})
-	app := newApp(t, repo, nil)
+	app := newApp(t, repo, noWait)
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
 	ready(t, h.tick(t, key, queue.TriggerTimer))

@@ -78,6 +78,9 @@ type Notifier interface {
 // MetricsRecorder records the loop's metrics (package metrics).
 type MetricsRecorder interface {
 	ObserveTick(d time.Duration, failedPhase, reason string)
+	// ObservePhaseFailure counts a phase failure that no tick reports:
+	// health that a re-assessment alone found failed.
+	ObservePhaseFailure(phase, reason string)
 	ObservePhase(phase string, d time.Duration)
 	ObserveChange(action string, n int)
 	// ObserveSync counts a tick (not a suspended App's) by its trigger.
@@ -92,6 +95,7 @@ type noMetrics struct{}
 
 func (noMetrics) ObserveTick(time.Duration, string, string) {}
 func (noMetrics) ObservePhase(string, time.Duration)        {}
+func (noMetrics) ObservePhaseFailure(string, string)        {}
 func (noMetrics) ObserveChange(string, int)                 {}
 func (noMetrics) ObserveSync(string)                        {}
 func (noMetrics) ObserveCommitToApplied(time.Duration)      {}

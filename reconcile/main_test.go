@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -67,6 +68,10 @@ type harness struct {
 	r       *Reconciler
 	events  *record.FakeRecorder
 	counter *localcluster.RequestLog
+	// enqueued counts the tick's and the informers' calls of Enqueue,
+	// healthEvents the informers' health events, and after is the last
+	// delay EnqueueAfter was given.
+	enqueued, healthEvents, after atomic.Int64
 }
 
 func newHarness(t *testing.T) *harness {
@@ -146,10 +151,16 @@ func newHarnessAs(t *testing.T, base *rest.Config, policy Policy) *harness {
 			Exists: impersonation.ServiceAccountsIn(appCache),
 		}),
 	}
-	observer := informers.New(dyn, mapper, informers.Options{IsOwnWrite: r.IsOwnWrite})
+	h := &harness{r: r, events: events, counter: counter}
+	// No queue: what the tick and the informers would enqueue is counted.
+	r.Enqueue = func(types.NamespacedName) { h.enqueued.Add(1) }
+	r.EnqueueAfter = func(_ types.NamespacedName, d time.Duration) { h.after.Store(int64(d)) }
+	observer := informers.New(dyn, mapper, informers.Options{IsOwnWrite: r.IsOwnWrite,
+		OnEvent:  r.ObjectChanged,
+		OnHealth: func(key types.NamespacedName) { h.healthEvents.Add(1); r.HealthChanged(key) }})
 	t.Cleanup(observer.Stop)
 	r.Observer = observer
-	return &harness{r: r, events: events, counter: counter}
+	return h
 }
 
 // admin is an uncounted client for the tests' own reads and writes.
@@ -192,6 +203,14 @@ func newApp(t *testing.T, repo string, mutate func(*plumbv1.App)) *plumbv1.App {
 		t.Fatal(err)
 	}
 	return app
+}
+
+// noWait makes an App Ready once applied, whatever its objects' health:
+// this package's control plane runs no kube-controller-manager, so its
+// Deployments never roll out.
+func noWait(a *plumbv1.App) {
+	wait := false
+	a.Spec.Wait = &wait
 }
 
 // pushed pushes files (an empty content deletes one) to repo's main.

@@ -11,6 +11,7 @@ import (
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/diff"
+	"github.com/plumb-dev/plumb/health"
 	"github.com/plumb-dev/plumb/source"
 )
 
@@ -61,6 +62,13 @@ type appMemory struct {
 	revisionSent sentRevision
 	// lastSuccess is when the App's last successful tick ended.
 	lastSuccess time.Time
+	// pending says why the App was enqueued since its last tick began (see
+	// enqueueMarks); healthDue is when its health timeout passes.
+	pending   enqueueMarks
+	healthDue time.Time
+	// applied is what the App's last full tick in this term applied, when
+	// it succeeded: a health assessment alone may then settle Ready.
+	applied *appliedOutcome
 }
 
 // sentRevision is a revision event as sent: the revision, the event and
@@ -89,6 +97,9 @@ type objectMemory struct {
 	drifting bool
 	// stamp is the content hash of the object as the last tick prepared it.
 	stamp stamp
+	// writtenHealth is the object's health as plumb's last write of it
+	// (written) left it, until the cache shows that version or a newer one.
+	writtenHealth health.Result
 }
 
 // stamp is the content hash of a desired object prepared from a rendered
@@ -585,6 +596,7 @@ func (m *memory) newTerm() {
 		a.fieldDrifts = map[objectID]map[string][]fieldChange{}
 		a.conflicts = map[objectID]*objectConflicts{}
 		a.driftNotified, a.revisionSent = false, sentRevision{}
+		a.applied, a.pending, a.healthDue = nil, enqueueMarks{}, time.Time{}
 	}
 }
 

@@ -59,6 +59,11 @@ func setCondition(app *plumbv1.App, condType string, status bool, reason, messag
 	if status {
 		s = metav1.ConditionTrue
 	}
+	setConditionStatus(app, condType, s, reason, message, now)
+}
+
+// setConditionStatus sets a condition that may also be Unknown.
+func setConditionStatus(app *plumbv1.App, condType string, s metav1.ConditionStatus, reason, message string, now time.Time) {
 	apimeta.SetStatusCondition(&app.Status.Conditions, metav1.Condition{
 		Type: condType, Status: s, Reason: reason, Message: truncate(message, 1024),
 		ObservedGeneration: app.Generation, LastTransitionTime: metav1.NewTime(now),
@@ -159,8 +164,10 @@ func withoutTimes(status plumbv1.AppStatus) plumbv1.AppStatus {
 }
 
 // recordOutcome sets conditions, phase status and times, logs the result
-// and records an Event when something changed or a failure is new.
-func (r *Reconciler) recordOutcome(app *plumbv1.App, changes *fluxssa.ChangeSet, err error, start time.Time, log *zap.Logger) {
+// and records an Event when something changed or a failure is new. On
+// success it returns what was applied (Ready's message when every object
+// is healthy; settleHealth then decides Ready).
+func (r *Reconciler) recordOutcome(app *plumbv1.App, changes *fluxssa.ChangeSet, err error, start time.Time, log *zap.Logger) *appliedOutcome {
 	now := r.now()
 	t := metav1.NewTime(now)
 	app.Status.LastTickTime = &t
@@ -175,16 +182,8 @@ func (r *Reconciler) recordOutcome(app *plumbv1.App, changes *fluxssa.ChangeSet,
 			message = fmt.Sprintf("Applied revision %s (%d objects; %d that left Git kept by the prune guard, see status.kept)",
 				app.Status.LastAppliedRevision, inventoryLen(app)-len(app.Status.Kept), len(app.Status.Kept))
 		}
-		setCondition(app, plumbv1.ConditionReady, true, plumbv1.ReasonSucceeded, message, now)
-		if drift := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionDrifted); drift != nil &&
-			drift.Status == metav1.ConditionTrue && drift.Reason == "DriftConflict" {
-			// A field left to another manager is not what Git says: never a silent green.
-			setCondition(app, plumbv1.ConditionReady, false, "DriftConflict", drift.Message, now)
-		}
-		setCondition(app, plumbv1.ConditionReconciling, false, plumbv1.ReasonSucceeded, message, now)
-		setCondition(app, plumbv1.ConditionStalled, false, plumbv1.ReasonSucceeded, message, now)
 		log.Info("Ticked", zap.String("phase", string(PhaseApply)), zap.String("revision", app.Status.LastAppliedRevision), zap.Duration("took", now.Sub(start)))
-		return
+		return &appliedOutcome{generation: app.Generation, revision: app.Status.LastAppliedRevision, message: message}
 	}
 
 	var phaseErr *PhaseError
@@ -209,6 +208,7 @@ func (r *Reconciler) recordOutcome(app *plumbv1.App, changes *fluxssa.ChangeSet,
 	}
 	log.Error("Tick failed", zap.String("phase", string(phaseErr.Phase)), zap.String("revision", app.Status.LastAttemptedRevision), zap.String("reason", phaseErr.Reason),
 		zap.String("detail", phaseErr.Detail), zap.Error(phaseErr.Err))
+	return nil
 }
 
 // changeSummary lists what an apply and prune changed ("" when nothing).

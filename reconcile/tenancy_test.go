@@ -128,7 +128,7 @@ func TestAnAppActsAsItsServiceAccountAndGetsNoMoreRightsThanIt(t *testing.T) {
 		"deploy/config.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: config\ndata: {k: v}\n",
 		"deploy/old.yaml":    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: old\n",
 	})
-	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.ServiceAccountName = "deployer" })
+	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.ServiceAccountName = "deployer"; noWait(a) })
 	key := client.ObjectKeyFromObject(app)
 	serviceAccount(t, app.Namespace, "deployer", allVerbs...)
 	h := newHarnessAs(t, restrictedController(t), Policy{})

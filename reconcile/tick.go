@@ -27,6 +27,7 @@ import (
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/compact"
+	"github.com/plumb-dev/plumb/health"
 	"github.com/plumb-dev/plumb/queue"
 )
 
@@ -56,10 +57,13 @@ type Reconciler struct {
 	// Policy holds the tenancy rules the controller enforces.
 	Policy Policy
 	Events EventRecorder
-	// Enqueue brings an App's next tick forward (the queue's AddEvent): a
-	// tick calls it when someone else changed one of its objects while it
-	// was writing them.
+	// Enqueue brings an App's next tick forward (the queue's AddEvent):
+	// ObjectChanged and HealthChanged call it, and a tick when someone else
+	// changed one of its objects while it was writing them.
 	Enqueue func(types.NamespacedName)
+	// EnqueueAfter asks for an event tick of an App after a delay (the
+	// queue's AddAfter): when its health timeout passes.
+	EnqueueAfter func(types.NamespacedName, time.Duration)
 	// Metrics records tick and phase metrics; nil records nothing.
 	Metrics MetricsRecorder
 	// Notifier is told of drift episodes and of each revision's progress;
@@ -162,15 +166,32 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 		return interval, nil
 	}
 
+	if healthOnly(trigger, cause, r.memory.takeMarks(key, r.now())) {
+		r.reassess(app, log)
+		return interval, nil
+	}
+	if waiting, err := r.waitForDependencies(ctx, app, log); waiting {
+		return interval, err
+	}
+
 	tickCtx, cancel := context.WithTimeout(ctx, app.Spec.TimeoutOrDefault())
 	defer cancel()
 	r.metrics().ObserveSync(cause)
 	start := r.now()
 	changes, err := r.run(tickCtx, app, trigger, log)
-	r.recordOutcome(app, changes, err, start, log)
+	outcome := r.recordOutcome(app, changes, err, start, log)
+	r.memory.setApplied(key, outcome)
+	verdict := health.Healthy
+	if outcome != nil {
+		healthStart := r.now()
+		verdict, _ = r.settleHealth(app, outcome, changedObjects(changes))
+		r.metrics().ObservePhase(string(PhaseHealth), r.now().Sub(healthStart))
+	}
 	r.notifyOutcome(app, err)
 	var phaseErr *PhaseError
-	if errors.As(err, &phaseErr) {
+	if verdict == health.CheckFailed {
+		r.metrics().ObserveTick(r.now().Sub(start), string(PhaseHealth), plumbv1.ReasonHealthCheckFailed)
+	} else if errors.As(err, &phaseErr) {
 		r.metrics().ObserveTick(r.now().Sub(start), string(phaseErr.Phase), phaseErr.Reason)
 		if phaseErr.Terminal {
 			return interval, queue.Terminal(err)
@@ -179,9 +200,9 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 		r.metrics().ObserveTick(r.now().Sub(start), string(PhaseApply), plumbv1.ReasonApplyFailed)
 	} else {
 		r.metrics().ObserveTick(r.now().Sub(start), "", "")
-		if t := app.Status.LastSuccessfulTickTime; t != nil {
-			r.memory.succeeded(key, t.Time)
-		}
+	}
+	if t := app.Status.LastSuccessfulTickTime; err == nil && t != nil {
+		r.memory.succeeded(key, t.Time)
 	}
 	return interval, err
 }

@@ -17,6 +17,7 @@ import (
 // +kubebuilder:resource:categories=plumb
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Health",type=string,JSONPath=`.status.conditions[?(@.type=="Healthy")].reason`,description="Healthy, Progressing or HealthCheckFailed: the kstatus health of the App's objects"
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.lastAppliedRevision`
 // +kubebuilder:printcolumn:name="Drift",type=integer,JSONPath=`.status.drift.count`,description="Objects whose live state differs from Git and was left so"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -121,11 +122,54 @@ type AppSpec struct {
 	// +optional
 	Ignore []IgnoreRule `json:"ignore,omitempty"`
 
+	// Wait makes Ready mean healthy too: the App is Ready once its objects
+	// are applied at the current revision and every one of them is Current
+	// (kstatus). False makes it Ready once applied, whatever their health
+	// (still reported in status.health and the Healthy condition). Defaults
+	// to true.
+	// +kubebuilder:default=true
+	// +optional
+	Wait *bool `json:"wait,omitempty"`
+
+	// HealthTimeout is how long the App's objects may stay InProgress after
+	// an apply changed them (or after they stopped being healthy) before
+	// the App is Ready=False with reason HealthCheckFailed. An object that
+	// is Failed fails the check at once. Defaults to 5m.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="healthTimeout must be at least 1s"
+	// +optional
+	HealthTimeout *metav1.Duration `json:"healthTimeout,omitempty"`
+
+	// DependsOn lists Apps that must be Ready at their current revision
+	// before this one applies anything (e.g. the App with a CRD and its
+	// operator before the Apps of its custom resources). A dependency's
+	// namespace defaults to this App's.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	// +optional
+	DependsOn []AppReference `json:"dependsOn,omitempty"`
+
 	// Helm configures rendering when source.path holds a Helm chart (a
 	// Chart.yaml). A folder with a kustomization.yaml is built with
 	// Kustomize, and any other folder is read as plain manifests.
 	// +optional
 	Helm *HelmSpec `json:"helm,omitempty"`
+}
+
+// AppReference names an App.
+type AppReference struct {
+	// Name of the App.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+	// Namespace of the App; defaults to the namespace of the App that
+	// refers to it.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // WebhookSpec tunes how pushes trigger an App.
@@ -217,6 +261,24 @@ func (s AppSpec) TimeoutOrDefault() time.Duration {
 		return s.IntervalOrDefault()
 	}
 	return s.Timeout.Duration
+}
+
+// DefaultHealthTimeout is how long objects may stay InProgress when the
+// spec sets no healthTimeout.
+const DefaultHealthTimeout = 5 * time.Minute
+
+// HealthTimeoutOrDefault is how long the App's objects may stay InProgress.
+func (s AppSpec) HealthTimeoutOrDefault() time.Duration {
+	if s.HealthTimeout == nil {
+		return DefaultHealthTimeout
+	}
+	return s.HealthTimeout.Duration
+}
+
+// WaitEnabled reports whether Ready waits for the App's objects to be
+// healthy (the default when Wait is unset).
+func (s AppSpec) WaitEnabled() bool {
+	return s.Wait == nil || *s.Wait
 }
 
 // PruneEnabled reports whether the App prunes objects that left Git
@@ -315,8 +377,8 @@ type AppStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions are kstatus conditions: Ready, Reconciling, Stalled and
-	// Drifted.
+	// Conditions are kstatus conditions: Ready, Reconciling and Stalled,
+	// and plumb's Drifted and Healthy.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -362,6 +424,12 @@ type AppStatus struct {
 	// Drift summarises the objects whose live state differs from Git.
 	// +optional
 	Drift *DriftSummary `json:"drift,omitempty"`
+
+	// Health is the kstatus health of the App's objects, assessed from the
+	// informer cache after each apply and whenever one of them changes
+	// status.
+	// +optional
+	Health *HealthStatus `json:"health,omitempty"`
 
 	// LastHandledSyncRequest is the value of the plumb.dev/sync-requested-at
 	// annotation that the last tick handled.
@@ -512,6 +580,55 @@ type DriftedObject struct {
 	Managers []string `json:"managers,omitempty"`
 }
 
+// HealthStatus counts the App's objects by kstatus status and names those
+// that are not Current.
+type HealthStatus struct {
+	// Current counts the objects that are healthy (kinds without status
+	// conventions are Current once applied).
+	Current int32 `json:"current"`
+	// InProgress counts the objects still rolling out.
+	// +optional
+	InProgress int32 `json:"inProgress,omitempty"`
+	// Failed counts the objects whose rollout failed.
+	// +optional
+	Failed int32 `json:"failed,omitempty"`
+	// Terminating counts the objects being deleted.
+	// +optional
+	Terminating int32 `json:"terminating,omitempty"`
+	// NotFound counts the objects the cache does not hold.
+	// +optional
+	NotFound int32 `json:"notFound,omitempty"`
+	// Unknown counts the objects whose status could not be read.
+	// +optional
+	Unknown int32 `json:"unknown,omitempty"`
+
+	// WaitingSince is when the current wait for the objects to become
+	// healthy began: the apply that changed them, or the moment one of them
+	// stopped being Current. Unset while every object is Current.
+	// +optional
+	WaitingSince *metav1.Time `json:"waitingSince,omitempty"`
+
+	// Unhealthy lists the objects that are not Current (at most 20; the
+	// counts are exact), with their kstatus status and message.
+	// +listType=atomic
+	// +optional
+	Unhealthy []UnhealthyObject `json:"unhealthy,omitempty"`
+}
+
+// UnhealthyObject is one object of an App that is not Current.
+type UnhealthyObject struct {
+	ObjectRef `json:",inline"`
+
+	// Status is the kstatus status: InProgress, Failed, Terminating,
+	// NotFound or Unknown.
+	Status string `json:"status"`
+
+	// Message is kstatus's message about the object (at most 256
+	// characters).
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
 // Condition types that plumb sets on an App.
 const (
 	// ConditionReady is True when the last tick converged the App.
@@ -523,6 +640,10 @@ const (
 	ConditionStalled = "Stalled"
 	// ConditionDrifted is True while live objects differ from Git.
 	ConditionDrifted = "Drifted"
+	// ConditionHealthy is True when every object of the App is Current
+	// (kstatus), Unknown while some are still in progress, False when one
+	// failed or the health timeout passed.
+	ConditionHealthy = "Healthy"
 )
 
 // Condition reasons, one per failure domain of the tick.
@@ -539,6 +660,20 @@ const (
 	ReasonApplyFailed = "ApplyFailed"
 	// ReasonPruneFailed: deleting objects that left Git failed.
 	ReasonPruneFailed = "PruneFailed"
+	// ReasonProgressing: applied, and waiting for objects to become
+	// healthy (within spec.healthTimeout).
+	ReasonProgressing = "Progressing"
+	// ReasonHealthCheckFailed: an object failed, or objects were still in
+	// progress when spec.healthTimeout passed.
+	ReasonHealthCheckFailed = "HealthCheckFailed"
+	// ReasonHealthy is the Healthy condition's reason when every object is
+	// Current.
+	ReasonHealthy = "Healthy"
+	// ReasonDependencyNotReady: an App in spec.dependsOn is not Ready at
+	// its current revision, or does not exist; nothing was applied.
+	ReasonDependencyNotReady = "DependencyNotReady"
+	// ReasonDependencyCycle: spec.dependsOn leads back to the App itself.
+	ReasonDependencyCycle = "DependencyCycle"
 	// ReasonSuspended: the App is suspended.
 	ReasonSuspended = "Suspended"
 	// ReasonNotPruned is the Event that names the objects that left Git and

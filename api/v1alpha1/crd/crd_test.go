@@ -88,12 +88,15 @@ func TestValidAppIsAcceptedDefaultedAndReadBack(t *testing.T) {
 		Interval:    &metav1.Duration{Duration: 3 * time.Minute},
 		Prune:       ptr.To(true),
 		DriftPolicy: plumbv1.DriftPolicyHeal,
+		Wait:        ptr.To(true),
 	}
 	if diff := cmp.Diff(want, got.Spec); diff != "" {
 		t.Errorf("App spec read back (-want +got):\n%s", diff)
 	}
-	if got.Spec.IntervalOrDefault() != 3*time.Minute || !got.Spec.PruneEnabled() || got.Spec.TimeoutOrDefault() != 3*time.Minute {
-		t.Errorf("defaults: interval %s, prune %v, timeout %s", got.Spec.IntervalOrDefault(), got.Spec.PruneEnabled(), got.Spec.TimeoutOrDefault())
+	if got.Spec.IntervalOrDefault() != 3*time.Minute || !got.Spec.PruneEnabled() || got.Spec.TimeoutOrDefault() != 3*time.Minute ||
+		!got.Spec.WaitEnabled() || got.Spec.HealthTimeoutOrDefault() != 5*time.Minute {
+		t.Errorf("defaults: interval %s, prune %v, timeout %s, wait %v, health timeout %s", got.Spec.IntervalOrDefault(), got.Spec.PruneEnabled(),
+			got.Spec.TimeoutOrDefault(), got.Spec.WaitEnabled(), got.Spec.HealthTimeoutOrDefault())
 	}
 
 	t.Run("status is a subresource the controller writes", func(t *testing.T) {
@@ -101,7 +104,11 @@ func TestValidAppIsAcceptedDefaultedAndReadBack(t *testing.T) {
 		got.Status.Conditions = []metav1.Condition{{
 			Type: plumbv1.ConditionReady, Status: metav1.ConditionTrue, Reason: plumbv1.ReasonSucceeded,
 			Message: "applied", LastTransitionTime: metav1.Now(),
+		}, {
+			Type: plumbv1.ConditionHealthy, Status: metav1.ConditionTrue, Reason: plumbv1.ReasonHealthy,
+			Message: "all 1 objects are Current", LastTransitionTime: metav1.Now(),
 		}}
+		got.Status.Health = &plumbv1.HealthStatus{Current: 1}
 		got.Status.Drift = &plumbv1.DriftSummary{Count: 1, Objects: []plumbv1.DriftedObject{{
 			ObjectRef: plumbv1.ObjectRef{Version: "v1", Kind: "ConfigMap", Namespace: ns, Name: "settings"},
 			Fields:    []string{"/data/color"}, Managers: []string{"kubectl-edit"},
@@ -118,12 +125,13 @@ func TestValidAppIsAcceptedDefaultedAndReadBack(t *testing.T) {
 		if len(lines) != 2 {
 			t.Fatalf("kubectl get apps printed %q", out)
 		}
-		if header := strings.Fields(lines[0]); !cmp.Equal(header, []string{"NAME", "READY", "REASON", "REVISION", "DRIFT", "AGE"}) {
-			t.Errorf("printer columns = %v, want NAME READY REASON REVISION DRIFT AGE", header)
+		if header := strings.Fields(lines[0]); !cmp.Equal(header, []string{"NAME", "READY", "REASON", "HEALTH", "REVISION", "DRIFT", "AGE"}) {
+			t.Errorf("printer columns = %v, want NAME READY REASON HEALTH REVISION DRIFT AGE", header)
 		}
 		row := strings.Fields(lines[1])
-		if len(row) < 5 || row[1] != "True" || row[2] != plumbv1.ReasonSucceeded || row[3] != got.Status.LastAppliedRevision || row[4] != "1" {
-			t.Errorf("row = %v, want web True Succeeded %s 1 <age>", row, got.Status.LastAppliedRevision)
+		if len(row) < 6 || row[1] != "True" || row[2] != plumbv1.ReasonSucceeded || row[3] != plumbv1.ReasonHealthy ||
+			row[4] != got.Status.LastAppliedRevision || row[5] != "1" {
+			t.Errorf("row = %v, want web True Succeeded Healthy %s 1 <age>", row, got.Status.LastAppliedRevision)
 		}
 	})
 }
@@ -164,6 +172,14 @@ func TestInvalidAppsAreRejectedWithAClearMessage(t *testing.T) {
 		name:        "interval 1s",
 		mutate:      func(a *plumbv1.App) { a.Spec.Interval = &metav1.Duration{Duration: time.Second} },
 		wantMessage: "interval must be at least 10s",
+	}, {
+		name:        "healthTimeout 500ms",
+		mutate:      func(a *plumbv1.App) { a.Spec.HealthTimeout = &metav1.Duration{Duration: 500 * time.Millisecond} },
+		wantMessage: "healthTimeout must be at least 1s",
+	}, {
+		name:        "dependsOn an App with an invalid name",
+		mutate:      func(a *plumbv1.App) { a.Spec.DependsOn = []plumbv1.AppReference{{Name: "Not_A_Name"}} },
+		wantMessage: "spec.dependsOn[0].name",
 	}, {
 		name:        "path ../x",
 		mutate:      func(a *plumbv1.App) { a.Spec.Source.Path = "../x" },

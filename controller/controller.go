@@ -284,7 +284,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	if _, err := appInformer.AddEventHandler(appEvents(apps.Add)); err != nil {
 		return err
 	}
-	if _, err := appInformer.AddEventHandler(dependentEvents(mgr.GetCache(), tick.ObjectChanged, log.Named("depends-on"))); err != nil {
+	if _, err := appInformer.AddEventHandler(dependentEvents(mgr.GetCache(), tick.DependencyChanged, log.Named("depends-on"))); err != nil {
 		return err
 	}
 	if len(opts.WebhookSecrets) > 0 {

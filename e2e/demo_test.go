@@ -134,9 +134,11 @@ func TestDemoExitRunsTheWholeNarrative(t *testing.T) {
 		_ = demo.Process.Kill()
 		t.Fatalf("the demo did not finish within 5 minutes:\n%s", stdout.String())
 	}
-	for _, step := range []string{"Applied R1", "Available with 2/2 replicas", "delivered a signed GitHub push webhook", "Converged to R2",
+	for _, step := range []string{"Applied R1", "Available with 2/2 replicas", "Healthy=True (all 5 objects are Current)", "delivered a signed GitHub push webhook", "Converged to R2",
 		"Healed the drift", "DriftDetected notification reached the receiver, signature valid: ConfigMap shop/settings .data.color green→hand-edited by kubectl-edit (Update",
-		"Then DriftResolved", "Pruned ConfigMap shop/banner", "] Ready", "] Stopped"} {
+		"Then DriftResolved", "Pruned ConfigMap shop/banner",
+		"Ready=False HealthCheckFailed", "not healthy after 20s: Deployment.apps/shop/web InProgress", "Ready again at R5",
+		"] Ready", "] Stopped"} {
 		if !strings.Contains(stdout.String(), step) {
 			t.Errorf("the narrative lacks %q:\n%s", step, stdout.String())
 		}

@@ -3,11 +3,16 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -93,8 +98,15 @@ func TestReadyWaitsForARolloutAndNamesOneThatNeverCompletes(t *testing.T) {
 	t.Run("one that never becomes Available: Progressing, then HealthCheckFailed after the timeout, naming it", func(t *testing.T) {
 		_, url, _ := gitRepo(t, map[string]string{"deploy/stuck.yaml": stuckDeployment})
 		createApp(t, ns, "stuck", url, func(a *plumbv1.App) { a.Spec.HealthTimeout = &metav1.Duration{Duration: 5 * time.Second} })
-		// Progressing first (the wait is not over), unless the machine was
-		// so slow that the timeout passed before this test looked.
+		// Progressing first: applied, and waiting (polled every 100ms, well
+		// within the 5s the wait lasts).
+		_, progressing := conditionOf(t, ns, "stuck", plumbv1.ConditionReady, "Progressing", func(c metav1.Condition) bool {
+			return c.Reason == plumbv1.ReasonProgressing || c.Reason == plumbv1.ReasonHealthCheckFailed
+		})
+		if progressing.Status != metav1.ConditionUnknown || progressing.Reason != plumbv1.ReasonProgressing ||
+			!strings.Contains(progressing.Message, "waiting for 1 of 1 objects to become healthy") {
+			t.Errorf("Ready=%s %s: %s; want Unknown Progressing while it waits", progressing.Status, progressing.Reason, progressing.Message)
+		}
 		_, cond := conditionOf(t, ns, "stuck", plumbv1.ConditionReady, "HealthCheckFailed", func(c metav1.Condition) bool {
 			return c.Reason == plumbv1.ReasonHealthCheckFailed
 		})
@@ -178,12 +190,104 @@ func TestAnAppThatDependsOnAnotherWaitsAndResumesOnItsReadiness(t *testing.T) {
 		if observe := app.Status.Phases.Observe; observe.LastFailureTime != nil {
 			t.Errorf("the Observe phase failed (%s: %s): the App ran before its dependency", observe.Reason, observe.LastError)
 		}
-		// With a 10-minute interval only an event can have brought this on.
-		t.Logf("gears Ready at %s, platform at %s", gearsReady.LastTransitionTime.UTC().Format(time.RFC3339), platformReady.LastTransitionTime.UTC().Format(time.RFC3339))
-		// Condition times have a resolution of one second: one that resumed
-		// within a second of its dependency shows at most one tick of it.
-		if d := gearsReady.LastTransitionTime.Sub(platformReady.LastTransitionTime.Time); d < 0 || d > time.Second {
-			t.Errorf("gears Ready %s after platform, want within a second", d)
+		// With a 10-minute interval only an event can have brought this on;
+		// the ticks that waited ran no phase but the Read, and the one that
+		// applied is its only tick.
+		if got := ticksOf(controller, ns, "gears"); got != 1 {
+			t.Errorf("gears ticked %d times through its phases, want 1 (the one its dependency's readiness brought)", got)
 		}
+		// Measured, not asserted (condition times are to the second).
+		t.Logf("gears Ready %s after platform", gearsReady.LastTransitionTime.Sub(platformReady.LastTransitionTime.Time))
 	})
+}
+
+// apiRequests scrapes a controller's plumb_api_requests_total by verb.
+func apiRequests(t *testing.T, p *controllerProcess) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + p.metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		labels, value, ok := strings.Cut(strings.TrimPrefix(line, "plumb_api_requests_total"), " ")
+		if !ok || !strings.HasPrefix(line, "plumb_api_requests_total{") {
+			continue
+		}
+		_, verb, _ := strings.Cut(labels, `verb="`)
+		verb, _, _ = strings.Cut(verb, `"`)
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[verb] += v
+	}
+	return out
+}
+
+func TestARolloutsStatusChangesReassessHealthWithoutGitOrReads(t *testing.T) {
+	setUp(t)
+	p := startController(t, "health", "--leader-elect=false", "--app-label-selector=e2e-shard=health")
+	defer p.stop()
+	ns := newNamespace(t)
+	_, url, _ := gitRepo(t, map[string]string{"deploy/web.yaml": scaledDeployment})
+	repo := path.Base(url)
+	createApp(t, ns, "web", url, func(a *plumbv1.App) { a.Labels = map[string]string{"e2e-shard": "health"} })
+	conditionOf(t, ns, "web", plumbv1.ConditionReady, "Ready", func(c metav1.Condition) bool { return c.Status == metav1.ConditionTrue })
+	eventually(t, 30*time.Second, "the controller's metrics", func() (bool, string) {
+		_, err := http.Get("http://" + p.metricsAddr + "/metrics")
+		return err == nil, fmt.Sprint(err)
+	})
+	before, gitBefore, ticksBefore := apiRequests(t, p), gitServer.RequestCounts(repo), ticksOf(p, ns, "web")
+	assessed := func() int { return strings.Count(p.tail(100000), "Assessed health") }
+	assessedBefore := assessed()
+
+	// A pod of the Deployment goes: its ReplicaSet makes another, and
+	// kube-controller-manager writes the Deployment's status as it comes
+	// up (kwok runs it) — status only, nothing of plumb's.
+	pods := &corev1.PodList{}
+	if err := k8s.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"app": "web"}); err != nil || len(pods.Items) == 0 {
+		t.Fatalf("the Deployment's pods: %d (%v)", len(pods.Items), err)
+	}
+	if err := k8s.Delete(context.Background(), &pods.Items[0]); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "a re-assessment of health", func() (bool, string) {
+		return assessed() > assessedBefore, fmt.Sprintf("%d re-assessments", assessed()-assessedBefore)
+	})
+	conditionOf(t, ns, "web", plumbv1.ConditionReady, "Ready again", func(c metav1.Condition) bool { return c.Status == metav1.ConditionTrue })
+	d := &appsv1.Deployment{}
+	eventually(t, 60*time.Second, "the Deployment to have 2 available again", func() (bool, string) {
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, d); err != nil {
+			return false, err.Error()
+		}
+		return d.Status.AvailableReplicas == 2, fmt.Sprintf("%d available", d.Status.AvailableReplicas)
+	})
+	conditionOf(t, ns, "web", plumbv1.ConditionHealthy, "Healthy", func(c metav1.Condition) bool { return c.Status == metav1.ConditionTrue })
+
+	after, gitAfter := apiRequests(t, p), gitServer.RequestCounts(repo)
+	for _, verb := range []string{"get", "list", "watch", "update", "apply", "delete", "deletecollection", "discovery"} {
+		if got := after[verb] - before[verb]; got != 0 {
+			t.Errorf("%v %s requests during the re-assessments, want none", got, verb)
+		}
+	}
+	// What it may write: the App's status as its health moved, and an
+	// Event (created, or patched when repeated) when it turned Healthy.
+	n := float64(assessed() - assessedBefore)
+	if got := after["patch"] - before["patch"] + after["create"] - before["create"]; got > 2*n {
+		t.Errorf("%v writes for %v re-assessments, want at most a status write and an Event each", got, n)
+	}
+	for kind, count := range gitAfter {
+		if count != gitBefore[kind] {
+			t.Errorf("%d Git %s requests during the re-assessments, want none", count-gitBefore[kind], kind)
+		}
+	}
+	if got := ticksOf(p, ns, "web"); got != ticksBefore {
+		t.Errorf("%d ticks through the phases, want none (only re-assessments)", got-ticksBefore)
+	}
 }

@@ -61,8 +61,9 @@ type Result struct {
 func Of(u *unstructured.Unstructured) Result {
 	res, err := status.Compute(u)
 	if err != nil {
-		return Result{Status: Unknown, Message: err.Error()}
+		return Result{Status: Unknown, Message: truncate(err.Error(), maxMessage)}
 	}
+	res.Message = truncate(res.Message, maxMessage) // an operator's message may be long: the cache keeps this much
 	switch res.Status {
 	case status.CurrentStatus:
 		return Result{Status: Current, Message: res.Message}
@@ -172,7 +173,10 @@ func Judge(s *plumbv1.HealthStatus, now time.Time, timeout time.Duration) (v Ver
 
 // Since is when the wait summarized by next began: previous's start while
 // the objects stay unhealthy and no apply changed them (changed false),
-// now when a wait begins. It is nil when every object is Current.
+// now when a wait begins — rounded up to the second, since the API server
+// keeps times to the second, so that a wait read back from the App's
+// status never ends before its timeout. It is nil when every object is
+// Current.
 func Since(previous, next *plumbv1.HealthStatus, changed bool, now time.Time) *metav1.Time {
 	if next.InProgress+next.Failed+next.Terminating+next.NotFound+next.Unknown == 0 {
 		return nil
@@ -180,7 +184,11 @@ func Since(previous, next *plumbv1.HealthStatus, changed bool, now time.Time) *m
 	if !changed && previous != nil && previous.WaitingSince != nil {
 		return previous.WaitingSince
 	}
-	t := metav1.NewTime(now)
+	start := now.Truncate(time.Second)
+	if start.Before(now) {
+		start = start.Add(time.Second)
+	}
+	t := metav1.NewTime(start)
 	return &t
 }
 

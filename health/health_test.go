@@ -200,6 +200,9 @@ func TestSinceStartsAWaitOnAChangeOrWhenHealthIsLost(t *testing.T) {
 	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	later := start.Add(time.Minute)
 	since := metav1.NewTime(start)
+	if got := Since(nil, &plumbv1.HealthStatus{InProgress: 1}, true, start.Add(10*time.Millisecond)); !got.Time.Equal(start.Add(time.Second)) {
+		t.Errorf("a wait begun at 12:00:00.01 began at %s, want 12:00:01 (rounded up to the second)", got.Time)
+	}
 	healthy := &plumbv1.HealthStatus{Current: 2}
 	waiting := &plumbv1.HealthStatus{Current: 1, InProgress: 1, WaitingSince: &since}
 	if got := Since(waiting, healthy, true, later); got != nil {

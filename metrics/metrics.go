@@ -43,7 +43,7 @@ type Metrics struct {
 
 // Triggers are the values of plumb_syncs_total's trigger label (the
 // reconcile package's triggers).
-var triggers = []string{"timer", "webhook", "drift", "manual", "spec"}
+var triggers = []string{"timer", "webhook", "drift", "manual", "spec", "dependency"}
 
 // sinks are the values of the notification series' sink label: the
 // Notification types, and the controller's own intake.
@@ -81,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"result"}),
 		phaseFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plumb_phase_failures_total",
-			Help: "Failed ticks by the phase that failed and its condition reason ; phase health counts the ticks whose objects failed their health check, and the re-assessments between ticks that found it first.",
+			Help: "Failed ticks by the phase that failed and its condition reason; phase health counts the ticks whose objects failed their health check, and the re-assessments between ticks that found it first.",
 		}, []string{"phase", "reason"}),
 		tickDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "plumb_tick_duration_seconds",
@@ -112,7 +112,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"verb", "dry_run"}),
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plumb_syncs_total",
-			Help: "Ticks of Apps that are not suspended, by what asked for them: timer, webhook, drift (an object of the App changed), manual (the sync annotation) or spec (a new or changed App).",
+			Help: "Ticks of Apps that are not suspended, by what asked for them: timer, webhook, drift (an object of the App changed), manual (the sync annotation), spec (a new or changed App) or dependency (an App it depends on changed its readiness); health re-assessments between ticks are not counted.",
 		}, []string{"trigger"}),
 		commitApplied: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "plumb_commit_to_applied_seconds",

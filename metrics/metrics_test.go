@@ -15,7 +15,7 @@ func TestEverySeriesExistsAtZeroOnAPrivateRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `
-# HELP plumb_phase_failures_total Failed ticks by the phase that failed and its condition reason ; phase health counts the ticks whose objects failed their health check, and the re-assessments between ticks that found it first.
+# HELP plumb_phase_failures_total Failed ticks by the phase that failed and its condition reason; phase health counts the ticks whose objects failed their health check, and the re-assessments between ticks that found it first.
 # TYPE plumb_phase_failures_total counter
 plumb_phase_failures_total{phase="apply",reason="ApplyFailed"} 0
 plumb_phase_failures_total{phase="apply",reason="PruneFailed"} 0
@@ -95,20 +95,20 @@ func TestSyncsByTriggerStartAtZeroAndStayBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.CollectAndCount(m.syncs); got != 5 {
-		t.Fatalf("%d trigger series before any tick, want 5", got)
+	if got := testutil.CollectAndCount(m.syncs); got != 6 {
+		t.Fatalf("%d trigger series before any tick, want 6", got)
 	}
 	m.ObserveSync("webhook")
 	m.ObserveSync("webhook")
 	m.ObserveSync("drift")
 	m.ObserveSync("anything-else")
-	for trigger, want := range map[string]float64{"webhook": 2, "drift": 1, "timer": 1, "manual": 0, "spec": 0} {
+	for trigger, want := range map[string]float64{"webhook": 2, "drift": 1, "timer": 1, "manual": 0, "spec": 0, "dependency": 0} {
 		if got := testutil.ToFloat64(m.syncs.WithLabelValues(trigger)); got != want {
 			t.Errorf("syncs{trigger=%q} = %v, want %v", trigger, got, want)
 		}
 	}
-	if got := testutil.CollectAndCount(m.syncs); got != 5 {
-		t.Errorf("%d trigger series, want 5", got)
+	if got := testutil.CollectAndCount(m.syncs); got != 6 {
+		t.Errorf("%d trigger series, want 6", got)
 	}
 }
 

@@ -71,6 +71,12 @@ func IsTerminal(err error) bool {
 	return errors.As(err, &t)
 }
 
+// KeepSchedule, returned by a handler as its error, says the tick settled
+// nothing about the key's schedule (it only re-assessed something between
+// ticks): the key keeps its next timer tick or retry and its count of
+// failures, as if this tick had not run.
+var KeepSchedule = errors.New("the tick leaves the schedule as it was")
+
 // Options configure a Queue. Zero values take the defaults below.
 type Options[K comparable] struct {
 	// Workers is how many keys are ticked at once (default 4). One key is
@@ -273,7 +279,9 @@ func (q *Queue[K]) processNext(run, tickCtx context.Context) bool {
 	switch {
 	case interval == Forget:
 		q.backoff.Forget(key)
-	case err == nil || IsTerminal(err):
+	case errors.Is(err, KeepSchedule) && scheduled:
+		after = max(due.Sub(now), 0)
+	case err == nil || IsTerminal(err) || errors.Is(err, KeepSchedule):
 		q.backoff.Forget(key)
 		after = q.nextSlot(key, interval, now)
 		if trigger == TriggerEvent && due.Sub(now) < after {

@@ -167,6 +167,25 @@ func TestFailuresBackOffExponentiallyCappedAtTheInterval(t *testing.T) {
 	})
 }
 
+func TestATickThatKeepsTheScheduleLeavesTheRetryAndTheFailuresAsTheyWere(t *testing.T) {
+	r := newRecorder()
+	r.set("app", result{interval: time.Hour, err: errors.New("boom")})
+	q, _ := start(t, r, Options[string]{Workers: 1, BaseBackoff: time.Minute, MaxBackoff: time.Hour})
+	q.Add("app")
+	eventually(t, "the failed tick's schedule", func() bool { return len(r.scheduled()) == 1 })
+	// An event tick 0s into the minute-long backoff that only re-assesses
+	// something: the retry stays a minute away, the failure counted.
+	r.set("app", result{interval: time.Hour, err: KeepSchedule})
+	q.AddEvent("app")
+	eventually(t, "the event tick's schedule", func() bool { return len(r.scheduled()) == 2 })
+	if diff := cmp.Diff(schedule{"app", time.Minute, 1}, r.scheduled()[1]); diff != "" {
+		t.Errorf("after a tick that keeps the schedule (-want +got):\n%s", diff)
+	}
+	if q.Failures("app") != 1 {
+		t.Errorf("Failures = %d, want the 1 before", q.Failures("app"))
+	}
+}
+
 func TestATerminalErrorWaitsAFullInterval(t *testing.T) {
 	r := newRecorder()
 	r.set("app", result{interval: time.Minute, err: Terminal(errors.New("invalid spec"))})

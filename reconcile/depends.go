@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -10,11 +11,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/impersonation"
 	"github.com/plumb-dev/plumb/queue"
+	"github.com/plumb-dev/plumb/ssa"
 )
 
 // DependencyIndex is the name of the App cache's field index of each App
@@ -48,21 +52,32 @@ func dependenciesOf(app *plumbv1.App) []types.NamespacedName {
 // maxDependencyWalk bounds how many Apps the search for a cycle visits.
 const maxDependencyWalk = 1000
 
-// waitForDependencies holds the tick while an App in spec.dependsOn is not
-// Ready at its current revision, or does not exist: the App is then
-// Reconciling (reason DependencyNotReady, naming them) and nothing is read
-// or applied; the dependency's next change enqueues it (DependencyIndex).
-// A spec.dependsOn that leads back to the App is refused (Stalled, reason
-// DependencyCycle, naming the cycle), as is one across namespaces when the
-// controller forbids cross-namespace references. It reports whether the
-// tick must stop here, with the error for the queue.
-func (r *Reconciler) waitForDependencies(ctx context.Context, app *plumbv1.App, log *zap.Logger) (bool, error) {
-	if len(app.Spec.DependsOn) == 0 {
-		return false, nil
+// dependencyWait ends a tick that waits for the Apps it depends on, or
+// refuses them: no phase failed, nothing was applied; queueErr is what the
+// queue is told (a terminal error for a refusal, nil for a wait).
+type dependencyWait struct{ queueErr error }
+
+func (w *dependencyWait) Error() string { return "waiting for the Apps it depends on" }
+
+// gateOnDependencies holds a tick that would apply a revision or a spec the
+// App has not applied yet while an App in spec.dependsOn is not Ready at
+// its current revision, or does not exist: the App is then Reconciling
+// (reason DependencyNotReady, naming them), and nothing is observed or
+// applied; the dependency's next change enqueues it (DependencyIndex). A
+// tick of what the App already applied (a drift to heal) is not held: a
+// dependency that stops being Ready does not undo its dependents. A
+// spec.dependsOn that leads back to the App is refused (Stalled, reason
+// DependencyCycle, naming the cycle), and so is a dependency in another
+// namespace that the App's ServiceAccount may not read, or any when the
+// controller forbids cross-namespace references (DependencyNotAllowed).
+func (r *Reconciler) gateOnDependencies(ctx context.Context, app *plumbv1.App, applier Applier, revision string, log *zap.Logger) error {
+	if len(app.Spec.DependsOn) == 0 || (revision == app.Status.LastAppliedRevision && app.Status.ObservedGeneration == app.Generation) {
+		return nil
 	}
-	key := client.ObjectKeyFromObject(app)
 	now := r.now()
-	stop := func(reason, message string, stalled bool) {
+	// stop reports the wait, or a refusal (stalled: retried only when a spec
+	// changes, or, for a refusal RBAC may lift, with backoff).
+	stop := func(reason, message string, stalled, retry bool) error {
 		previous := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
 		setCondition(app, plumbv1.ConditionReady, false, reason, message, now)
 		setCondition(app, plumbv1.ConditionReconciling, !stalled, reason, message, now)
@@ -75,57 +90,110 @@ func (r *Reconciler) waitForDependencies(ctx context.Context, app *plumbv1.App, 
 			r.Events.Eventf(app, kind, reason, "%s", truncate(message, 1000))
 			log.Info("Waited for dependencies", zap.String("phase", "start"), zap.String("reason", reason), zap.String("message", message))
 		}
-	}
-	if r.Policy.NoCrossNamespace {
-		for _, dep := range dependenciesOf(app) {
-			if dep.Namespace != app.Namespace {
-				stop(plumbv1.ReasonDependencyNotReady, fmt.Sprintf("spec.dependsOn names App %s in another namespace, which this controller forbids (--no-cross-namespace)", dep), true)
-				return true, queue.Terminal(fmt.Errorf("cross-namespace dependency %s", dep))
-			}
+		switch {
+		case stalled && retry:
+			return &dependencyWait{queueErr: errors.New(message)}
+		case stalled:
+			return &dependencyWait{queueErr: queue.Terminal(errors.New(message))}
 		}
+		return &dependencyWait{}
 	}
-	if cycle := r.dependencyCycle(ctx, key); cycle != nil {
+	if refusal, byRBAC := r.refuseDependencies(ctx, app, applier); refusal != "" {
+		return stop(plumbv1.ReasonDependencyNotAllowed, refusal, true, byRBAC)
+	}
+	cycle, complete := r.dependencyCycle(ctx, client.ObjectKeyFromObject(app))
+	if !complete {
+		return stop(plumbv1.ReasonDependencyNotAllowed, fmt.Sprintf("spec.dependsOn reaches more than %d Apps; refused", maxDependencyWalk), true, false)
+	}
+	if cycle != nil {
 		names := make([]string, 0, len(cycle))
 		for _, k := range cycle {
 			names = append(names, k.String())
 		}
-		stop(plumbv1.ReasonDependencyCycle, "spec.dependsOn forms a cycle: "+strings.Join(names, " → ")+"; none of these Apps can apply until one of them stops depending on the next", true)
-		return true, queue.Terminal(fmt.Errorf("dependency cycle %s", strings.Join(names, " → ")))
+		return stop(plumbv1.ReasonDependencyCycle, "spec.dependsOn forms a cycle: "+strings.Join(names, " → ")+
+			"; none of these Apps can apply until one of them stops depending on the next", true, false)
 	}
 	var waiting []string
 	for _, dep := range dependenciesOf(app) {
 		other := &plumbv1.App{}
-		if err := r.Client.Get(ctx, dep, other); err != nil {
+		if err := r.Client.Get(ctx, dep, other, client.UnsafeDisableDeepCopy); err != nil {
 			if apierrors.IsNotFound(err) {
-				waiting = append(waiting, fmt.Sprintf("App %s does not exist", dep))
+				waiting = append(waiting, fmt.Sprintf("App %s does not exist (or this controller does not watch it)", dep))
 				continue
 			}
 			waiting = append(waiting, fmt.Sprintf("App %s could not be read: %v", dep, err))
 			continue
 		}
-		if why := notReadyAtRevision(other); why != "" {
+		if why := notReadyAtRevision(other, dep.Namespace == app.Namespace); why != "" {
 			waiting = append(waiting, fmt.Sprintf("App %s %s", dep, why))
 		}
 	}
 	if len(waiting) == 0 {
-		return false, nil
+		return nil
 	}
-	stop(plumbv1.ReasonDependencyNotReady, "waiting for the Apps it depends on, nothing applied: "+strings.Join(waiting, "; "), false)
-	return true, nil
+	return stop(plumbv1.ReasonDependencyNotReady, "waiting for the Apps it depends on, nothing applied: "+strings.Join(waiting, "; "), false, false)
+}
+
+// refuseDependencies says why the App may not depend on an App of another
+// namespace ("" when it may): never under --no-cross-namespace; otherwise
+// only on one its ServiceAccount may get (asked of the API server, one
+// review per such dependency), so that no App learns of another
+// namespace's Apps more than its namespace's owner may. byRBAC says the
+// refusal is RBAC's (or the question failed), which may change without a
+// change of spec.
+func (r *Reconciler) refuseDependencies(ctx context.Context, app *plumbv1.App, applier Applier) (refusal string, byRBAC bool) {
+	var elsewhere []types.NamespacedName
+	for _, dep := range dependenciesOf(app) {
+		if dep.Namespace != app.Namespace {
+			elsewhere = append(elsewhere, dep)
+		}
+	}
+	if len(elsewhere) == 0 {
+		return "", false
+	}
+	if r.Policy.NoCrossNamespace {
+		return fmt.Sprintf("spec.dependsOn names App %s in another namespace, which this controller forbids (--no-cross-namespace)", elsewhere[0]), false
+	}
+	sa := r.serviceAccountOf(app)
+	if sa == "" {
+		return "", false // the App acts with the controller's own rights
+	}
+	accesses := make([]ssa.Access, 0, len(elsewhere))
+	for _, dep := range elsewhere {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(plumbv1.GroupVersion.WithKind("App"))
+		u.SetNamespace(dep.Namespace)
+		u.SetName(dep.Name)
+		accesses = append(accesses, ssa.Access{Verb: "get", Object: u})
+	}
+	denied, err := applier.Denied(ctx, impersonation.Username(app.Namespace, sa), accesses)
+	if err != nil {
+		return "could not ask whether the App may read the Apps it depends on in other namespaces: " + err.Error(), true
+	}
+	if len(denied) > 0 {
+		return "spec.dependsOn names Apps in other namespaces that the App's ServiceAccount may not read: " + strings.Join(denied, "; "), true
+	}
+	return "", false
 }
 
 // notReadyAtRevision says why an App is not Ready at its current revision
 // ("" when it is): Ready True for its current generation, and the last
-// revision read applied.
-func notReadyAtRevision(app *plumbv1.App) string {
+// revision read applied. The dependency's own message is quoted only for
+// an App of the same namespace: an App elsewhere learns its reason, not
+// what its objects are called or why they failed.
+func notReadyAtRevision(app *plumbv1.App, sameNamespace bool) string {
 	ready := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
 	switch {
 	case ready == nil:
 		return "has not ticked yet"
+	case ready.Status != metav1.ConditionTrue && !sameNamespace:
+		return fmt.Sprintf("is not Ready (%s)", ready.Reason)
 	case ready.Status != metav1.ConditionTrue:
 		return fmt.Sprintf("is not Ready (%s: %s)", ready.Reason, truncate(ready.Message, 200))
 	case ready.ObservedGeneration != app.Generation || app.Status.ObservedGeneration != app.Generation:
 		return "has a spec it has not applied yet"
+	case (app.Status.LastAppliedRevision == "" || app.Status.LastAppliedRevision != app.Status.LastAttemptedRevision) && !sameNamespace:
+		return "has not applied its current revision yet"
 	case app.Status.LastAppliedRevision == "" || app.Status.LastAppliedRevision != app.Status.LastAttemptedRevision:
 		return fmt.Sprintf("has not applied its current revision %s yet", app.Status.LastAttemptedRevision)
 	}
@@ -133,20 +201,23 @@ func notReadyAtRevision(app *plumbv1.App) string {
 }
 
 // dependencyCycle is a path of spec.dependsOn from start back to start
-// (start first and last), nil when there is none. It walks the App cache,
-// at most maxDependencyWalk Apps.
-func (r *Reconciler) dependencyCycle(ctx context.Context, start types.NamespacedName) []types.NamespacedName {
+// (start first and last), nil when there is none. It walks the App cache
+// (without copying Apps), at most maxDependencyWalk Apps: complete is false
+// when it stopped there.
+func (r *Reconciler) dependencyCycle(ctx context.Context, start types.NamespacedName) (cycle []types.NamespacedName, complete bool) {
 	visited := map[types.NamespacedName]bool{}
 	var path []types.NamespacedName
+	complete = true
 	var walk func(key types.NamespacedName) bool
 	walk = func(key types.NamespacedName) bool {
 		if len(visited) >= maxDependencyWalk {
+			complete = false
 			return false
 		}
 		visited[key] = true
 		path = append(path, key)
 		app := &plumbv1.App{}
-		if err := r.Client.Get(ctx, key, app); err == nil {
+		if err := r.Client.Get(ctx, key, app, client.UnsafeDisableDeepCopy); err == nil {
 			for _, dep := range dependenciesOf(app) {
 				if dep == start {
 					path = append(path, start)
@@ -161,7 +232,7 @@ func (r *Reconciler) dependencyCycle(ctx context.Context, start types.Namespaced
 		return false
 	}
 	if walk(start) {
-		return path
+		return path, true
 	}
-	return nil
+	return nil, complete
 }

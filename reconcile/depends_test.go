@@ -2,9 +2,11 @@ package reconcile
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,15 +50,17 @@ func TestAnAppWaitsForTheAppsItDependsOnAndRefusesACycle(t *testing.T) {
 	})
 	h := newHarness(t)
 
-	t.Run("a dependency that does not exist, and one that has not ticked: nothing applied", func(t *testing.T) {
+	t.Run("a dependency that does not exist, and one that has not ticked: nothing observed or applied", func(t *testing.T) {
 		h.counter.Reset()
 		app := h.tick(t, b, queue.TriggerTimer)
 		wantCondition(t, app, plumbv1.ConditionReady, metav1.ConditionFalse, plumbv1.ReasonDependencyNotReady,
 			"App "+a.Namespace+"/missing does not exist", "App "+a.String()+" has not ticked yet")
 		wantCondition(t, app, plumbv1.ConditionReconciling, metav1.ConditionTrue, plumbv1.ReasonDependencyNotReady)
 		wantCondition(t, app, plumbv1.ConditionStalled, metav1.ConditionFalse, plumbv1.ReasonDependencyNotReady)
-		if app.Status.Inventory != nil || app.Status.LastAttemptedRevision != "" {
-			t.Errorf("B read or applied: inventory %+v, revision %q", app.Status.Inventory, app.Status.LastAttemptedRevision)
+		// It read the revision it waits to apply, and applied nothing.
+		if app.Status.Inventory != nil || app.Status.LastAttemptedRevision == "" || app.Status.LastAppliedRevision != "" {
+			t.Errorf("inventory %+v, attempted %q, applied %q; want nothing applied, the revision read", app.Status.Inventory,
+				app.Status.LastAttemptedRevision, app.Status.LastAppliedRevision)
 		}
 		if err := c.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: "from-b"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
 			t.Errorf("B's ConfigMap: %v, want not found", err)
@@ -85,8 +89,23 @@ func TestAnAppWaitsForTheAppsItDependsOnAndRefusesACycle(t *testing.T) {
 		cycle := a.String() + " → " + b.String() + " → " + a.String()
 		wantCondition(t, app, plumbv1.ConditionReady, metav1.ConditionFalse, plumbv1.ReasonDependencyCycle, cycle)
 		wantCondition(t, app, plumbv1.ConditionStalled, metav1.ConditionTrue, plumbv1.ReasonDependencyCycle)
-		wantCondition(t, h.tick(t, b, queue.TriggerTimer), plumbv1.ConditionReady, metav1.ConditionFalse, plumbv1.ReasonDependencyCycle,
-			b.String()+" → "+a.String()+" → "+b.String())
+		// B applied its current revision before the cycle formed: a tick of
+		// what it applied is not held, so it stays Ready.
+		ready(t, h.tick(t, b, queue.TriggerTimer))
+	})
+
+	t.Run("an App of another namespace learns a dependency's reason, not its message", func(t *testing.T) {
+		other := client.ObjectKeyFromObject(newApp(t, repoB, func(app *plumbv1.App) {
+			app.Spec.DependsOn = []plumbv1.AppReference{{Name: a.Name, Namespace: a.Namespace}}
+		}))
+		h := newHarness(t)
+		ready := condition(t, h.tick(t, other, queue.TriggerTimer), plumbv1.ConditionReady)
+		if want := "App " + a.String() + " is not Ready (DependencyCycle)"; ready.Reason != plumbv1.ReasonDependencyNotReady || !strings.Contains(ready.Message, want) {
+			t.Errorf("Ready %s: %s; want DependencyNotReady with %q", ready.Reason, ready.Message, want)
+		}
+		if strings.Contains(ready.Message, "→") {
+			t.Errorf("the message %q quotes the other namespace's App", ready.Message)
+		}
 	})
 
 	t.Run("with cross-namespace references forbidden, a dependency in another namespace is refused", func(t *testing.T) {
@@ -99,8 +118,42 @@ func TestAnAppWaitsForTheAppsItDependsOnAndRefusesACycle(t *testing.T) {
 		if !queue.IsTerminal(err) {
 			t.Errorf("tick error %v, want a terminal one", err)
 		}
-		wantCondition(t, getApp(t, b), plumbv1.ConditionReady, metav1.ConditionFalse, plumbv1.ReasonDependencyNotReady,
+		wantCondition(t, getApp(t, b), plumbv1.ConditionReady, metav1.ConditionFalse, plumbv1.ReasonDependencyNotAllowed,
 			"kube-system/platform in another namespace", "--no-cross-namespace")
+		wantCondition(t, getApp(t, b), plumbv1.ConditionStalled, metav1.ConditionTrue, plumbv1.ReasonDependencyNotAllowed)
+	})
+
+	t.Run("an App acting as a ServiceAccount depends on another namespace's App only if it may read it", func(t *testing.T) {
+		tenant := client.ObjectKeyFromObject(newApp(t, repoB, func(app *plumbv1.App) {
+			app.Spec.ServiceAccountName = "deployer"
+			app.Spec.DependsOn = []plumbv1.AppReference{{Name: a.Name, Namespace: a.Namespace}}
+		}))
+		serviceAccount(t, tenant.Namespace, "deployer", allVerbs...)
+		h := newHarness(t)
+		eventually(t, func() bool { // the ServiceAccount, as the impersonation cache sees it
+			_, err := h.r.Identities.For(ctx, tenant, "deployer")
+			return err == nil
+		})
+		_, err := h.r.Tick(ctx, tenant, queue.TriggerTimer)
+		if err == nil || queue.IsTerminal(err) {
+			t.Errorf("tick error %v, want one retried with backoff (RBAC may change)", err)
+		}
+		user := "system:serviceaccount:" + tenant.Namespace + ":deployer"
+		wantCondition(t, getApp(t, tenant), plumbv1.ConditionReady, metav1.ConditionFalse, plumbv1.ReasonDependencyNotAllowed,
+			`apps.plumb.dev "app" is forbidden: User "`+user+`" cannot get resource "apps"`)
+
+		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: "read-apps-" + tenant.Namespace},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"plumb.dev"}, Resources: []string{"apps"}, Verbs: []string{"get"}}}}
+		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: a.Namespace, Name: role.Name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: tenant.Namespace, Name: "deployer"}}}
+		for _, obj := range []client.Object{role, binding} {
+			if err := c.Create(ctx, obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		wantCondition(t, h.tick(t, tenant, queue.TriggerTimer), plumbv1.ConditionReady, metav1.ConditionFalse, plumbv1.ReasonDependencyNotReady,
+			"App "+a.String()+" is not Ready (DependencyCycle)")
 	})
 }
 

@@ -23,11 +23,19 @@ import (
 // its own failure domain (reason HealthCheckFailed), for metrics and logs.
 const PhaseHealth Phase = "health"
 
-// ObjectChanged asks for a tick of the App because something a tick must
-// diff changed: one of its objects (an informer event), or an App it
-// depends on.
+// ObjectChanged asks for a tick of the App because one of its objects
+// changed in a way a tick must diff (an informer event).
 func (r *Reconciler) ObjectChanged(key types.NamespacedName) {
-	r.memory.mark(key, true, false)
+	r.memory.mark(key, enqueueMarks{full: true})
+	if r.Enqueue != nil {
+		r.Enqueue(key)
+	}
+}
+
+// DependencyChanged asks for a tick of the App because an App it depends
+// on changed: was created or deleted, or changed its readiness.
+func (r *Reconciler) DependencyChanged(key types.NamespacedName) {
+	r.memory.mark(key, enqueueMarks{dependency: true})
 	if r.Enqueue != nil {
 		r.Enqueue(key)
 	}
@@ -38,17 +46,18 @@ func (r *Reconciler) ObjectChanged(key types.NamespacedName) {
 // else asks for a tick meanwhile, the App's next tick only re-assesses
 // health from the cache, reading neither Git nor the API server.
 func (r *Reconciler) HealthChanged(key types.NamespacedName) {
-	r.memory.mark(key, false, true)
+	r.memory.mark(key, enqueueMarks{health: true})
 	if r.Enqueue != nil {
 		r.Enqueue(key)
 	}
 }
 
 // healthOnly reports whether this tick only re-assesses health: an event
-// brought it forward, only health changes asked for it, and nothing about
-// the App itself (its spec, a sync request) asks for more.
+// brought it forward, only health changes (or a health deadline) asked for
+// it, and nothing about the App itself (its spec, a sync request) asks for
+// more.
 func healthOnly(trigger queue.Trigger, cause string, marks enqueueMarks) bool {
-	return trigger == queue.TriggerEvent && cause == TriggerDrift && marks.health && !marks.full
+	return trigger == queue.TriggerEvent && cause == TriggerDrift && marks.health && !marks.full && !marks.dependency
 }
 
 // reassess is a tick that only re-assesses health from the cache: it
@@ -65,6 +74,9 @@ func (r *Reconciler) reassess(app *plumbv1.App, log *zap.Logger) {
 	verdict, newlyFailed := r.settleHealth(app, outcome, false)
 	if newlyFailed {
 		r.metrics().ObservePhaseFailure(string(PhaseHealth), plumbv1.ReasonHealthCheckFailed)
+	}
+	if outcome != nil {
+		r.notifyOutcome(app, nil) // the revision's outcome, now that health decided it
 	}
 	r.metrics().ObservePhase(string(PhaseHealth), r.now().Sub(start))
 	log.Debug("Assessed health", zap.String("phase", string(PhaseHealth)), zap.String("revision", app.Status.LastAppliedRevision),
@@ -94,19 +106,17 @@ func (r *Reconciler) settleHealth(app *plumbv1.App, outcome *appliedOutcome, cha
 	case health.Healthy:
 		setConditionStatus(app, plumbv1.ConditionHealthy, metav1.ConditionTrue, plumbv1.ReasonHealthy,
 			fmt.Sprintf("all %d objects are Current", summary.Current), now)
-		r.memory.setHealthDue(key, time.Time{})
 		if previousHealthy != nil && previousHealthy.Status != metav1.ConditionTrue {
 			r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonHealthy, "all %d objects are Current", summary.Current)
 		}
 	case health.Progressing:
 		setConditionStatus(app, plumbv1.ConditionHealthy, metav1.ConditionUnknown, plumbv1.ReasonProgressing, message, now)
-		r.memory.setHealthDue(key, deadline)
+		r.memory.addHealthDue(key, deadline)
 		if r.EnqueueAfter != nil {
 			r.EnqueueAfter(key, deadline.Sub(now))
 		}
 	default:
 		setConditionStatus(app, plumbv1.ConditionHealthy, metav1.ConditionFalse, plumbv1.ReasonHealthCheckFailed, message, now)
-		r.memory.setHealthDue(key, time.Time{})
 	}
 	if outcome == nil {
 		return verdict, false
@@ -136,11 +146,12 @@ func (r *Reconciler) settleHealth(app *plumbv1.App, outcome *appliedOutcome, cha
 
 // keepDriftConflict makes Ready False while the Drifted condition says a
 // field is left to another manager: what is live is not what Git says,
-// never a silent green.
+// never a silent green, nor a Progressing; only a failed health check
+// (already False) keeps its own reason.
 func keepDriftConflict(app *plumbv1.App, now time.Time) {
 	ready := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
 	drift := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionDrifted)
-	if ready != nil && ready.Status == metav1.ConditionTrue && drift != nil && drift.Status == metav1.ConditionTrue && drift.Reason == "DriftConflict" {
+	if ready != nil && ready.Reason != plumbv1.ReasonHealthCheckFailed && drift != nil && drift.Status == metav1.ConditionTrue && drift.Reason == "DriftConflict" {
 		setCondition(app, plumbv1.ConditionReady, false, "DriftConflict", drift.Message, now)
 	}
 }
@@ -169,6 +180,10 @@ func (r *Reconciler) assess(app *plumbv1.App) []health.Object {
 		var result health.Result
 		switch {
 		case rv != "" && written != (health.Result{}) && (err != nil || cached == nil || olderThan(cached.GetResourceVersion(), rv)):
+			// plumb's write, not in the cache yet: of a kind whose CRD came
+			// with this very apply (no informer yet, until the next tick),
+			// created, or changed (a deletion since would be an event, and
+			// a whole tick).
 			result = written
 		case err != nil:
 			result = health.Result{Status: health.Unknown, Message: "not observed: " + err.Error()}

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -16,8 +17,24 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/compact"
+	"github.com/plumb-dev/plumb/health"
 	"github.com/plumb-dev/plumb/queue"
 )
+
+// staleObjectObserver serves one object as it was (a cache that has not seen
+// plumb's write of it yet).
+type staleObjectObserver struct {
+	Observer
+	stale *compact.Object
+}
+
+func (o staleObjectObserver) Get(gvk schema.GroupVersionKind, namespace, name string) (*compact.Object, error) {
+	if gvk == o.stale.GroupVersionKind() && namespace == o.stale.GetNamespace() && name == o.stale.GetName() {
+		return o.stale, nil
+	}
+	return o.Observer.Get(gvk, namespace, name)
+}
 
 // healthWidgetGVK is a custom kind with a status subresource whose controller
 // the tests play: they write its status as an operator would.
@@ -164,8 +181,8 @@ func TestAStatusChangeOfAnObjectReassessesHealthWithoutGitOrAPIRequests(t *testi
 		if got := app.Status.Health; got.InProgress != 1 || got.WaitingSince == nil || len(got.Unhealthy) != 1 || got.Unhealthy[0].Message != "warming up" {
 			t.Errorf("status.health %+v", got)
 		}
-		if after := time.Duration(h.after.Load()); after <= 0 || after > plumbv1.DefaultHealthTimeout {
-			t.Errorf("the tick at the health timeout was asked for in %s, want within %s", after, plumbv1.DefaultHealthTimeout)
+		if after := time.Duration(h.after.Load()); after < plumbv1.DefaultHealthTimeout || after > plumbv1.DefaultHealthTimeout+time.Second {
+			t.Errorf("the tick at the health timeout was asked for in %s, want %s after the wait began (rounded up to the second)", after, plumbv1.DefaultHealthTimeout)
 		}
 	})
 
@@ -183,16 +200,31 @@ func TestAStatusChangeOfAnObjectReassessesHealthWithoutGitOrAPIRequests(t *testi
 		}
 	})
 
-	t.Run("an event tick without a health mark is a whole tick", func(t *testing.T) {
-		// A re-assessment needs the health mark; the drift events of the
-		// same informers (ObjectChanged) make a whole event tick.
-		h.r.ObjectChanged(key)
+	t.Run("a re-assessment is no tick; a health mark with a drift mark makes a whole one", func(t *testing.T) {
+		before := getApp(t, key)
+		h.r.HealthChanged(key)
 		h.counter.Reset()
-		app := h.tick(t, key, queue.TriggerEvent)
-		if got := h.counter.Take(); len(got) != 0 {
-			t.Errorf("requests %q: an unchanged event tick needs none", got)
+		_, err := h.r.Tick(context.Background(), key, queue.TriggerEvent)
+		if !errors.Is(err, queue.KeepSchedule) {
+			t.Errorf("a re-assessment returned %v, want queue.KeepSchedule (the retry or timer stays as it was)", err)
 		}
-		ready(t, app)
+		if got := h.counter.Take(); len(got) != 0 {
+			t.Errorf("requests %q: a re-assessment that changes nothing writes nothing, not even a heartbeat", got)
+		}
+		if after := getApp(t, key); after.ResourceVersion != before.ResourceVersion {
+			t.Errorf("the App was written")
+		}
+		// Both marks: the drift wins, and the tick is a whole one (its
+		// times move, Diff included).
+		h.r.HealthChanged(key)
+		h.r.ObjectChanged(key)
+		started := time.Now()
+		if _, err := h.r.Tick(context.Background(), key, queue.TriggerEvent); err != nil {
+			t.Fatal(err)
+		}
+		if last, ok := h.r.LastSuccess(key); !ok || last.Before(started) {
+			t.Errorf("the tick with a drift mark did not run the phases (last success %s, the tick began %s)", last, started)
+		}
 	})
 }
 
@@ -210,14 +242,22 @@ func TestHealthTimeoutFailureAndWaitFalse(t *testing.T) {
 	t.Run("an apply that changes an object starts a wait, from the apply's own answer", func(t *testing.T) {
 		pushed(t, w, map[string]string{"deploy/widget.yaml": healthWidgetYAML("2")})
 		// A new generation that its operator has not observed yet:
-		// InProgress, whatever the cache holds of the version before.
-		app := h.tick(t, key, queue.TriggerTimer)
-		wantCondition(t, app, plumbv1.ConditionReady, metav1.ConditionUnknown, plumbv1.ReasonProgressing, "Widget.health.plumb.dev/"+key.Namespace+"/w InProgress")
-		if got := app.Status.Health.WaitingSince; got == nil || !got.Time.Equal(clock.Now().Truncate(time.Second)) {
-			t.Errorf("waiting since %v, want the apply's time %s", got, clock.Now())
+		// InProgress, whatever the cache holds of the version before — here
+		// a cache that lags, and still serves the Current version before.
+		before, err := h.r.Observer.Get(healthWidgetGVK, key.Namespace, "w")
+		if err != nil || before == nil || before.Health().Status != health.Current {
+			t.Fatalf("the cached Widget %v (%v), want it Current", before, err)
 		}
-		if after := time.Duration(h.after.Load()); after <= 0 || after > time.Minute {
-			t.Errorf("the tick at the health timeout was asked for in %s, want within 1m", after)
+		observer := h.r.Observer
+		h.r.Observer = staleObjectObserver{Observer: observer, stale: before}
+		app := h.tick(t, key, queue.TriggerTimer)
+		h.r.Observer = observer
+		wantCondition(t, app, plumbv1.ConditionReady, metav1.ConditionUnknown, plumbv1.ReasonProgressing, "Widget.health.plumb.dev/"+key.Namespace+"/w InProgress")
+		if got := app.Status.Health.WaitingSince; got == nil || got.Time.Before(clock.Now()) || got.Time.Sub(clock.Now()) >= time.Second {
+			t.Errorf("waiting since %v, want the apply's time %s rounded up to the second", got, clock.Now())
+		}
+		if after := time.Duration(h.after.Load()); after < time.Minute || after > time.Minute+time.Second {
+			t.Errorf("the tick at the health timeout was asked for in %s, want 1m after the wait began (rounded up to the second)", after)
 		}
 	})
 

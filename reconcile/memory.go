@@ -63,9 +63,10 @@ type appMemory struct {
 	// lastSuccess is when the App's last successful tick ended.
 	lastSuccess time.Time
 	// pending says why the App was enqueued since its last tick began (see
-	// enqueueMarks); healthDue is when its health timeout passes.
+	// enqueueMarks); healthDue are the health deadlines a tick was asked
+	// for at.
 	pending   enqueueMarks
-	healthDue time.Time
+	healthDue []time.Time
 	// applied is what the App's last full tick in this term applied, when
 	// it succeeded: a health assessment alone may then settle Ready.
 	applied *appliedOutcome
@@ -596,7 +597,7 @@ func (m *memory) newTerm() {
 		a.fieldDrifts = map[objectID]map[string][]fieldChange{}
 		a.conflicts = map[objectID]*objectConflicts{}
 		a.driftNotified, a.revisionSent = false, sentRevision{}
-		a.applied, a.pending, a.healthDue = nil, enqueueMarks{}, time.Time{}
+		a.applied, a.pending, a.healthDue = nil, enqueueMarks{}, nil
 	}
 }
 

@@ -8,13 +8,18 @@ import (
 	"github.com/plumb-dev/plumb/health"
 )
 
-// enqueueMarks say why an App was enqueued: full, for a change a tick must
-// diff (an object changed, a dependency became Ready); health, for a change
-// of an object's health alone. An event tick with only the health mark
-// re-assesses health and reads neither Git nor the API server.
+// enqueueMarks say why an App was enqueued: full, for a change of one of
+// its objects that a tick must diff; dependency, for a change of an App it
+// depends on; health, for a change of an object's health alone. An event
+// tick with only the health mark re-assesses health and reads neither Git
+// nor the API server.
 type enqueueMarks struct {
-	full, health bool
+	full, dependency, health bool
 }
+
+// maxDeadlines bounds the health deadlines remembered per App (a deadline
+// forgotten makes its tick a whole one: harmless).
+const maxDeadlines = 8
 
 // appliedOutcome is what a successful full tick applied: at which
 // generation and revision, and the Ready message it would give were every
@@ -26,34 +31,50 @@ type appliedOutcome struct {
 }
 
 // mark records why the App was enqueued.
-func (m *memory) mark(key types.NamespacedName, full, healthOnly bool) {
+func (m *memory) mark(key types.NamespacedName, marks enqueueMarks) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a := m.app(key)
-	a.pending.full = a.pending.full || full
-	a.pending.health = a.pending.health || healthOnly
+	a.pending.full = a.pending.full || marks.full
+	a.pending.dependency = a.pending.dependency || marks.dependency
+	a.pending.health = a.pending.health || marks.health
 }
 
-// takeMarks returns and clears why the App was enqueued; a health timeout
-// that has passed counts as a health mark.
+// takeMarks returns and clears why the App was enqueued: a health deadline
+// that has passed counts as a health mark (the tick asked for at it is a
+// re-assessment, also when its wait ended sooner).
 func (m *memory) takeMarks(key types.NamespacedName, now time.Time) enqueueMarks {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a := m.app(key)
 	marks := a.pending
 	a.pending = enqueueMarks{}
-	if !a.healthDue.IsZero() && !now.Before(a.healthDue) {
-		marks.health = true
-		a.healthDue = time.Time{}
+	kept := a.healthDue[:0]
+	for _, due := range a.healthDue {
+		if now.Before(due) {
+			kept = append(kept, due)
+		} else {
+			marks.health = true
+		}
 	}
+	a.healthDue = kept
 	return marks
 }
 
-// setHealthDue records when the App's health timeout passes (zero: none).
-func (m *memory) setHealthDue(key types.NamespacedName, at time.Time) {
+// addHealthDue records a health deadline at which a tick was asked for.
+func (m *memory) addHealthDue(key types.NamespacedName, at time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.app(key).healthDue = at
+	a := m.app(key)
+	for _, due := range a.healthDue {
+		if due.Equal(at) {
+			return
+		}
+	}
+	if len(a.healthDue) >= maxDeadlines {
+		a.healthDue = a.healthDue[1:]
+	}
+	a.healthDue = append(a.healthDue, at)
 }
 
 // setApplied records what the App's last full tick applied (nil: it failed).

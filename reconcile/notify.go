@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -168,10 +169,16 @@ func (r *Reconciler) notifyOutcome(app *plumbv1.App, err error) {
 		if ready == nil {
 			return
 		}
-		if ready.Status == "True" {
+		switch {
+		case ready.Status == metav1.ConditionTrue:
 			e = r.event(app, plumbv1.EventRevisionSucceeded, revision)
 			e.Message = fmt.Sprintf("App %s/%s is Ready at %s", app.Namespace, app.Name, shortRevision(revision))
-		} else {
+		case ready.Reason == plumbv1.ReasonProgressing:
+			// Applied; its objects are still rolling out (the health
+			// re-assessment tells the outcome).
+			e = r.event(app, plumbv1.EventRevisionPending, revision)
+			e.Message = fmt.Sprintf("plumb applied %s to App %s/%s and waits for its objects to become healthy", shortRevision(revision), app.Namespace, app.Name)
+		default:
 			e = r.event(app, plumbv1.EventRevisionFailed, revision)
 			e.Reason = ready.Reason
 			e.Message = fmt.Sprintf("App %s/%s is not Ready at %s: %s", app.Namespace, app.Name, shortRevision(revision), ready.Reason)

@@ -93,3 +93,38 @@ func TestRevisionEventsAreToldOncePerChange(t *testing.T) {
 		}
 	}
 }
+
+// A revision applied while its objects still roll out stays pending; the
+// health assessment then tells its outcome: succeeded once healthy, failed
+// (HealthCheckFailed) when the check fails.
+func TestARevisionRollingOutIsPendingUntilHealthDecides(t *testing.T) {
+	n := &recordingNotifier{}
+	r := &Reconciler{Notifier: n}
+	app := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"},
+		Spec: plumbv1.AppSpec{Source: plumbv1.Source{URL: "https://git.example.com/team/web.git"}}}
+	a, b := "main@sha1:"+strings.Repeat("a", 40), "main@sha1:"+strings.Repeat("b", 40)
+	ready := func(status metav1.ConditionStatus, reason string) {
+		app.Status.Conditions = []metav1.Condition{{Type: plumbv1.ConditionReady, Status: status, Reason: reason}}
+	}
+	r.notifyPending(app, a)
+	app.Status.LastAppliedRevision, app.Status.LastAttemptedRevision = a, a
+	ready(metav1.ConditionUnknown, plumbv1.ReasonProgressing)
+	r.notifyOutcome(app, nil) // the tick that applied a
+	r.notifyOutcome(app, nil) // a re-assessment: still rolling out
+	ready(metav1.ConditionTrue, plumbv1.ReasonSucceeded)
+	r.notifyOutcome(app, nil) // healthy
+	r.notifyPending(app, b)
+	app.Status.LastAppliedRevision, app.Status.LastAttemptedRevision = b, b
+	ready(metav1.ConditionUnknown, plumbv1.ReasonProgressing)
+	r.notifyOutcome(app, nil)
+	ready(metav1.ConditionFalse, plumbv1.ReasonHealthCheckFailed)
+	r.notifyOutcome(app, nil) // the health timeout passed
+
+	want := "RevisionPending@a RevisionSucceeded@a RevisionPending@b RevisionFailed@b"
+	if got := n.kinds(); got != want {
+		t.Errorf("told %q, want %q", got, want)
+	}
+	if last := n.events[len(n.events)-1]; last.Reason != plumbv1.ReasonHealthCheckFailed {
+		t.Errorf("the failure's reason %q, want HealthCheckFailed", last.Reason)
+	}
+}

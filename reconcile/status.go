@@ -77,7 +77,13 @@ func setConditionStatus(app *plumbv1.App, condType string, s metav1.ConditionSta
 // heartbeatEvery) — when the tick started from the very App that plumb
 // last wrote; a copy plumb cannot vouch for (after a restart, or after
 // someone else wrote the App) is written over, so no stale field survives.
-func (r *Reconciler) writeStatus(ctx context.Context, original, app *plumbv1.App, log *zap.Logger) {
+//
+// onlyIfChanged (a re-assessment of health) writes only a status that
+// changed, and does not count towards the heartbeat.
+func (r *Reconciler) writeStatus(ctx context.Context, original, app *plumbv1.App, onlyIfChanged bool, log *zap.Logger) {
+	if onlyIfChanged && equality.Semantic.DeepEqual(original.Status, app.Status) {
+		return
+	}
 	key := client.ObjectKeyFromObject(app)
 	log = log.With(zap.String("phase", "status"), zap.String("revision", app.Status.LastAttemptedRevision))
 	heartbeat := original.ResourceVersion == r.memory.appRV(key) && sameButTimes(original.Status, app.Status)

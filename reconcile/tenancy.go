@@ -29,7 +29,8 @@ type Policy struct {
 	DefaultServiceAccount string
 	// NoCrossNamespace refuses, in the Read phase, a render that places a
 	// namespaced object outside the App's namespace or holds a
-	// cluster-scoped object.
+	// cluster-scoped object, and a spec.dependsOn on an App of another
+	// namespace.
 	NoCrossNamespace bool
 	// AllowFileSources lets Apps read file:// repositories, which are on the
 	// controller's own disk.

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -127,7 +128,10 @@ func (r *Reconciler) IsOwnWrite(obj *compact.Object) bool {
 // read instead of asking Git.
 func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger queue.Trigger) (time.Duration, error) {
 	log := r.Log.With(zap.String("app", key.String()), zap.String("tick", tickID()))
-	app, err := r.getApp(ctx, key)
+	marks := r.memory.takeMarks(key, r.now())
+	// A re-assessment of health waits for the App cache to catch up with
+	// plumb's last write of the App rather than read it from the API server.
+	app, err := r.getApp(ctx, key, trigger == queue.TriggerEvent && marks.health && !marks.full && !marks.dependency)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Observer.Release(key)
@@ -145,7 +149,7 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 	if !app.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, app, log)
 	}
-	cause := r.triggerOf(app, trigger)
+	cause := r.triggerOf(app, trigger, marks)
 	log = log.With(zap.String("trigger", cause))
 	if !slices.Contains(app.Finalizers, plumbv1.Finalizer) {
 		patch := client.MergeFrom(app.DeepCopy())
@@ -157,7 +161,8 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 	}
 
 	original := app.DeepCopy()
-	defer r.writeStatus(ctx, original, app, log)
+	onlyIfChanged := false // a re-assessment writes nothing when nothing changed, not even a heartbeat
+	defer func() { r.writeStatus(ctx, original, app, onlyIfChanged, log) }()
 
 	if app.Spec.Suspend {
 		app.Status.LastHandledSyncRequest = app.Annotations[plumbv1.AnnotationSyncRequestedAt]
@@ -166,25 +171,32 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 		return interval, nil
 	}
 
-	if healthOnly(trigger, cause, r.memory.takeMarks(key, r.now())) {
+	if healthOnly(trigger, cause, marks) {
+		onlyIfChanged = true
 		r.reassess(app, log)
-		return interval, nil
-	}
-	if waiting, err := r.waitForDependencies(ctx, app, log); waiting {
-		return interval, err
+		return interval, queue.KeepSchedule // not a tick's outcome: the retry or timer stays as it was
 	}
 
 	tickCtx, cancel := context.WithTimeout(ctx, app.Spec.TimeoutOrDefault())
 	defer cancel()
 	r.metrics().ObserveSync(cause)
 	start := r.now()
+	previousRevision, previousGeneration := app.Status.LastAppliedRevision, app.Status.ObservedGeneration
 	changes, err := r.run(tickCtx, app, trigger, log)
+	var waiting *dependencyWait
+	if errors.As(err, &waiting) {
+		r.memory.setApplied(key, nil) // Ready says it waits: a re-assessment must not say otherwise
+		return interval, waiting.queueErr
+	}
 	outcome := r.recordOutcome(app, changes, err, start, log)
 	r.memory.setApplied(key, outcome)
 	verdict := health.Healthy
 	if outcome != nil {
 		healthStart := r.now()
-		verdict, _ = r.settleHealth(app, outcome, changedObjects(changes))
+		// A new revision or spec that changed objects starts a new wait; a
+		// heal or a prune does not postpone the one under way.
+		newWait := changedObjects(changes) && (previousRevision != app.Status.LastAppliedRevision || previousGeneration != app.Generation)
+		verdict, _ = r.settleHealth(app, outcome, newWait)
 		r.metrics().ObservePhase(string(PhaseHealth), r.now().Sub(healthStart))
 	}
 	r.notifyOutcome(app, err)
@@ -216,18 +228,37 @@ func (r *Reconciler) LastSuccess(key types.NamespacedName) (time.Time, bool) {
 
 // getApp reads the App from the cache, or from the API server when the
 // cache has not caught up with plumb's own last write to it: a tick never
-// starts from a status older than the one the last tick wrote.
-func (r *Reconciler) getApp(ctx context.Context, key types.NamespacedName) (*plumbv1.App, error) {
+// starts from a status older than the one the last tick wrote. A patient
+// read first waits (up to catchUpTimeout) for the cache to catch up.
+func (r *Reconciler) getApp(ctx context.Context, key types.NamespacedName, patient bool) (*plumbv1.App, error) {
 	app := &plumbv1.App{}
 	if err := r.Client.Get(ctx, key, app); err != nil {
 		return nil, err
 	}
 	written := r.memory.appRV(key)
-	if written == "" || written == app.ResourceVersion || r.APIReader == nil {
+	current := func(app *plumbv1.App) bool {
+		if written == "" || written == app.ResourceVersion {
+			return true
+		}
+		cmp, err := resourceversion.CompareResourceVersion(app.ResourceVersion, written)
+		return err == nil && cmp > 0 // newer than plumb's write: someone changed the App since
+	}
+	if current(app) || r.APIReader == nil {
 		return app, nil
 	}
-	if cmp, err := resourceversion.CompareResourceVersion(app.ResourceVersion, written); err == nil && cmp > 0 {
-		return app, nil // newer than plumb's write: someone changed the App since
+	if patient {
+		caughtUp := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, catchUpTimeout, true, func(ctx context.Context) (bool, error) {
+			if err := r.Client.Get(ctx, key, app); err != nil {
+				return false, err
+			}
+			return current(app), nil
+		})
+		if caughtUp == nil {
+			return app, nil
+		}
+		if apierrors.IsNotFound(caughtUp) {
+			return nil, caughtUp
+		}
 	}
 	fresh := &plumbv1.App{}
 	if err := r.APIReader.Get(ctx, key, fresh); err != nil {
@@ -304,6 +335,15 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 				displayPath(app.Spec.Source.Path), revision, inventoryLen(app))}
 	}
 
+	// Before the render is prepared: a kind it needs may come with a
+	// dependency (its CRD).
+	applier, err := r.applierFor(ctx, app)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.gateOnDependencies(ctx, app, applier, revision, log); err != nil {
+		return nil, err
+	}
 	desired, kinds, err := r.prepare(app, result)
 	if err != nil {
 		return nil, err
@@ -313,10 +353,6 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 	}
 	markSuccess(app, PhaseRead, r.now())
 	r.notifyPending(app, revision)
-	applier, err := r.applierFor(ctx, app)
-	if err != nil {
-		return nil, err
-	}
 
 	// Observe.
 	live, err := r.observe(ctx, key, app, desired, kinds, log.With(zap.String("phase", string(PhaseObserve))))

@@ -15,17 +15,19 @@ const (
 	TriggerDrift   = "drift"   // one of the App's objects changed
 	TriggerManual  = "manual"  // the sync annotation, set by anyone but the receiver
 	TriggerSpec    = "spec"    // a new App, or a spec not tried yet
+	// TriggerDependency: an App in spec.dependsOn changed its readiness.
+	TriggerDependency = "dependency"
 )
 
 // Triggers lists every trigger, for metrics that create their series at zero.
-var Triggers = []string{TriggerTimer, TriggerWebhook, TriggerDrift, TriggerManual, TriggerSpec}
+var Triggers = []string{TriggerTimer, TriggerWebhook, TriggerDrift, TriggerManual, TriggerSpec, TriggerDependency}
 
 // triggerOf tells what asked for this tick of app, from the App itself and
 // the queue's word (timer or event). A spec that this controller has not
 // tried yet comes first, then an unanswered sync request; the timer and
 // events of the App's objects are what is left. Call it before the Read
 // phase records what it tried.
-func (r *Reconciler) triggerOf(app *plumbv1.App, queued queue.Trigger) string {
+func (r *Reconciler) triggerOf(app *plumbv1.App, queued queue.Trigger, marks enqueueMarks) string {
 	tried, known := r.memory.readGeneration(client.ObjectKeyFromObject(app))
 	if app.Status.ObservedGeneration != app.Generation && (!known || tried != app.Generation) {
 		return TriggerSpec
@@ -38,6 +40,9 @@ func (r *Reconciler) triggerOf(app *plumbv1.App, queued queue.Trigger) string {
 	}
 	if queued == queue.TriggerTimer {
 		return TriggerTimer
+	}
+	if marks.dependency && !marks.full {
+		return TriggerDependency
 	}
 	return TriggerDrift
 }

@@ -45,7 +45,7 @@ func TestTheTriggerOfATick(t *testing.T) {
 			if tt.tried > 0 {
 				r.memory.triedRead(client.ObjectKeyFromObject(tt.app), tt.tried)
 			}
-			if got := r.triggerOf(tt.app, tt.queue); got != tt.want {
+			if got := r.triggerOf(tt.app, tt.queue, enqueueMarks{}); got != tt.want {
 				t.Errorf("trigger %q, want %q", got, tt.want)
 			}
 		})

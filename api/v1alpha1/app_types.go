@@ -674,6 +674,10 @@ const (
 	ReasonDependencyNotReady = "DependencyNotReady"
 	// ReasonDependencyCycle: spec.dependsOn leads back to the App itself.
 	ReasonDependencyCycle = "DependencyCycle"
+	// ReasonDependencyNotAllowed: spec.dependsOn names an App of another
+	// namespace that the App may not read (--no-cross-namespace, or its
+	// ServiceAccount's RBAC), or reaches too many Apps.
+	ReasonDependencyNotAllowed = "DependencyNotAllowed"
 	// ReasonSuspended: the App is suspended.
 	ReasonSuspended = "Suspended"
 	// ReasonNotPruned is the Event that names the objects that left Git and

@@ -81,7 +81,7 @@ func newControllerCommand() *cobra.Command {
 	flags.Int64Var(&f.ReadLimits.MaxFileBytes, "max-file-bytes", f.ReadLimits.MaxFileBytes, "largest single file in bytes (0: no limit)")
 	flags.IntVar(&f.ReadLimits.MaxObjects, "max-objects", f.ReadLimits.MaxObjects, "largest number of objects one App may render (0: no limit)")
 	flags.StringVar(&f.Policy.DefaultServiceAccount, "default-service-account", "", "ServiceAccount, in each App's own namespace, that Apps naming none in spec.serviceAccountName act as (without it such Apps act with the controller's own rights)")
-	flags.BoolVar(&f.Policy.NoCrossNamespace, "no-cross-namespace", false, "refuse renders that place objects outside the App's namespace or hold cluster-scoped objects")
+	flags.BoolVar(&f.Policy.NoCrossNamespace, "no-cross-namespace", false, "refuse renders that place objects outside the App's namespace or hold cluster-scoped objects, and dependsOn on Apps of other namespaces")
 	flags.StringSliceVar(&f.blockedCIDRs, "notification-blocked-cidrs", defaultBlockedCIDRs(),
 		"address ranges no Notification's sink may be reached at (a tenant writes a Notification's address): by default the link-local ranges and the other addresses where clouds serve instance metadata, loopback (the controller's own ports) and the unspecified addresses; private ranges stay open")
 	flags.BoolVar(&f.Policy.AllowFileSources, "allow-file-sources", false, "let Apps read file:// repositories (from the controller's own disk)")

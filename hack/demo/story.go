@@ -68,11 +68,11 @@ func (s *story) tell(ctx context.Context, first string) error {
 	if err := s.waitReady(ctx, first); err != nil {
 		return err
 	}
-	s.n.say("Applied R1 (main@sha1:%.12s…) in %s: Namespace, Deployment, Service and two ConfigMaps", first, since(start))
 	if err := s.waitReplicas(ctx, 2); err != nil {
 		return err
 	}
-	s.n.say("Deployment shop/web is Available with 2/2 replicas (pods run on kwok's fake node)")
+	s.n.say("Applied R1 (main@sha1:%.12s…): Namespace, Deployment, Service and two ConfigMaps; Ready in %s, once Deployment shop/web was Available with 2/2 replicas (pods run on kwok's fake node): %s",
+		first, since(start), s.healthLine(ctx))
 
 	second, err := s.push("Scale to 3 and turn green", map[string]string{
 		"deploy/configmap.yaml":  strings.Replace(s.read("deploy/configmap.yaml"), "color: blue", "color: green", 1),
@@ -145,12 +145,76 @@ func (s *story) tell(ctx context.Context, first string) error {
 		return err
 	}
 	s.n.say("Pruned ConfigMap shop/banner in %s; the App is Ready at R3", since(start))
+
+	healthy := s.read("deploy/deployment.yaml")
+	fourth, err := s.push("Roll out a release that never becomes available", map[string]string{
+		"deploy/deployment.yaml": strings.Replace(healthy, "requests: {cpu: 50m,", `requests: {cpu: "1000",`, 1),
+	})
+	if err != nil {
+		return err
+	}
+	start = time.Now()
+	if err := sendPush(ctx, s.webhookAddr, s.webhookSecret, s.git.HTTPURL("shop.git"), fourth); err != nil {
+		return err
+	}
+	s.n.say("Pushed R4 (main@sha1:%.12s…): a rollout whose pods ask for 1000 CPUs; they stay Pending, as pods whose image does not exist never become ready (kwok pulls no images)", fourth)
+	failed, err := s.waitHealthCheckFailed(ctx, fourth)
+	if err != nil {
+		return err
+	}
+	s.n.say("Ready=False HealthCheckFailed %s after the push (healthTimeout 20s): %s", since(start), failed)
+
+	fifth, err := s.push("Roll back", map[string]string{"deploy/deployment.yaml": healthy})
+	if err != nil {
+		return err
+	}
+	start = time.Now()
+	if err := sendPush(ctx, s.webhookAddr, s.webhookSecret, s.git.HTTPURL("shop.git"), fifth); err != nil {
+		return err
+	}
+	s.n.say("Pushed R5 (main@sha1:%.12s…): rolled back to R3's Deployment", fifth)
+	if err := s.waitReady(ctx, fifth); err != nil {
+		return err
+	}
+	s.n.say("Ready again at R5 in %s: %s", since(start), s.healthLine(ctx))
 	return s.checkNoUnexpectedWarnings(ctx)
 }
 
+// healthLine is the App's Healthy condition in words.
+func (s *story) healthLine(ctx context.Context) string {
+	app := &plumbv1.App{}
+	if err := s.k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "shop"}, app); err != nil {
+		return err.Error()
+	}
+	cond := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionHealthy)
+	if cond == nil {
+		return "no Healthy condition"
+	}
+	return fmt.Sprintf("Healthy=%s (%s)", cond.Status, cond.Message)
+}
+
+// waitHealthCheckFailed waits until the App, at the commit hash, is
+// Ready=False with reason HealthCheckFailed, and returns its message.
+func (s *story) waitHealthCheckFailed(ctx context.Context, hash string) (string, error) {
+	message := ""
+	err := s.poll(ctx, "the App to fail its health check at "+hash, func() (bool, error) {
+		app := &plumbv1.App{}
+		if err := s.k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "shop"}, app); err != nil {
+			return false, nil
+		}
+		cond := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
+		if cond == nil || !strings.HasSuffix(app.Status.LastAppliedRevision, hash) {
+			return false, nil
+		}
+		message = cond.Message
+		return cond.Status == metav1.ConditionFalse && cond.Reason == plumbv1.ReasonHealthCheckFailed, nil
+	})
+	return message, err
+}
+
 // checkNoUnexpectedWarnings fails the demo if plumb recorded a Warning on
-// the App other than the drift the story caused: every step should have
-// converged at the first try.
+// the App other than the drift and the failed rollout the story caused:
+// every step should have converged at the first try.
 func (s *story) checkNoUnexpectedWarnings(ctx context.Context) error {
 	events := &corev1.EventList{}
 	if err := s.k8s.List(ctx, events, client.InNamespace("default")); err != nil {
@@ -158,7 +222,7 @@ func (s *story) checkNoUnexpectedWarnings(ctx context.Context) error {
 	}
 	var unexpected []string
 	for _, e := range events.Items {
-		if e.InvolvedObject.Kind == "App" && e.Type == corev1.EventTypeWarning && e.Reason != "DriftDetected" {
+		if e.InvolvedObject.Kind == "App" && e.Type == corev1.EventTypeWarning && e.Reason != "DriftDetected" && e.Reason != plumbv1.ReasonHealthCheckFailed {
 			unexpected = append(unexpected, e.Reason+": "+e.Message)
 		}
 	}
@@ -200,7 +264,7 @@ func (s *story) createApp(ctx context.Context) error {
 		Spec: plumbv1.AppSpec{Source: plumbv1.Source{
 			URL: s.git.HTTPURL("shop.git"), Ref: plumbv1.GitRef{Branch: "main"}, Path: "deploy",
 			SecretRef: &plumbv1.LocalObjectReference{Name: secret.Name},
-		}},
+		}, HealthTimeout: &metav1.Duration{Duration: 20 * time.Second}}, // the default, 5m, is long for a demo
 	})
 }
 

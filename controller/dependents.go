@@ -33,7 +33,9 @@ func dependentEvents(reader client.Reader, enqueue func(types.NamespacedName), l
 			return
 		}
 		for i := range list.Items {
-			enqueue(client.ObjectKeyFromObject(&list.Items[i]))
+			if waitsForDependencies(&list.Items[i]) {
+				enqueue(client.ObjectKeyFromObject(&list.Items[i]))
+			}
 		}
 	}
 	return toolscache.ResourceEventHandlerFuncs{
@@ -47,6 +49,22 @@ func dependentEvents(reader client.Reader, enqueue func(types.NamespacedName), l
 			}
 		},
 	}
+}
+
+// waitsForDependencies reports an App that may be waiting for the Apps it
+// depends on: its last tick stopped for them, or it has a spec not applied
+// yet. One that applied its current revision is not held by them, and
+// needs no tick when they change.
+func waitsForDependencies(app *plumbv1.App) bool {
+	ready := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
+	if ready == nil || app.Status.ObservedGeneration != app.Generation {
+		return true
+	}
+	switch ready.Reason {
+	case plumbv1.ReasonDependencyNotReady, plumbv1.ReasonDependencyCycle, plumbv1.ReasonDependencyNotAllowed:
+		return true
+	}
+	return false
 }
 
 // readinessChanged reports a change of what dependents wait for.

@@ -8,7 +8,6 @@ package health
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -96,41 +95,56 @@ const (
 // (Failed first, then in the order given), for the App's status.health.
 // WaitingSince is left for the caller (see Since).
 func Summarize(objects []Object) *plumbv1.HealthStatus {
-	s := &plumbv1.HealthStatus{}
-	var unhealthy []Object
+	var s Summary
 	for _, o := range objects {
-		switch o.Result.Status {
-		case Current:
-			s.Current++
-			continue
-		case InProgress:
-			s.InProgress++
-		case Failed:
-			s.Failed++
-		case Terminating:
-			s.Terminating++
-		case NotFound:
-			s.NotFound++
-		default:
-			s.Unknown++
-		}
-		unhealthy = append(unhealthy, o)
+		s.Add(o.Ref, o.Result)
 	}
-	slices.SortStableFunc(unhealthy, func(a, b Object) int {
-		return boolRank(b.Result.Status == Failed) - boolRank(a.Result.Status == Failed)
-	})
-	for _, o := range unhealthy[:min(len(unhealthy), maxListed)] {
-		s.Unhealthy = append(s.Unhealthy, plumbv1.UnhealthyObject{ObjectRef: o.Ref, Status: o.Result.Status.String(),
-			Message: truncate(o.Result.Message, maxMessage)})
-	}
-	return s
+	return s.Status()
 }
 
-func boolRank(b bool) int {
-	if b {
-		return 1
+// Summary adds objects up one at a time, keeping only the few it will
+// name: an App of thousands of healthy objects costs no copy of each.
+type Summary struct {
+	counts    plumbv1.HealthStatus
+	failed    []Object // at most maxListed
+	unhealthy []Object // not Failed, at most maxListed
+}
+
+// Add counts one object.
+func (s *Summary) Add(ref plumbv1.ObjectRef, r Result) {
+	switch r.Status {
+	case Current:
+		s.counts.Current++
+		return
+	case InProgress:
+		s.counts.InProgress++
+	case Failed:
+		s.counts.Failed++
+		if len(s.failed) < maxListed {
+			s.failed = append(s.failed, Object{Ref: ref, Result: r})
+		}
+		return
+	case Terminating:
+		s.counts.Terminating++
+	case NotFound:
+		s.counts.NotFound++
+	default:
+		s.counts.Unknown++
 	}
-	return 0
+	if len(s.unhealthy) < maxListed {
+		s.unhealthy = append(s.unhealthy, Object{Ref: ref, Result: r})
+	}
+}
+
+// Status is the summary as status.health (without WaitingSince).
+func (s *Summary) Status() *plumbv1.HealthStatus {
+	out := s.counts
+	out.Unhealthy = nil
+	for _, o := range append(s.failed, s.unhealthy...)[:min(len(s.failed)+len(s.unhealthy), maxListed)] {
+		out.Unhealthy = append(out.Unhealthy, plumbv1.UnhealthyObject{ObjectRef: o.Ref, Status: o.Result.Status.String(),
+			Message: truncate(o.Result.Message, maxMessage)})
+	}
+	return &out
 }
 
 // Verdict is what the health of an App's objects means for the App.

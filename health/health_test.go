@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -119,6 +120,21 @@ status:
 				t.Errorf("message %q does not mention %q", got.Message, tc.message)
 			}
 		})
+	}
+}
+
+func TestOfCapsTheMessageTheCacheKeeps(t *testing.T) {
+	long := strings.Repeat("é", 400) // 800 bytes, two per rune
+	got := Of(object(t, `
+apiVersion: example.com/v1
+kind: Widget
+metadata: {name: w, generation: 1}
+status:
+  observedGeneration: 1
+  conditions:
+  - {type: Ready, status: "False", reason: Waiting, message: `+long+`}`))
+	if got.Status != InProgress || len(got.Message) > maxMessage || !strings.HasSuffix(got.Message, "...") || !utf8.ValidString(got.Message) {
+		t.Errorf("status %s, message of %d bytes %q: want InProgress and at most %d valid bytes", got.Status, len(got.Message), got.Message, maxMessage)
 	}
 }
 

@@ -41,6 +41,10 @@ var ErrUnknownKind = errors.New("kind not served by the API server")
 // namespaces: plumb cannot observe it, so it does not manage it.
 var ErrOutOfScope = errors.New("outside the namespaces the controller watches")
 
+// ErrNotStarted means no informer of the kind runs: no App needed it when
+// Ensure was last called (its CRD may have come with the very tick).
+var ErrNotStarted = errors.New("no informer for the kind")
+
 // ErrNotSynced means an informer could not list its type in time; the last
 // list or watch error (e.g. forbidden by RBAC) is wrapped in the message.
 var ErrNotSynced = errors.New("cache not synced")
@@ -477,7 +481,7 @@ func (c *Cache) typeOf(gvk schema.GroupVersionKind) (*typeInformer, error) {
 	t, ok = c.types[mapping.Resource]
 	c.mu.Unlock()
 	if !ok {
-		return nil, fmt.Errorf("no informer for %s: call Ensure first", gvk)
+		return nil, fmt.Errorf("%w %s: call Ensure first", ErrNotStarted, gvk)
 	}
 	return t, nil
 }

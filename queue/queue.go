@@ -279,9 +279,14 @@ func (q *Queue[K]) processNext(run, tickCtx context.Context) bool {
 	switch {
 	case interval == Forget:
 		q.backoff.Forget(key)
-	case errors.Is(err, KeepSchedule) && scheduled:
-		after = max(due.Sub(now), 0)
-	case err == nil || IsTerminal(err) || errors.Is(err, KeepSchedule):
+	case errors.Is(err, KeepSchedule):
+		// The timer or retry stays; a key that had none (or whose time has
+		// come) gets its next slot, its failures kept.
+		after = q.nextSlot(key, interval, now)
+		if scheduled && due.After(now) {
+			after = due.Sub(now)
+		}
+	case err == nil || IsTerminal(err):
 		q.backoff.Forget(key)
 		after = q.nextSlot(key, interval, now)
 		if trigger == TriggerEvent && due.Sub(now) < after {

@@ -186,6 +186,18 @@ func TestATickThatKeepsTheScheduleLeavesTheRetryAndTheFailuresAsTheyWere(t *test
 	}
 }
 
+func TestATickThatKeepsTheScheduleOfAKeyWithoutOneGetsItsSlot(t *testing.T) {
+	r := newRecorder()
+	r.set("app", result{interval: time.Minute, err: KeepSchedule})
+	q, _ := start(t, r, Options[string]{Workers: 1})
+	q.Add("app") // its first tick: no timer yet
+	eventually(t, "the tick's schedule", func() bool { return len(r.scheduled()) == 1 })
+	// The fake clock stands on a slot: the next is a whole interval away.
+	if diff := cmp.Diff(schedule{"app", time.Minute, 0}, r.scheduled()[0]); diff != "" {
+		t.Errorf("schedule (-want +got):\n%s", diff)
+	}
+}
+
 func TestATerminalErrorWaitsAFullInterval(t *testing.T) {
 	r := newRecorder()
 	r.set("app", result{interval: time.Minute, err: Terminal(errors.New("invalid spec"))})

@@ -70,10 +70,11 @@ func (w *dependencyWait) Error() string { return "waiting for the Apps it depend
 // DependencyCycle, naming the cycle), and so is a dependency in another
 // namespace that the App's ServiceAccount may not read, or any when the
 // controller forbids cross-namespace references (DependencyNotAllowed).
-func (r *Reconciler) gateOnDependencies(ctx context.Context, app *plumbv1.App, applier Applier, revision string, log *zap.Logger) error {
-	if len(app.Spec.DependsOn) == 0 || (revision == app.Status.LastAppliedRevision && app.Status.ObservedGeneration == app.Generation) {
+func (r *Reconciler) gateOnDependencies(ctx context.Context, app *plumbv1.App, revision string, log *zap.Logger) error {
+	if len(app.Spec.DependsOn) == 0 || appliedBefore(app, revision) {
 		return nil
 	}
+	key := client.ObjectKeyFromObject(app)
 	now := r.now()
 	// stop reports the wait, or a refusal (stalled: retried only when a spec
 	// changes, or, for a refusal RBAC may lift, with backoff).
@@ -90,24 +91,38 @@ func (r *Reconciler) gateOnDependencies(ctx context.Context, app *plumbv1.App, a
 			r.Events.Eventf(app, kind, reason, "%s", truncate(message, 1000))
 			log.Info("Waited for dependencies", zap.String("phase", "start"), zap.String("reason", reason), zap.String("message", message))
 		}
+		// The resumed tick reads again: a render made before the
+		// dependency's CRDs were served (Helm's .Capabilities) is not kept.
+		r.memory.forgetRead(key)
 		switch {
 		case stalled && retry:
 			return &dependencyWait{queueErr: errors.New(message)}
 		case stalled:
 			return &dependencyWait{queueErr: queue.Terminal(errors.New(message))}
+		case retry:
+			return &dependencyWait{queueErr: errors.New(message)}
 		}
 		return &dependencyWait{}
 	}
-	if refusal, byRBAC := r.refuseDependencies(ctx, app, applier); refusal != "" {
-		return stop(plumbv1.ReasonDependencyNotAllowed, refusal, true, byRBAC)
+	switch refusal, outcome := r.refuseDependencies(ctx, app); outcome {
+	case refusedByPolicy:
+		return stop(plumbv1.ReasonDependencyNotAllowed, refusal, true, false)
+	case refusedByRBAC:
+		return stop(plumbv1.ReasonDependencyNotAllowed, refusal, true, true)
+	case notAsked:
+		return stop(plumbv1.ReasonDependencyNotReady, refusal, false, true)
 	}
-	cycle, complete := r.dependencyCycle(ctx, client.ObjectKeyFromObject(app))
+	cycle, complete := r.dependencyCycle(ctx, key)
 	if !complete {
 		return stop(plumbv1.ReasonDependencyNotAllowed, fmt.Sprintf("spec.dependsOn reaches more than %d Apps; refused", maxDependencyWalk), true, false)
 	}
 	if cycle != nil {
 		names := make([]string, 0, len(cycle))
 		for _, k := range cycle {
+			if k.Namespace != app.Namespace {
+				names = append(names, "an App of another namespace") // the App may not read it: no name
+				continue
+			}
 			names = append(names, k.String())
 		}
 		return stop(plumbv1.ReasonDependencyCycle, "spec.dependsOn forms a cycle: "+strings.Join(names, " → ")+
@@ -134,14 +149,48 @@ func (r *Reconciler) gateOnDependencies(ctx context.Context, app *plumbv1.App, a
 	return stop(plumbv1.ReasonDependencyNotReady, "waiting for the Apps it depends on, nothing applied: "+strings.Join(waiting, "; "), false, false)
 }
 
+// appliedBefore reports whether the App already applied revision at its
+// current generation: the revision it last converged to, or the one its
+// last tick read and applied while leaving drift in place (driftPolicy
+// alert), which it did not wait for dependencies to do.
+func appliedBefore(app *plumbv1.App, revision string) bool {
+	if app.Status.ObservedGeneration != app.Generation {
+		return false
+	}
+	if revision == app.Status.LastAppliedRevision {
+		return true
+	}
+	ready := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
+	return revision == app.Status.LastAttemptedRevision && ready != nil && ready.ObservedGeneration == app.Generation &&
+		!waitingReason(ready.Reason) && app.Status.Phases.Apply.LastError == ""
+}
+
+// waitingReason reports a Ready reason of a tick that stopped for its
+// dependencies.
+func waitingReason(reason string) bool {
+	switch reason {
+	case plumbv1.ReasonDependencyNotReady, plumbv1.ReasonDependencyCycle, plumbv1.ReasonDependencyNotAllowed:
+		return true
+	}
+	return false
+}
+
+// What refuseDependencies found.
+type refusalOutcome int
+
+const (
+	allowed         refusalOutcome = iota
+	refusedByPolicy                // --no-cross-namespace: until a spec changes
+	refusedByRBAC                  // the ServiceAccount may not read one: until RBAC changes
+	notAsked                       // the question failed: asked again with backoff
+)
+
 // refuseDependencies says why the App may not depend on an App of another
 // namespace ("" when it may): never under --no-cross-namespace; otherwise
 // only on one its ServiceAccount may get (asked of the API server, one
-// review per such dependency), so that no App learns of another
-// namespace's Apps more than its namespace's owner may. byRBAC says the
-// refusal is RBAC's (or the question failed), which may change without a
-// change of spec.
-func (r *Reconciler) refuseDependencies(ctx context.Context, app *plumbv1.App, applier Applier) (refusal string, byRBAC bool) {
+// review per such dependency), so that no App acting as a ServiceAccount
+// learns of another namespace's Apps more than that ServiceAccount may.
+func (r *Reconciler) refuseDependencies(ctx context.Context, app *plumbv1.App) (string, refusalOutcome) {
 	var elsewhere []types.NamespacedName
 	for _, dep := range dependenciesOf(app) {
 		if dep.Namespace != app.Namespace {
@@ -149,14 +198,18 @@ func (r *Reconciler) refuseDependencies(ctx context.Context, app *plumbv1.App, a
 		}
 	}
 	if len(elsewhere) == 0 {
-		return "", false
+		return "", allowed
 	}
 	if r.Policy.NoCrossNamespace {
-		return fmt.Sprintf("spec.dependsOn names App %s in another namespace, which this controller forbids (--no-cross-namespace)", elsewhere[0]), false
+		return fmt.Sprintf("spec.dependsOn names App %s in another namespace, which this controller forbids (--no-cross-namespace)", elsewhere[0]), refusedByPolicy
 	}
 	sa := r.serviceAccountOf(app)
 	if sa == "" {
-		return "", false // the App acts with the controller's own rights
+		return "", allowed // the App acts with the controller's own rights
+	}
+	applier, err := r.applierFor(ctx, app)
+	if err != nil {
+		return "could not act as the App's ServiceAccount to ask whether it may read the Apps it depends on in other namespaces: " + err.Error(), notAsked
 	}
 	accesses := make([]ssa.Access, 0, len(elsewhere))
 	for _, dep := range elsewhere {
@@ -168,12 +221,12 @@ func (r *Reconciler) refuseDependencies(ctx context.Context, app *plumbv1.App, a
 	}
 	denied, err := applier.Denied(ctx, impersonation.Username(app.Namespace, sa), accesses)
 	if err != nil {
-		return "could not ask whether the App may read the Apps it depends on in other namespaces: " + err.Error(), true
+		return "could not ask whether the App may read the Apps it depends on in other namespaces: " + err.Error(), notAsked
 	}
 	if len(denied) > 0 {
-		return "spec.dependsOn names Apps in other namespaces that the App's ServiceAccount may not read: " + strings.Join(denied, "; "), true
+		return "spec.dependsOn names Apps in other namespaces that the App's ServiceAccount may not read: " + strings.Join(denied, "; "), refusedByRBAC
 	}
-	return "", false
+	return "", allowed
 }
 
 // notReadyAtRevision says why an App is not Ready at its current revision

@@ -152,8 +152,15 @@ func TestAnAppWaitsForTheAppsItDependsOnAndRefusesACycle(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		wantCondition(t, h.tick(t, tenant, queue.TriggerTimer), plumbv1.ConditionReady, metav1.ConditionFalse, plumbv1.ReasonDependencyNotReady,
-			"App "+a.String()+" is not Ready (DependencyCycle)")
+		// The authorizer sees new RBAC within moments: ask until it does.
+		var last metav1.Condition
+		eventually(t, func() bool {
+			last = condition(t, h.tick(t, tenant, queue.TriggerTimer), plumbv1.ConditionReady)
+			return last.Reason == plumbv1.ReasonDependencyNotReady
+		})
+		if want := "App " + a.String() + " is not Ready (DependencyCycle)"; !strings.Contains(last.Message, want) {
+			t.Errorf("Ready message %q, want %q", last.Message, want)
+		}
 	})
 }
 

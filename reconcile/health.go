@@ -1,6 +1,8 @@
 package reconcile
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/health"
+	"github.com/plumb-dev/plumb/informers"
 	"github.com/plumb-dev/plumb/queue"
 )
 
@@ -97,7 +100,7 @@ func (r *Reconciler) settleHealth(app *plumbv1.App, outcome *appliedOutcome, cha
 	wasFailed := previousReady != nil && previousReady.Reason == plumbv1.ReasonHealthCheckFailed
 	previousHealthy := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionHealthy)
 
-	summary := health.Summarize(r.assess(app))
+	summary := r.assess(app)
 	summary.WaitingSince = health.Since(app.Status.Health, summary, changed, now)
 	app.Status.Health = summary
 	timeout := app.Spec.HealthTimeoutOrDefault()
@@ -156,19 +159,19 @@ func keepDriftConflict(app *plumbv1.App, now time.Time) {
 	}
 }
 
-// assess is the health of each object of the App's inventory (but those
-// the prune guard keeps), from the cache: for an object plumb wrote, as the
-// write left it until the cache shows that version or a newer one.
-func (r *Reconciler) assess(app *plumbv1.App) []health.Object {
+// assess sums up the health of each object of the App's inventory (but
+// those the prune guard keeps), from the cache: for an object plumb wrote,
+// as the write left it until the cache shows that version or a newer one.
+func (r *Reconciler) assess(app *plumbv1.App) *plumbv1.HealthStatus {
+	var summary health.Summary
 	if app.Status.Inventory == nil {
-		return nil
+		return summary.Status()
 	}
 	key := client.ObjectKeyFromObject(app)
 	kept := map[objectID]bool{}
 	for _, k := range app.Status.Kept {
 		kept[idOfRef(k.ObjectRef)] = true
 	}
-	out := make([]health.Object, 0, len(app.Status.Inventory.Entries))
 	for _, e := range app.Status.Inventory.Entries {
 		id := idOfRef(e.ObjectRef)
 		if kept[id] {
@@ -178,13 +181,16 @@ func (r *Reconciler) assess(app *plumbv1.App) []health.Object {
 		cached, err := r.Observer.Get(gvk, e.Namespace, e.Name)
 		rv, written := r.memory.written(key, id)
 		var result health.Result
+		known := rv != "" && written != (health.Result{})
 		switch {
-		case rv != "" && written != (health.Result{}) && (err != nil || cached == nil || olderThan(cached.GetResourceVersion(), rv)):
-			// plumb's write, not in the cache yet: of a kind whose CRD came
-			// with this very apply (no informer yet, until the next tick),
-			// created, or changed (a deletion since would be an event, and
-			// a whole tick).
+		case known && errors.Is(err, informers.ErrNotStarted):
+			// Of a kind whose CRD came with this very apply: watched from
+			// the next tick on.
 			result = written
+		case known && err == nil && cached != nil && olderThan(cached.GetResourceVersion(), rv):
+			result = written // changed by plumb; the cache has not caught up yet
+		case known && err == nil && cached == nil && !r.seen(gvk, e.Namespace, rv):
+			result = written // created by plumb; the cache has not caught up yet
 		case err != nil:
 			result = health.Result{Status: health.Unknown, Message: "not observed: " + err.Error()}
 		case cached == nil:
@@ -192,9 +198,17 @@ func (r *Reconciler) assess(app *plumbv1.App) []health.Object {
 		default:
 			result = cached.Health()
 		}
-		out = append(out, health.Object{Ref: e.ObjectRef, Result: result})
+		summary.Add(e.ObjectRef, result)
 	}
-	return out
+	return summary.Status()
+}
+
+// seen reports whether the informer of gvk in namespace has caught up with
+// resourceVersion rv (an object it then lacks was deleted since).
+func (r *Reconciler) seen(gvk schema.GroupVersionKind, namespace, rv string) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // ask, do not wait
+	return r.Observer.WaitForResourceVersion(ctx, gvk, namespace, rv) == nil
 }
 
 // olderThan reports whether resourceVersion a is older than b (false when

@@ -647,6 +647,13 @@ func (m *memory) sendRevision(key types.NamespacedName, sent sentRevision) bool 
 	return true
 }
 
+// lastSent is the last revision event sent for the App.
+func (m *memory) lastSent(key types.NamespacedName) sentRevision {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.app(key).revisionSent
+}
+
 // revisionSentFor reports whether any revision event was sent for revision.
 func (m *memory) revisionSentFor(key types.NamespacedName, revision string) bool {
 	m.mu.Lock()

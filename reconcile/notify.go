@@ -169,6 +169,11 @@ func (r *Reconciler) notifyOutcome(app *plumbv1.App, err error) {
 		if ready == nil {
 			return
 		}
+		if ready.Reason == plumbv1.ReasonProgressing || ready.Reason == plumbv1.ReasonHealthCheckFailed {
+			if last := r.memory.lastSent(key); last.revision == revision && last.kind == plumbv1.EventRevisionSucceeded {
+				return // live already: its objects' health moving later is not a delivery's outcome
+			}
+		}
 		switch {
 		case ready.Status == metav1.ConditionTrue:
 			e = r.event(app, plumbv1.EventRevisionSucceeded, revision)

@@ -120,11 +120,22 @@ func TestARevisionRollingOutIsPendingUntilHealthDecides(t *testing.T) {
 	ready(metav1.ConditionFalse, plumbv1.ReasonHealthCheckFailed)
 	r.notifyOutcome(app, nil) // the health timeout passed
 
-	want := "RevisionPending@a RevisionSucceeded@a RevisionPending@b RevisionFailed@b"
+	// A live revision whose objects' health moves later (a pod lost, not
+	// back within the timeout) is not told again.
+	r.notifyPending(app, a)
+	app.Status.LastAppliedRevision, app.Status.LastAttemptedRevision = a, a
+	ready(metav1.ConditionTrue, plumbv1.ReasonSucceeded)
+	r.notifyOutcome(app, nil)
+	for _, reason := range []string{plumbv1.ReasonProgressing, plumbv1.ReasonHealthCheckFailed} {
+		ready(metav1.ConditionFalse, reason)
+		r.notifyOutcome(app, nil)
+	}
+
+	want := "RevisionPending@a RevisionSucceeded@a RevisionPending@b RevisionFailed@b RevisionPending@a RevisionSucceeded@a"
 	if got := n.kinds(); got != want {
 		t.Errorf("told %q, want %q", got, want)
 	}
-	if last := n.events[len(n.events)-1]; last.Reason != plumbv1.ReasonHealthCheckFailed {
+	if last := n.events[3]; last.Reason != plumbv1.ReasonHealthCheckFailed {
 		t.Errorf("the failure's reason %q, want HealthCheckFailed", last.Reason)
 	}
 }

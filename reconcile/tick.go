@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -130,8 +131,17 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 	log := r.Log.With(zap.String("app", key.String()), zap.String("tick", tickID()))
 	marks := r.memory.takeMarks(key, r.now())
 	// A re-assessment of health waits for the App cache to catch up with
-	// plumb's last write of the App rather than read it from the API server.
-	app, err := r.getApp(ctx, key, trigger == queue.TriggerEvent && marks.health && !marks.full && !marks.dependency)
+	// plumb's last write of the App rather than read it from the API
+	// server; when it does not, the re-assessment comes a second later.
+	patient := trigger == queue.TriggerEvent && marks.health && !marks.full && !marks.dependency
+	app, err := r.getApp(ctx, key, patient)
+	if patient && err != nil && !apierrors.IsNotFound(err) {
+		r.memory.mark(key, enqueueMarks{health: true})
+		if r.EnqueueAfter != nil {
+			r.EnqueueAfter(key, time.Second)
+		}
+		return plumbv1.DefaultInterval, queue.KeepSchedule
+	}
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Observer.Release(key)
@@ -186,6 +196,8 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 	var waiting *dependencyWait
 	if errors.As(err, &waiting) {
 		r.memory.setApplied(key, nil) // Ready says it waits: a re-assessment must not say otherwise
+		t := metav1.NewTime(r.now())
+		app.Status.LastTickTime = &t
 		return interval, waiting.queueErr
 	}
 	outcome := r.recordOutcome(app, changes, err, start, log)
@@ -253,12 +265,10 @@ func (r *Reconciler) getApp(ctx context.Context, key types.NamespacedName, patie
 			}
 			return current(app), nil
 		})
-		if caughtUp == nil {
-			return app, nil
+		if caughtUp != nil {
+			return nil, fmt.Errorf("the App cache has not caught up with plumb's last write of App %s: %w", key, caughtUp)
 		}
-		if apierrors.IsNotFound(caughtUp) {
-			return nil, caughtUp
-		}
+		return app, nil
 	}
 	fresh := &plumbv1.App{}
 	if err := r.APIReader.Get(ctx, key, fresh); err != nil {
@@ -337,11 +347,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 
 	// Before the render is prepared: a kind it needs may come with a
 	// dependency (its CRD).
-	applier, err := r.applierFor(ctx, app)
-	if err != nil {
-		return nil, err
-	}
-	if err := r.gateOnDependencies(ctx, app, applier, revision, log); err != nil {
+	if err := r.gateOnDependencies(ctx, app, revision, log); err != nil {
 		return nil, err
 	}
 	desired, kinds, err := r.prepare(app, result)
@@ -353,6 +359,10 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 	}
 	markSuccess(app, PhaseRead, r.now())
 	r.notifyPending(app, revision)
+	applier, err := r.applierFor(ctx, app)
+	if err != nil {
+		return nil, err
+	}
 
 	// Observe.
 	live, err := r.observe(ctx, key, app, desired, kinds, log.With(zap.String("phase", string(PhaseObserve))))

@@ -44,13 +44,24 @@ func (r *Reconciler) DependencyChanged(key types.NamespacedName) {
 	}
 }
 
+// healthEventDelay is how long a re-assessment of health waits for more
+// changes of health to join it: a rollout writes a Deployment's status
+// again and again, and an object whose status never rests costs at most
+// four re-assessments (and App status writes) a second. It goes through
+// EnqueueAfter, not Enqueue, so that health changes never use up the event
+// budget of drift.
+const healthEventDelay = 250 * time.Millisecond
+
 // HealthChanged asks for a new assessment of the App's health: one of its
 // objects changed its kstatus health and nothing else. Unless something
 // else asks for a tick meanwhile, the App's next tick only re-assesses
 // health from the cache, reading neither Git nor the API server.
 func (r *Reconciler) HealthChanged(key types.NamespacedName) {
 	r.memory.mark(key, enqueueMarks{health: true})
-	if r.Enqueue != nil {
+	switch {
+	case r.EnqueueAfter != nil:
+		r.EnqueueAfter(key, healthEventDelay)
+	case r.Enqueue != nil:
 		r.Enqueue(key)
 	}
 }

@@ -165,8 +165,17 @@ func TestAStatusChangeOfAnObjectReassessesHealthWithoutGitOrAPIRequests(t *testi
 	})
 
 	t.Run("its operator reports it not ready: the App is Progressing, and only its status is written", func(t *testing.T) {
+		enqueued := h.enqueued.Load()
 		setWidgetStatus(t, key.Namespace, map[string]any{"conditions": readyCondition("False", "Warming", "warming up")})
 		waitHealthEvents(t, h, 1)
+		// Asked for through EnqueueAfter, so that a rollout's many status
+		// writes never use up the event budget that drift ticks need.
+		if got := h.enqueued.Load() - enqueued; got != 0 {
+			t.Errorf("health events called Enqueue %d times, want none", got)
+		}
+		if after := time.Duration(h.after.Load()); after != healthEventDelay {
+			t.Errorf("a health event asked for a tick in %s, want %s", after, healthEventDelay)
+		}
 		h.counter.Reset()
 		before := gitRequests(repo)
 		app := h.tick(t, key, queue.TriggerEvent)

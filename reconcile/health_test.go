@@ -92,6 +92,17 @@ func setWidgetStatus(t *testing.T, ns string, status map[string]any) {
 	}
 }
 
+// getWidget reads the Widget w of ns.
+func getWidget(t *testing.T, ns string) *unstructured.Unstructured {
+	t.Helper()
+	w := &unstructured.Unstructured{}
+	w.SetGroupVersionKind(healthWidgetGVK)
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "w"}, w); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 // readyCondition is a condition list with one Ready condition.
 func readyCondition(status, reason, message string) []any {
 	return []any{map[string]any{"type": "Ready", "status": status, "reason": reason, "message": message,
@@ -270,8 +281,33 @@ func TestHealthTimeoutFailureAndWaitFalse(t *testing.T) {
 		}
 	})
 
+	t.Run("a heal during the wait does not restart it", func(t *testing.T) {
+		began := getApp(t, key).Status.Health.WaitingSince
+		clock.SetTime(clock.Now().Add(10 * time.Second))
+		w := &unstructured.Unstructured{}
+		w.SetGroupVersionKind(healthWidgetGVK)
+		if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: key.Namespace, Name: "w"}, w); err != nil {
+			t.Fatal(err)
+		}
+		if err := unstructured.SetNestedField(w.Object, int64(7), "spec", "size"); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin(t).Update(context.Background(), w, client.FieldOwner("kubectl-edit")); err != nil {
+			t.Fatal(err)
+		}
+		waitCached(t, h, w)
+		app := h.tick(t, key, queue.TriggerEvent) // the drift event's tick: it heals
+		if got, _, _ := unstructured.NestedFieldNoCopy(getWidget(t, key.Namespace).Object, "spec", "size"); got != int64(2) {
+			t.Fatalf("spec.size %v after the heal, want Git's 2", got)
+		}
+		wantCondition(t, app, plumbv1.ConditionReady, metav1.ConditionUnknown, plumbv1.ReasonProgressing)
+		if got := app.Status.Health.WaitingSince; got == nil || !got.Equal(began) {
+			t.Errorf("waiting since %v after the heal, want %v (the wait goes on)", got, began)
+		}
+	})
+
 	t.Run("still in progress when the timeout passes: HealthCheckFailed naming the object", func(t *testing.T) {
-		clock.SetTime(clock.Now().Add(61 * time.Second))
+		clock.SetTime(clock.Now().Add(51 * time.Second))
 		h.recorded()
 		h.counter.Reset()
 		app := h.tick(t, key, queue.TriggerEvent) // the tick EnqueueAfter asked for
@@ -286,13 +322,13 @@ func TestHealthTimeoutFailureAndWaitFalse(t *testing.T) {
 	})
 
 	t.Run("healthy again: Ready", func(t *testing.T) {
-		setWidgetStatus(t, key.Namespace, map[string]any{"observedGeneration": int64(2), "conditions": readyCondition("True", "Warm", "ready")})
+		setWidgetStatus(t, key.Namespace, map[string]any{"observedGeneration": getWidget(t, key.Namespace).GetGeneration(), "conditions": readyCondition("True", "Warm", "ready")})
 		waitHealthEvents(t, h, 2)
 		ready(t, h.tick(t, key, queue.TriggerEvent))
 	})
 
 	t.Run("an object that failed fails the check at once", func(t *testing.T) {
-		setWidgetStatus(t, key.Namespace, map[string]any{"observedGeneration": int64(2),
+		setWidgetStatus(t, key.Namespace, map[string]any{"observedGeneration": getWidget(t, key.Namespace).GetGeneration(),
 			"conditions": []any{map[string]any{"type": "Stalled", "status": "True", "reason": "OutOfParts", "message": "no parts left",
 				"lastTransitionTime": "2026-12-01T00:00:00Z"}}})
 		waitHealthEvents(t, h, 3)

@@ -60,11 +60,7 @@ func waitsForDependencies(app *plumbv1.App) bool {
 	if ready == nil || app.Status.ObservedGeneration != app.Generation {
 		return true
 	}
-	switch ready.Reason {
-	case plumbv1.ReasonDependencyNotReady, plumbv1.ReasonDependencyCycle, plumbv1.ReasonDependencyNotAllowed:
-		return true
-	}
-	return false
+	return reconcile.WaitingReason(ready.Reason)
 }
 
 // readinessChanged reports a change of what dependents wait for.

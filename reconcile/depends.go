@@ -95,12 +95,10 @@ func (r *Reconciler) gateOnDependencies(ctx context.Context, app *plumbv1.App, r
 		// dependency's CRDs were served (Helm's .Capabilities) is not kept.
 		r.memory.forgetRead(key)
 		switch {
-		case stalled && retry:
+		case retry:
 			return &dependencyWait{queueErr: errors.New(message)}
 		case stalled:
 			return &dependencyWait{queueErr: queue.Terminal(errors.New(message))}
-		case retry:
-			return &dependencyWait{queueErr: errors.New(message)}
 		}
 		return &dependencyWait{}
 	}
@@ -162,12 +160,12 @@ func appliedBefore(app *plumbv1.App, revision string) bool {
 	}
 	ready := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
 	return revision == app.Status.LastAttemptedRevision && ready != nil && ready.ObservedGeneration == app.Generation &&
-		!waitingReason(ready.Reason) && app.Status.Phases.Apply.LastError == ""
+		!WaitingReason(ready.Reason) && app.Status.Phases.Apply.LastError == ""
 }
 
-// waitingReason reports a Ready reason of a tick that stopped for its
-// dependencies.
-func waitingReason(reason string) bool {
+// WaitingReason reports a Ready reason of a tick that stopped for its
+// dependencies (waiting for them, or refusing them).
+func WaitingReason(reason string) bool {
 	switch reason {
 	case plumbv1.ReasonDependencyNotReady, plumbv1.ReasonDependencyCycle, plumbv1.ReasonDependencyNotAllowed:
 		return true

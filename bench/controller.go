@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/plumb-dev/plumb/localcluster"
 )
 
 // controllerProcess is `plumb controller` running as its own process, as
@@ -40,16 +41,6 @@ func buildPlumb(dir string) (string, error) {
 	return bin, nil
 }
 
-// freeAddr is a loopback address nobody listens on now.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
 // startController runs the controller against kubeconfig, with its Git
 // cache and log under dir, serving a GitHub webhook with secret, and
 // waits until it serves metrics.
@@ -57,22 +48,11 @@ func startController(ctx context.Context, bin, kubeconfig, dir, webhookSecret st
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	metricsAddr, err := freeAddr()
+	addrs, err := localcluster.FreeAddrs(4)
 	if err != nil {
 		return nil, err
 	}
-	webhookAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	healthAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	pprofAddr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
+	metricsAddr, webhookAddr, healthAddr, pprofAddr := addrs[0], addrs[1], addrs[2], addrs[3]
 	secretFile := filepath.Join(dir, "webhook-secret")
 	if err := os.WriteFile(secretFile, []byte(webhookSecret), 0o600); err != nil {
 		return nil, err

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/plumb-dev/plumb/localcluster"
 )
 
 // controllerProcess is `plumb controller` running against the local cluster.
@@ -23,16 +24,6 @@ type controllerProcess struct {
 // webhookSecret is the secret of every provider the e2e controllers serve.
 const webhookSecret = "e2e-webhook-secret"
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // startController runs plumb controller with debug logs in a file.
 func startController(t *testing.T, name string, extra ...string) *controllerProcess {
 	t.Helper()
@@ -45,7 +36,8 @@ func startController(t *testing.T, name string, extra ...string) *controllerProc
 	if err != nil {
 		t.Fatal(err)
 	}
-	metricsAddr, webhookAddr := freeAddr(t), freeAddr(t)
+	addrs := localcluster.FreeAddrsForTest(t, 3)
+	metricsAddr, webhookAddr, healthAddr := addrs[0], addrs[1], addrs[2]
 	secretFile := filepath.Join(dir, "webhook-secret")
 	if err := os.WriteFile(secretFile, []byte(webhookSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -56,7 +48,7 @@ func startController(t *testing.T, name string, extra ...string) *controllerProc
 		"--webhook-secret-file", "gitlab=" + secretFile,
 		"--webhook-secret-file", "gitea=" + secretFile,
 		"--kubeconfig", cluster.KubeconfigPath,
-		"--health-addr", freeAddr(t), "--metrics-addr", metricsAddr,
+		"--health-addr", healthAddr, "--metrics-addr", metricsAddr,
 		"--git-cache-dir", filepath.Join(dir, "git"),
 		"--log-level", "debug", "--log-encoding", "console",
 		"--shutdown-timeout", "10s",

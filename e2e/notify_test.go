@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/localcluster"
 	"github.com/plumb-dev/plumb/localtools"
 )
 
@@ -195,7 +196,7 @@ func alertmanager(t *testing.T) string {
 	if err := os.WriteFile(config, []byte("route:\n  receiver: none\nreceivers:\n  - name: none\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := localcluster.FreeAddrsForTest(t, 1)[0]
 	cmd := exec.Command(bin, "--config.file", config, "--storage.path", filepath.Join(dir, "data"),
 		"--web.listen-address", addr, "--cluster.listen-address", "")
 	logFile, err := os.Create(filepath.Join(dir, "alertmanager.log"))

@@ -114,12 +114,30 @@ func (p *process) waitHealthy(ctx context.Context, port int) error {
 
 // freePort asks the kernel for an unused loopback port.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := FreeAddrs(1)
 	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
+		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	_, port, _ := net.SplitHostPort(addrs[0])
+	return strconv.Atoi(port)
+}
+
+// FreeAddrs returns n distinct loopback addresses ("127.0.0.1:port") that
+// nothing listens on now, for a process the caller is about to start.
+// Every port stays held until all n are picked: the kernel may hand a
+// port that was just released out again, so picking one at a time can
+// give the same address twice.
+func FreeAddrs(n int) ([]string, error) {
+	addrs := make([]string, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs, nil
 }
 
 // tail returns the last n lines of a file (or why it could not be read).

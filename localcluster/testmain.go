@@ -35,3 +35,14 @@ func RunTests(m *testing.M, opts Options, use func(*Cluster)) int {
 	}
 	return code
 }
+
+// FreeAddrsForTest is FreeAddrs for a test, which it fails when no port
+// can be had.
+func FreeAddrsForTest(t testing.TB, n int) []string {
+	t.Helper()
+	addrs, err := FreeAddrs(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addrs
+}

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -37,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/localcluster"
 	"github.com/plumb-dev/plumb/source/git/gittest"
 )
 
@@ -410,9 +410,10 @@ func runAsTheChart(t *testing.T, plumbBin string) *chartProcess {
 			t.Fatal(err)
 		}
 	}
-	p := &chartProcess{args: pod.Containers[0].Args, webhookAddr: freeAddr(t), log: filepath.Join(dir, "plumb.log"), exited: make(chan error, 1)}
+	addrs := localcluster.FreeAddrsForTest(t, 3)
+	p := &chartProcess{args: pod.Containers[0].Args, webhookAddr: addrs[0], log: filepath.Join(dir, "plumb.log"), exited: make(chan error, 1)}
 	local := map[string]string{
-		"--metrics-addr": freeAddr(t), "--health-addr": freeAddr(t), "--webhook-addr": p.webhookAddr,
+		"--metrics-addr": addrs[1], "--health-addr": addrs[2], "--webhook-addr": p.webhookAddr,
 		"--git-cache-dir": filepath.Join(dir, "git"),
 	}
 	args := []string{"--kubeconfig", kubeconfig}
@@ -464,16 +465,6 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // pushHook posts a GitHub push of main to the repository at url, signed

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -94,18 +93,9 @@ func moduleVersionFromGoMod(t *testing.T, module string) string {
 	return strings.TrimSpace(string(out))
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func TestControllerServesHealthAndMetricsAndStopsOnSIGTERM(t *testing.T) {
-	healthAddr, metricsAddr, pprofAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	addrs := localcluster.FreeAddrsForTest(t, 3)
+	healthAddr, metricsAddr, pprofAddr := addrs[0], addrs[1], addrs[2]
 	cmd := exec.Command(plumbBinary, "controller",
 		"--kubeconfig", cluster.KubeconfigPath,
 		"--health-addr", healthAddr, "--metrics-addr", metricsAddr, "--pprof-addr", pprofAddr,
@@ -249,7 +239,7 @@ func TestControllerRejectsBadFlagsBeforeStarting(t *testing.T) {
 
 func TestControllerFailsClearlyWhenTheAPIServerIsUnreachable(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	unreachable := "http://" + freeAddr(t) // nothing listens there any more
+	unreachable := "http://" + localcluster.FreeAddrsForTest(t, 1)[0] // nothing listens there any more
 	err := os.WriteFile(kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters: [{name: c, cluster: {server: %q}}]

@@ -13,7 +13,6 @@ import (
 	"io"
 	"io/fs"
 	"log"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -93,18 +92,11 @@ func run(ctx context.Context, w io.Writer, exitWhenDone bool) (err error) {
 	}
 	n.say("Pushed examples/shop to a local Git server: R1 = main@sha1:%s", first)
 
-	metricsAddr, err := freeAddr()
+	addrs, err := localcluster.FreeAddrs(3)
 	if err != nil {
 		return err
 	}
-	healthAddr, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	webhookAddr, err := freeAddr()
-	if err != nil {
-		return err
-	}
+	metricsAddr, healthAddr, webhookAddr := addrs[0], addrs[1], addrs[2]
 	webhookSecret, err := randomSecret()
 	if err != nil {
 		return err
@@ -212,13 +204,4 @@ func startController(cluster *localcluster.Cluster, opts controller.Options, log
 		logFile.Close()
 	}()
 	return cancel, result, nil
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }

@@ -210,24 +210,12 @@ func Since(previous, next *plumbv1.HealthStatus, changed bool, now time.Time) *m
 func describe(s *plumbv1.HealthStatus) string {
 	parts := make([]string, 0, len(s.Unhealthy)+1)
 	for _, u := range s.Unhealthy {
-		parts = append(parts, fmt.Sprintf("%s %s (%s)", refString(u.ObjectRef), u.Status, u.Message))
+		parts = append(parts, fmt.Sprintf("%s %s (%s)", u.ObjectRef.String(), u.Status, u.Message))
 	}
 	if more := int(s.InProgress+s.Failed+s.Terminating+s.NotFound+s.Unknown) - len(s.Unhealthy); more > 0 {
 		parts = append(parts, fmt.Sprintf("and %d more", more))
 	}
 	return strings.Join(parts, "; ")
-}
-
-// refString is kind[.group]/[namespace/]name.
-func refString(r plumbv1.ObjectRef) string {
-	kind := r.Kind
-	if r.Group != "" {
-		kind += "." + r.Group
-	}
-	if r.Namespace == "" {
-		return kind + "/" + r.Name
-	}
-	return kind + "/" + r.Namespace + "/" + r.Name
 }
 
 func truncate(s string, n int) string {

@@ -393,14 +393,7 @@ func idOfRef(r plumbv1.ObjectRef) objectID {
 }
 
 func (id objectID) String() string {
-	kind := id.Kind
-	if id.Group != "" {
-		kind += "." + id.Group
-	}
-	if id.Namespace == "" {
-		return kind + "/" + id.Name
-	}
-	return kind + "/" + id.Namespace + "/" + id.Name
+	return plumbv1.ObjectRef{Group: id.Group, Kind: id.Kind, Namespace: id.Namespace, Name: id.Name}.String()
 }
 
 func refOf(u *unstructured.Unstructured) plumbv1.ObjectRef {

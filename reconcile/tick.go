@@ -339,10 +339,8 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 		r.Events.Eventf(app, corev1.EventTypeWarning, "HistoryRewritten",
 			"the history of %s was rewritten (force-push): %s no longer descends from %s", app.Spec.Source.Ref.Branch, revision, app.Status.LastAppliedRevision)
 	}
-	if result.Empty() && !app.Spec.AllowEmpty {
-		return nil, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonPruneFailed, Detail: "EmptySource",
-			Err: fmt.Errorf("%s renders no objects at %s; refusing to apply nothing and prune the %d objects applied before (set spec.allowEmpty to allow it)",
-				displayPath(app.Spec.Source.Path), revision, inventoryLen(app))}
+	if err := r.refuseEmpty(app, result.Empty(), revision); err != nil {
+		return nil, err
 	}
 
 	// Before the render is prepared: a kind it needs may come with a

@@ -273,28 +273,36 @@ func (r *Reader) render(ctx context.Context, req *Request, rev git.Revision, key
 			*lookup = helmKey
 		}
 	}
-	renderCtx, cancel := context.WithTimeout(ctx, r.renderTimeout)
-	defer cancel()
 	opts := req.Render
 	opts.Isolation = r.isolation
-	engine, objects, err := render.Render(renderCtx, t, req.Path, opts)
+	return renderTree(ctx, t, req.Path, opts, r.limits, r.renderTimeout, rev.String())
+}
+
+// renderTree renders the folder dir of t within the render timeout and
+// the object limit, and encodes the objects; errors name revision and
+// never quote a Secret's value.
+func renderTree(ctx context.Context, t *tree.Tree, dir string, opts render.Options, limits Limits, timeout time.Duration,
+	revision string) (render.Engine, []*Object, error) {
+	renderCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	engine, objects, err := render.Render(renderCtx, t, dir, opts)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = &tree.LimitError{Limit: "render time in seconds", Max: int64(r.renderTimeout.Seconds()),
-				Got: int64(r.renderTimeout.Seconds()), Path: displayPath(req.Path)}
+			err = &tree.LimitError{Limit: "render time in seconds", Max: int64(timeout.Seconds()),
+				Got: int64(timeout.Seconds()), Path: displayPath(dir)}
 		}
-		return "", nil, classify(rev.String(), redactSecrets(err, t))
+		return "", nil, classify(revision, redactSecrets(err, t))
 	}
-	if max := r.limits.MaxObjects; max > 0 && len(objects) > max {
-		return "", nil, &Error{Reason: ReasonLimitExceeded, Revision: rev.String(),
-			Err: &tree.LimitError{Limit: "rendered object count", Max: int64(max), Got: int64(len(objects)), Path: displayPath(req.Path)}}
+	if max := limits.MaxObjects; max > 0 && len(objects) > max {
+		return "", nil, &Error{Reason: ReasonLimitExceeded, Revision: revision,
+			Err: &tree.LimitError{Limit: "rendered object count", Max: int64(max), Got: int64(len(objects)), Path: displayPath(dir)}}
 	}
 	if err := manifest.Duplicates(objects); err != nil {
-		return "", nil, &Error{Reason: ReasonInvalidManifest, Revision: rev.String(), Err: err}
+		return "", nil, &Error{Reason: ReasonInvalidManifest, Revision: revision, Err: err}
 	}
 	encoded, err := encodeAll(objects)
 	if err != nil {
-		return "", nil, &Error{Reason: ReasonInvalidManifest, Revision: rev.String(), Err: err}
+		return "", nil, &Error{Reason: ReasonInvalidManifest, Revision: revision, Err: err}
 	}
 	return engine, encoded, nil
 }

@@ -534,6 +534,19 @@ type ObjectRef struct {
 	Name string `json:"name"`
 }
 
+// String is the object as plumb names it in status, Events and the CLI:
+// Kind[.group]/[namespace/]name.
+func (r ObjectRef) String() string {
+	kind := r.Kind
+	if r.Group != "" {
+		kind += "." + r.Group
+	}
+	if r.Namespace == "" {
+		return kind + "/" + r.Name
+	}
+	return kind + "/" + r.Namespace + "/" + r.Name
+}
+
 // KeptObject is an object that left Git and that the prune guard keeps.
 type KeptObject struct {
 	ObjectRef `json:",inline"`

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -22,7 +23,30 @@ var (
 func main() {
 	root := newRootCommand(buildInfo{Version: version, Commit: commit})
 	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "Error:", err)
-		os.Exit(1)
+		code := 1
+		var exit *exitError
+		if errors.As(err, &exit) {
+			code, err = exit.code, exit.err
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "Error:", err)
+		}
+		os.Exit(code)
 	}
 }
+
+// exitError ends plumb with its exit status, and prints err when there is
+// one (plumb diff's 1, "the cluster differs from Git", prints nothing).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/plumb-dev/plumb/api/v1alpha1/crd"
 	"github.com/plumb-dev/plumb/localcluster"
+	"github.com/plumb-dev/plumb/source/git/gittest"
 )
 
 var (
@@ -28,7 +29,14 @@ var (
 	cluster *localcluster.Cluster
 	// plumbBinary is plumb built with version and commit stamped in.
 	plumbBinary string
+	// gitServer serves the operator commands' tests' repositories.
+	gitServer *gittest.Server
 )
+
+// runner runs the tests inside a server's lifetime (gittest.RunTests).
+type runner func() int
+
+func (r runner) Run() int { return r() }
 
 const (
 	testVersion = "v0.0.0-test"
@@ -48,13 +56,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building plumb: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := localcluster.RunTests(m, localcluster.Options{Mode: localcluster.ModeAPI}, func(c *localcluster.Cluster) {
-		cluster = c
-		if err := crd.Install(context.Background(), c.Config); err != nil {
-			fmt.Fprintln(os.Stderr, "installing the App CRD:", err)
-			os.Exit(1)
-		}
-	})
+	code := gittest.RunTests(runner(func() int {
+		return localcluster.RunTests(m, localcluster.Options{Mode: localcluster.ModeAPI}, func(c *localcluster.Cluster) {
+			cluster = c
+			if err := crd.Install(context.Background(), c.Config); err != nil {
+				fmt.Fprintln(os.Stderr, "installing the App CRD:", err)
+				os.Exit(1)
+			}
+		})
+	}), func(s *gittest.Server) { gitServer = s })
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -15,5 +15,12 @@ func newRootCommand(info buildInfo) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newVersionCommand(info), newControllerCommand(), newRenderSandboxCommand())
+	// The operator's commands share kubectl's cluster flags.
+	cluster := newClusterFlags()
+	operator := []*cobra.Command{newDiffCommand(cluster)}
+	for _, cmd := range operator {
+		cluster.addTo(cmd)
+	}
+	root.AddCommand(operator...)
 	return root
 }

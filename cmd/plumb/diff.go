@@ -1,0 +1,191 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/diffreport"
+	"github.com/plumb-dev/plumb/preview"
+	"github.com/plumb-dev/plumb/reconcile"
+)
+
+// Exit codes of plumb diff, as kubectl diff and flux diff use them.
+const (
+	diffSame   = 0
+	diffDiffer = 1
+	diffFailed = 2
+)
+
+type diffFlags struct {
+	revision    string
+	path        string
+	output      string
+	color       string
+	gitCacheDir string
+}
+
+func newDiffCommand(cluster *clusterFlags) *cobra.Command {
+	var f diffFlags
+	cmd := &cobra.Command{
+		Use:   "diff APP",
+		Short: "Show what the next tick of an App would change, without changing anything",
+		Long: `Show what the next tick of an App would change: the controller's own Read, Observe and
+Diff, run here without Apply. The App's source is read from Git (or, with --path, from a
+working copy on this machine), rendered as the controller renders it, and compared with the
+live objects, the App's ignore rules included; each object the tick would change is shown as
+a unified YAML diff from the live object to Git, marked created, updated, pruned or drifted
+(with the field manager who changed it). Secret values are masked.
+
+Everything is read, and each change is dry-run, with your kubeconfig's identity: RBAC
+decides what you may see. Nothing is written.
+
+Exit status: 0 when the cluster equals Git, 1 when it differs, 2 on an error (as kubectl
+diff and flux diff), so that CI can gate on it.`,
+		Example: `  # What would the next tick of App web in namespace shop change?
+  plumb diff web -n shop
+
+  # Preview a change in a working copy before pushing it
+  plumb diff web -n shop --path ./apps/web
+
+  # The diff against another commit, as JSON for a script
+  plumb diff web -n shop --revision 3f1c9e0d2b7a4c5e8f9a0b1c2d3e4f5a6b7c8d9e -o json`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: cluster.completeApps,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			code, err := runDiff(cmd, cluster, args[0], f)
+			if err != nil {
+				return &exitError{code: diffFailed, err: err}
+			}
+			if code != diffSame {
+				return &exitError{code: code}
+			}
+			return nil
+		},
+	}
+	flags := cmd.Flags()
+	flags.StringVar(&f.revision, "revision", "", "diff this revision instead of the App's ref: a commit (40 hex digits, or a recorded revision such as main@sha1:<hex>), a branch, or tags/NAME")
+	flags.StringVar(&f.path, "path", "", "diff a working copy of the App's folder on this machine instead of its Git source")
+	flags.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
+	flags.StringVar(&f.color, "color", "auto", "colour the diff: auto (on a terminal, unless NO_COLOR is set), always or never")
+	flags.StringVar(&f.gitCacheDir, "git-cache-dir", "", "folder for the clones of repositories (default: the user's cache folder, plumb/git)")
+	_ = cmd.MarkFlagDirname("path")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("color", cobra.FixedCompletions([]string{"auto", "always", "never"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// runDiff previews the App and prints it; it returns diffSame or
+// diffDiffer, or an error.
+func runDiff(cmd *cobra.Command, cluster *clusterFlags, name string, f diffFlags) (int, error) {
+	if f.output != "text" && f.output != "json" {
+		return 0, fmt.Errorf("--output %q: use text or json", f.output)
+	}
+	if f.revision != "" && f.path != "" {
+		return 0, errors.New("--revision and --path exclude each other: a working copy has no revision")
+	}
+	color, err := useColor(f.color)
+	if err != nil {
+		return 0, err
+	}
+	key, err := cluster.appKey(name)
+	if err != nil {
+		return 0, err
+	}
+	cfg, err := cluster.restConfig()
+	if err != nil {
+		return 0, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return 0, fmt.Errorf("finding plumb's own binary, which renders Kustomize and Helm builds in a child process: %w", err)
+	}
+	previewer, err := preview.New(preview.Options{Config: cfg, GitCacheDir: f.gitCacheDir, LocalDir: f.path,
+		RenderCommand: []string{self, renderSandboxCommand}})
+	if err != nil {
+		return 0, err
+	}
+	ctx := contextOf(cmd)
+	app := &plumbv1.App{}
+	if err := previewer.Client().Get(ctx, key, app); err != nil {
+		return 0, explain(err, key)
+	}
+	if f.revision != "" {
+		ref, err := parseRevision(f.revision)
+		if err != nil {
+			return 0, err
+		}
+		app.Spec.Source.Ref = ref
+	}
+	p, err := previewer.Preview(ctx, app)
+	if err != nil {
+		return 0, describePhaseError(err)
+	}
+	out := cmd.OutOrStdout()
+	if f.output == "json" {
+		err = diffreport.WriteJSON(out, key.String(), p)
+	} else {
+		err = diffreport.Write(out, p, diffreport.Options{Color: color})
+	}
+	if err != nil {
+		return 0, err
+	}
+	counts := diffreport.CountsOf(p)
+	if counts.Refused > 0 {
+		return 0, fmt.Errorf("the API server refuses %d of the objects: the next tick's Apply phase would fail", counts.Refused)
+	}
+	if counts.Differs() {
+		return diffDiffer, nil
+	}
+	return diffSame, nil
+}
+
+// parseRevision reads --revision.
+func parseRevision(rev string) (plumbv1.GitRef, error) {
+	hash := rev
+	if _, after, ok := strings.Cut(rev, "sha1:"); ok {
+		hash = after
+	}
+	switch {
+	case plumbing.IsHash(hash):
+		return plumbv1.GitRef{Commit: strings.ToLower(hash)}, nil
+	case strings.HasPrefix(rev, "tags/"):
+		return plumbv1.GitRef{Tag: strings.TrimPrefix(rev, "tags/")}, nil
+	case strings.Contains(rev, "sha1:") || rev == "":
+		return plumbv1.GitRef{}, fmt.Errorf("--revision %q: a commit is 40 hex digits", rev)
+	}
+	return plumbv1.GitRef{Branch: rev}, nil
+}
+
+// useColor decides --color.
+func useColor(mode string) (bool, error) {
+	switch mode {
+	case "always":
+		return true, nil
+	case "never":
+		return false, nil
+	case "auto":
+		_, noColor := os.LookupEnv("NO_COLOR")
+		return !noColor && term.IsTerminal(int(os.Stdout.Fd())), nil
+	}
+	return false, fmt.Errorf("--color %q: use auto, always or never", mode)
+}
+
+// describePhaseError says which phase failed, as the App's status would.
+func describePhaseError(err error) error {
+	var phaseErr *reconcile.PhaseError
+	if !errors.As(err, &phaseErr) {
+		return err
+	}
+	reason := phaseErr.Reason
+	if phaseErr.Detail != "" {
+		reason += ", " + phaseErr.Detail
+	}
+	return fmt.Errorf("%s phase failed (%s): %v", phaseErr.Phase, reason, phaseErr.Err)
+}

@@ -1,0 +1,263 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	fluxssa "github.com/fluxcd/pkg/ssa"
+	ssaerrors "github.com/fluxcd/pkg/ssa/errors"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/compact"
+	"github.com/plumb-dev/plumb/diff"
+	"github.com/plumb-dev/plumb/ssa"
+)
+
+// Preview is what the next tick of an App would do, found by the tick's
+// own Read, Observe and Diff, without its Apply: `plumb diff` and the
+// dashboard show it. Secret values are masked in every object it holds.
+type Preview struct {
+	// Revision is the revision read (source.LocalRevision for a working
+	// copy).
+	Revision string
+	// Objects are the objects the App renders and those that left Git
+	// that a prune would delete or the prune guard keeps, by kind,
+	// namespace and name.
+	Objects []PreviewObject
+}
+
+// PreviewAction is what the next tick would do to one object.
+type PreviewAction string
+
+// The actions of a preview.
+const (
+	PreviewCreate    PreviewAction = "create"
+	PreviewUpdate    PreviewAction = "update"
+	PreviewDrift     PreviewAction = "drift" // someone else changed (or deleted) it
+	PreviewPrune     PreviewAction = "prune"
+	PreviewKeep      PreviewAction = "keep" // left Git, kept by the prune guard
+	PreviewUnchanged PreviewAction = "unchanged"
+)
+
+// PreviewObject is one object of a Preview.
+type PreviewObject struct {
+	plumbv1.ObjectRef
+	Action PreviewAction
+	// Live is the object as it is now, whole (nil when it does not exist,
+	// and for an unchanged object, which is not read whole).
+	Live *unstructured.Unstructured
+	// Next is what the apply would make of it, as the API server's
+	// server-side dry-run answered (the rendered object itself when its
+	// kind comes with the same apply); nil for an object pruned, kept or
+	// unchanged.
+	Next *unstructured.Unstructured
+	// Drift is, for an object someone else changed, which fields, their
+	// values (masked for Secrets) and who changed them; Deleted says
+	// someone deleted it; Left says the tick would leave it so (the App's
+	// driftPolicy is alert).
+	Drift   []diff.Change
+	Deleted bool
+	Left    bool
+	// Kept says why the prune guard keeps it.
+	Kept string
+	// Refused is the API server's answer when it refuses the object's
+	// dry-run (validation, admission): the Apply phase would fail on it.
+	Refused string
+}
+
+// Preview runs Read, Observe and Diff for app as a tick would, then asks
+// the API server for a server-side dry-run of each object the tick would
+// change, to show what it would become, and reads each object a prune
+// would delete. It writes nothing: no status, no Event, no object. A
+// failed phase is a *PhaseError, as a tick's. The Reconciler for it is
+// made for the purpose (see package preview): its memory starts empty,
+// so the Diff phase decides as a controller just restarted would.
+func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, error) {
+	key := client.ObjectKeyFromObject(app)
+	log := r.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	result, err := r.read(ctx, app, true)
+	if err != nil {
+		return nil, err
+	}
+	revision := result.Revision.String()
+	if result.Revision.Hash == "" {
+		revision = result.Revision.Name // a working copy: no commit
+	}
+	if err := r.refuseEmpty(app, result.Empty(), revision); err != nil {
+		return nil, err
+	}
+	desired, kinds, err := r.prepare(app, result)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.checkNamespaces(app, desired, revision); err != nil {
+		return nil, err
+	}
+	applier, err := r.applierFor(ctx, app)
+	if err != nil {
+		return nil, err
+	}
+	live, err := r.observe(ctx, key, app, desired, kinds, log)
+	if err != nil {
+		return nil, err
+	}
+	p, err := r.diff(ctx, app, applier, desired, live, kinds, revision)
+	if err != nil {
+		return nil, err
+	}
+	preview := &Preview{Revision: revision}
+	applies := map[objectID]bool{}
+	for _, obj := range p.apply {
+		applies[idOf(obj)] = true
+	}
+	for _, obj := range desired {
+		id := idOf(obj)
+		o := PreviewObject{ObjectRef: refOf(obj), Action: PreviewUnchanged}
+		d, drifted := p.drifted[id]
+		switch {
+		case drifted && (len(d.changes)+len(d.additions) > 0 || d.deleted):
+			o.Action, o.Drift, o.Deleted, o.Left = PreviewDrift, d.changes, d.deleted, p.left[id]
+		case applies[id] && live[id] == nil:
+			o.Action = PreviewCreate
+		case applies[id]:
+			o.Action = PreviewUpdate
+		}
+		if o.Action != PreviewUnchanged {
+			if err := r.previewChange(ctx, applier, obj, kinds, &o); err != nil {
+				return nil, err
+			}
+		}
+		preview.Objects = append(preview.Objects, o)
+	}
+	stale, err := r.previewPrune(ctx, app, desired, kinds)
+	if err != nil {
+		return nil, err
+	}
+	preview.Objects = append(preview.Objects, stale...)
+	sort.Slice(preview.Objects, func(i, j int) bool {
+		return idOfRef(preview.Objects[i].ObjectRef).String() < idOfRef(preview.Objects[j].ObjectRef).String()
+	})
+	return preview, nil
+}
+
+// previewChange reads the object whole and asks for the dry-run of its
+// apply. An object the apply would not change after all (another
+// manager holds Git's very values) is unchanged.
+func (r *Reconciler) previewChange(ctx context.Context, applier Applier, obj *unstructured.Unstructured, kinds *tickKinds, o *PreviewObject) error {
+	failed := func(err error) error {
+		return &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+	}
+	if kinds.isPending(obj.GroupVersionKind()) {
+		o.Next = obj.DeepCopy() // its kind comes with this apply: nothing to ask
+		return maskSecret(nil, o.Next)
+	}
+	whole, err := r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+	if err != nil {
+		return failed(err)
+	}
+	var cached *compact.Object
+	if whole != nil {
+		o.Live, cached = whole.Content(), whole
+		if o.Action == PreviewCreate {
+			o.Action = PreviewUpdate // it exists without the App's labels: the apply adopts it
+		}
+	}
+	differs, next, err := applier.DryRun(ctx, obj, cached)
+	var rejected *ssaerrors.DryRunErr
+	switch {
+	case errors.As(err, &rejected):
+		o.Refused = rejected.Error()
+		o.Next = obj.DeepCopy()
+	case err != nil:
+		return failed(err)
+	default:
+		o.Next = next
+		if !differs && o.Action == PreviewUpdate {
+			o.Action = PreviewUnchanged
+		}
+	}
+	return maskSecret(o.Live, o.Next)
+}
+
+// previewPrune lists the objects that left Git and that a prune would
+// delete (read whole) or the prune guard keeps, as Prune decides from the
+// API server.
+func (r *Reconciler) previewPrune(ctx context.Context, app *plumbv1.App, desired []*unstructured.Unstructured, kinds *tickKinds) ([]PreviewObject, error) {
+	if !app.Spec.PruneEnabled() {
+		return nil, nil
+	}
+	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
+	var out []PreviewObject
+	for _, obj := range r.staleObjects(app.Status.Inventory, desired, kinds) {
+		whole, err := r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+		if err != nil {
+			return nil, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonPruneFailed, Err: fmt.Errorf("reading %s before pruning it: %w", idOf(obj), err)}
+		}
+		if whole == nil || !owner.Owns(whole.Content()) {
+			continue // gone, or not the App's any more: Prune only drops it from the inventory
+		}
+		o := PreviewObject{ObjectRef: refOf(obj), Action: PreviewPrune, Live: whole.Content()}
+		if guard, keep := ssa.PruneGuard(o.Live); keep {
+			o.Action, o.Kept = PreviewKeep, guard.Message
+		}
+		if err := maskSecret(o.Live, nil); err != nil {
+			return nil, err
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// refuseEmpty refuses a render of no objects unless the App allows it: it
+// would prune everything the App applied.
+func (r *Reconciler) refuseEmpty(app *plumbv1.App, empty bool, revision string) error {
+	if !empty || app.Spec.AllowEmpty {
+		return nil
+	}
+	return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonPruneFailed, Detail: "EmptySource",
+		Err: fmt.Errorf("%s renders no objects at %s; refusing to apply nothing and prune the %d objects applied before (set spec.allowEmpty to allow it)",
+			displayPath(app.Spec.Source.Path), revision, inventoryLen(app))}
+}
+
+// lastAppliedAnnotation is kubectl's copy of what it last applied, which
+// holds a Secret's values in the clear.
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+// maskSecret masks the values of a Secret, before and after (either may
+// be nil), as Flux's diff does: "***" where they are equal, "*** (before)"
+// and "*** (after)" where they differ; stringData and kubectl's
+// last-applied copy are masked too.
+func maskSecret(before, after *unstructured.Unstructured) error {
+	isSecret := func(u *unstructured.Unstructured) bool {
+		return u != nil && u.GetKind() == "Secret" && u.GroupVersionKind().Group == ""
+	}
+	if !isSecret(before) && !isSecret(after) {
+		return nil
+	}
+	if err := fluxssa.SanitizeUnstructuredData(before, after); err != nil {
+		return fmt.Errorf("masking a Secret's values: %w", err)
+	}
+	for _, u := range []*unstructured.Unstructured{before, after} {
+		if u == nil {
+			continue
+		}
+		if values, ok := u.Object["stringData"].(map[string]any); ok {
+			for k := range values {
+				values[k] = "***"
+			}
+		}
+		if annotations := u.GetAnnotations(); annotations[lastAppliedAnnotation] != "" {
+			annotations[lastAppliedAnnotation] = "***"
+			u.SetAnnotations(annotations)
+		}
+	}
+	return nil
+}

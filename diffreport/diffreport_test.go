@@ -56,7 +56,7 @@ func TestWrite(t *testing.T) {
 	ref := plumbv1.ObjectRef{Version: "v1", Kind: "ConfigMap", Namespace: "shop", Name: "web"}
 	p := &reconcile.Preview{Revision: "main@sha1:abc", Objects: []reconcile.PreviewObject{
 		{ObjectRef: ref, Action: reconcile.PreviewDrift, Live: object(map[string]any{"data": map[string]any{"a": "2"}}),
-			Next: object(map[string]any{"data": map[string]any{"a": "1"}}),
+			Next:  object(map[string]any{"data": map[string]any{"a": "1"}}),
 			Drift: []diff.Change{{Path: ".data.a", Before: "1", After: "2", Manager: "kubectl-edit", Operation: "Update"}}},
 		{ObjectRef: plumbv1.ObjectRef{Version: "v1", Kind: "Service", Namespace: "shop", Name: "web"}, Action: reconcile.PreviewUnchanged},
 	}}

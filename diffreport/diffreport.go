@@ -128,7 +128,11 @@ func Write(w io.Writer, p *reconcile.Preview, opts Options) error {
 func Summary(p *reconcile.Preview) string {
 	c := CountsOf(p)
 	if !c.Differs() && c.Refused == 0 {
-		s := fmt.Sprintf("No differences: %d objects match %s", c.Unchanged, p.Revision)
+		noun := "objects match"
+		if c.Unchanged == 1 {
+			noun = "object matches"
+		}
+		s := fmt.Sprintf("No differences: %d %s %s", c.Unchanged, noun, p.Revision)
 		if c.Keep > 0 {
 			s += fmt.Sprintf(" (%d that left Git kept by the prune guard)", c.Keep)
 		}

@@ -92,7 +92,7 @@ Summary: 1 drifted; 1 unchanged (main@sha1:abc)
 	if !counts.Differs() || counts.Drift != 1 || counts.Unchanged != 1 {
 		t.Errorf("CountsOf = %+v", counts)
 	}
-	if got := Summary(&reconcile.Preview{Revision: "main@sha1:abc", Objects: p.Objects[1:]}); got != "No differences: 1 objects match main@sha1:abc" {
+	if got := Summary(&reconcile.Preview{Revision: "main@sha1:abc", Objects: p.Objects[1:]}); got != "No differences: 1 object matches main@sha1:abc" {
 		t.Errorf("Summary of a converged App = %q", got)
 	}
 }

@@ -235,6 +235,46 @@ func changeSummary(changes *fluxssa.ChangeSet) string {
 	return strings.Join(parts, ", ")
 }
 
+// maxChangeSetEntries bounds the objects status.lastChangeSet lists.
+const maxChangeSetEntries = 50
+
+// recordChangeSet keeps what the tick created, configured and deleted in
+// status.lastChangeSet, when it changed anything (a tick that changed
+// nothing leaves the last one), with the sync request it answered.
+func (r *Reconciler) recordChangeSet(app *plumbv1.App, changes *fluxssa.ChangeSet, answered string) {
+	if changes == nil {
+		return
+	}
+	cs := &plumbv1.ChangeSet{Revision: app.Status.LastAttemptedRevision, Time: metav1.NewTime(r.now()), SyncRequest: answered}
+	for _, e := range changes.Entries {
+		switch e.Action {
+		case fluxssa.CreatedAction:
+			cs.Created++
+		case fluxssa.ConfiguredAction:
+			cs.Configured++
+		case fluxssa.DeletedAction:
+			cs.Deleted++
+		default:
+			continue
+		}
+		if len(cs.Entries) < maxChangeSetEntries {
+			cs.Entries = append(cs.Entries, plumbv1.ChangeSetEntry{Object: changeSubject(e), Action: string(e.Action)})
+		}
+	}
+	if cs.Created+cs.Configured+cs.Deleted > 0 {
+		app.Status.LastChangeSet = cs
+	}
+}
+
+// changeSubject names a change set's object as status names objects.
+func changeSubject(e fluxssa.ChangeSetEntry) string {
+	if e.ObjMetadata.Name == "" {
+		return e.Subject // an entry plumb made, already so named
+	}
+	return plumbv1.ObjectRef{Group: e.ObjMetadata.GroupKind.Group, Kind: e.ObjMetadata.GroupKind.Kind,
+		Namespace: e.ObjMetadata.Namespace, Name: e.ObjMetadata.Name}.String()
+}
+
 // recordDrift sets the Drifted condition and summary, and records a
 // DriftDetected Event once per drift episode, and DriftConflict when a field
 // is first left to a manager that keeps changing it. The summary counts what

@@ -201,6 +201,11 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 		return interval, waiting.queueErr
 	}
 	outcome := r.recordOutcome(app, changes, err, start, log)
+	answered := ""
+	if request := app.Status.LastHandledSyncRequest; request != original.Status.LastHandledSyncRequest {
+		answered = request
+	}
+	r.recordChangeSet(app, changes, answered)
 	r.memory.setApplied(key, outcome)
 	verdict := health.Healthy
 	if outcome != nil {

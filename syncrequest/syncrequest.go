@@ -14,7 +14,10 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,7 +29,7 @@ import (
 // merge patch, no read.
 func Annotate(ctx context.Context, c client.Client, key types.NamespacedName, now time.Time, by string) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		plumbv1.AnnotationSyncRequestedAt: now.UTC().Format(time.RFC3339Nano),
+		plumbv1.AnnotationSyncRequestedAt: RequestValue(now),
 		plumbv1.AnnotationSyncRequestedBy: by,
 	}}})
 	if err != nil {
@@ -38,6 +41,37 @@ func Annotate(ctx context.Context, c client.Client, key types.NamespacedName, no
 		return fmt.Errorf("asking App %s for a sync: %w", key, err)
 	}
 	return nil
+}
+
+// RequestValue is the sync annotation's value that Annotate writes for a
+// request made at now: the App's status.lastHandledSyncRequest says so
+// once a tick has answered it.
+func RequestValue(now time.Time) string { return now.UTC().Format(time.RFC3339Nano) }
+
+// Await waits until a tick of the App key has answered the sync request
+// (RequestValue of Annotate's time) and, when that tick left objects
+// rolling out (Ready Unknown, reason Progressing), until their health is
+// judged; it returns the App as it then is, or ctx's error with the App
+// as last read (nil when it could not be read). It reads the App every
+// poll.
+func Await(ctx context.Context, c client.Reader, key types.NamespacedName, request string, poll time.Duration) (*plumbv1.App, error) {
+	var last *plumbv1.App
+	err := wait.PollUntilContextCancel(ctx, poll, true, func(ctx context.Context) (bool, error) {
+		app := &plumbv1.App{}
+		if err := c.Get(ctx, key, app); err != nil {
+			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+				return false, err
+			}
+			return false, nil // the API server may be restarting: read again
+		}
+		last = app
+		if app.Status.LastHandledSyncRequest != request {
+			return false, nil
+		}
+		ready := meta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
+		return ready == nil || ready.Reason != plumbv1.ReasonProgressing, nil
+	})
+	return last, err
 }
 
 // maxRetries bounds the retries of one request (the fallback timer still

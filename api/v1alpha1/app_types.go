@@ -435,6 +435,45 @@ type AppStatus struct {
 	// annotation that the last tick handled.
 	// +optional
 	LastHandledSyncRequest string `json:"lastHandledSyncRequest,omitempty"`
+
+	// LastChangeSet is what the last tick that changed objects did.
+	// +optional
+	LastChangeSet *ChangeSet `json:"lastChangeSet,omitempty"`
+}
+
+// ChangeSet is what one tick's Apply phase changed: the objects it
+// created, configured (changed, or put back after a drift) and deleted.
+type ChangeSet struct {
+	// Revision is the revision the tick applied.
+	Revision string `json:"revision"`
+	// Time is when the tick ended.
+	Time metav1.Time `json:"time"`
+	// SyncRequest is the plumb.dev/sync-requested-at value that this tick
+	// answered, when a sync request brought it (`plumb sync --wait` looks
+	// for its own).
+	// +optional
+	SyncRequest string `json:"syncRequest,omitempty"`
+	// Created, Configured and Deleted count the objects (exact).
+	// +optional
+	Created int32 `json:"created,omitempty"`
+	// +optional
+	Configured int32 `json:"configured,omitempty"`
+	// +optional
+	Deleted int32 `json:"deleted,omitempty"`
+	// Entries list the objects and what was done to each (at most 50; the
+	// counts are exact).
+	// +kubebuilder:validation:MaxItems=50
+	// +listType=atomic
+	// +optional
+	Entries []ChangeSetEntry `json:"entries,omitempty"`
+}
+
+// ChangeSetEntry is one object a tick changed.
+type ChangeSetEntry struct {
+	// Object is Kind[.group]/[namespace/]name.
+	Object string `json:"object"`
+	// Action is created, configured or deleted.
+	Action string `json:"action"`
 }
 
 // Metadata keys on the App itself.

@@ -64,8 +64,9 @@ func (f *clusterFlags) namespace() (string, error) {
 	return ns, nil
 }
 
-// appsClient is a client for Apps (and the core kinds).
-func (f *clusterFlags) appsClient() (client.Client, error) {
+// appsClient is a client for Apps (and the core kinds) that can also
+// watch.
+func (f *clusterFlags) appsClient() (client.WithWatch, error) {
 	cfg, err := f.restConfig()
 	if err != nil {
 		return nil, err
@@ -77,12 +78,58 @@ func (f *clusterFlags) appsClient() (client.Client, error) {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", cfg.Host, err)
 	}
 	return c, nil
 }
+
+// app reads the App NAME of the flags' namespace, and returns it with
+// the client that read it and its key.
+func (f *clusterFlags) app(cmd *cobra.Command, name string) (client.WithWatch, types.NamespacedName, *plumbv1.App, error) {
+	c, err := f.appsClient()
+	if err != nil {
+		return nil, types.NamespacedName{}, nil, err
+	}
+	key, err := f.appKey(name)
+	if err != nil {
+		return nil, key, nil, err
+	}
+	app := &plumbv1.App{}
+	if err := c.Get(contextOf(cmd), key, app); err != nil {
+		return nil, key, nil, explain(err, key)
+	}
+	return c, key, app, nil
+}
+
+// clientFor is the client and the key of the App NAME, not read.
+func (f *clusterFlags) clientFor(name string) (client.WithWatch, types.NamespacedName, error) {
+	c, err := f.appsClient()
+	if err != nil {
+		return nil, types.NamespacedName{}, err
+	}
+	key, err := f.appKey(name)
+	return c, key, err
+}
+
+// explainList turns an API error listing Apps into what to do next.
+func explainList(err error, namespace string) error {
+	switch {
+	case apierrors.IsForbidden(err):
+		where := "in namespace " + namespace
+		if namespace == "" {
+			where = "in every namespace (-A); try one namespace with -n"
+		}
+		return fmt.Errorf("not allowed to list Apps %s: %s", where, apiMessage(err))
+	case meta.IsNoMatchError(err):
+		return errNoCRD
+	}
+	return err
+}
+
+// errNoCRD says what to do when the cluster does not know Apps.
+var errNoCRD = errors.New("the cluster does not serve apps.plumb.dev: plumb's CRD is not installed (helm install plumb charts/plumb)")
 
 // appKey is the App NAME in the flags' namespace.
 func (f *clusterFlags) appKey(name string) (types.NamespacedName, error) {
@@ -103,7 +150,7 @@ func explain(err error, key types.NamespacedName) error {
 	case apierrors.IsForbidden(err):
 		return fmt.Errorf("not allowed: %s (ask for RBAC on apps.plumb.dev in namespace %s)", apiMessage(err), key.Namespace)
 	case meta.IsNoMatchError(err):
-		return errors.New("the cluster does not serve apps.plumb.dev: plumb's CRD is not installed (helm install plumb charts/plumb)")
+		return errNoCRD
 	}
 	return err
 }

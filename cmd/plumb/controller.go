@@ -46,7 +46,11 @@ func newControllerCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the controller: keep every App in the cluster equal to its Git source",
-		Args:  cobra.NoArgs,
+		Example: `  # Outside the cluster, with a kubeconfig, receiving GitHub pushes
+  plumb controller --kubeconfig ~/.kube/config --webhook-secret-file github=/etc/plumb/github-secret
+
+  # In the cluster the Helm chart runs it (helm install plumb charts/plumb)`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()

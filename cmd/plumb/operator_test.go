@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,10 +42,12 @@ type world struct {
 	log  string
 }
 
-// newWorld makes the namespace and the repository of a test and starts a
-// controller for its Apps (labelled plumb-test=<ns>).
-func newWorld(t *testing.T, ns string) *world {
+// newWorld makes the namespace (prefix and a random suffix) and the
+// repository of a test and starts a controller for its Apps (labelled
+// plumb-test=<namespace>).
+func newWorld(t *testing.T, prefix string) *world {
 	t.Helper()
+	ns := prefix + "-" + rand.String(5)
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = plumbv1.AddToScheme(scheme)

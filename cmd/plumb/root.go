@@ -17,7 +17,8 @@ func newRootCommand(info buildInfo) *cobra.Command {
 	root.AddCommand(newVersionCommand(info), newControllerCommand(), newRenderSandboxCommand())
 	// The operator's commands share kubectl's cluster flags.
 	cluster := newClusterFlags()
-	operator := []*cobra.Command{newDiffCommand(cluster)}
+	operator := []*cobra.Command{newGetCommand(cluster), newDiffCommand(cluster), newSyncCommand(cluster),
+		newTreeCommand(cluster), newSuspendCommand(cluster), newResumeCommand(cluster)}
 	for _, cmd := range operator {
 		cluster.addTo(cmd)
 	}

@@ -19,9 +19,10 @@ type buildInfo struct {
 
 func newVersionCommand(info buildInfo) *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print plumb's version and commit, and the Go and client-go versions it was built with",
-		Args:  cobra.NoArgs,
+		Use:     "version",
+		Short:   "Print plumb's version and commit, and the Go and client-go versions it was built with",
+		Example: "  plumb version",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return writeVersion(cmd.OutOrStdout(), info)
 		},

@@ -1,0 +1,302 @@
+// Package appview shows Apps to people, from their status alone: the
+// table of `plumb get apps`, the detail of `plumb get app`, the inventory
+// tree of `plumb tree`, and the outcome of a sync. Ages are computed from
+// the time the caller passes, so that output is reproducible.
+package appview
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+)
+
+// TableOptions tune Table.
+type TableOptions struct {
+	// AllNamespaces adds a NAMESPACE column.
+	AllNamespaces bool
+	// Wide adds HEALTH, SUSPENDED and SOURCE columns and does not shorten
+	// messages.
+	Wide bool
+	// NoHeaders leaves the header line out (for the rows a watch adds).
+	NoHeaders bool
+	Now       time.Time
+}
+
+// maxMessage is how much of Ready's message a table row shows (not wide).
+const maxMessage = 80
+
+// Table writes one row per App: NAME, READY, REVISION, LAST TICK, DRIFT,
+// FAILING PHASE and MESSAGE.
+func Table(w io.Writer, apps []plumbv1.App, opts TableOptions) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
+	var header []string
+	if opts.AllNamespaces {
+		header = append(header, "NAMESPACE")
+	}
+	header = append(header, "NAME", "READY", "REVISION", "LAST TICK", "DRIFT", "FAILING PHASE")
+	if opts.Wide {
+		header = append(header, "HEALTH", "SUSPENDED", "SOURCE")
+	}
+	header = append(header, "MESSAGE")
+	if !opts.NoHeaders {
+		fmt.Fprintln(tw, strings.Join(header, "\t"))
+	}
+	for i := range apps {
+		app := &apps[i]
+		var row []string
+		if opts.AllNamespaces {
+			row = append(row, app.Namespace)
+		}
+		row = append(row, app.Name, readyOf(app), ShortRevision(app.Status.LastAppliedRevision), Age(app.Status.LastTickTime, opts.Now),
+			fmt.Sprint(driftCount(app)), orDash(FailingPhase(app)))
+		message := messageOf(app)
+		if opts.Wide {
+			row = append(row, orDash(conditionReason(app, plumbv1.ConditionHealthy)), fmt.Sprint(app.Spec.Suspend), SourceOf(app))
+		} else if len(message) > maxMessage {
+			message = message[:maxMessage-3] + "..."
+		}
+		row = append(row, message)
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	return tw.Flush()
+}
+
+// readyOf is the Ready condition's status ("-" before the first tick).
+func readyOf(app *plumbv1.App) string {
+	if c := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady); c != nil {
+		return string(c.Status)
+	}
+	return "-"
+}
+
+// messageOf is what a row says: suspended, or Ready's message on one line.
+func messageOf(app *plumbv1.App) string {
+	message := ""
+	if c := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady); c != nil {
+		message = strings.Join(strings.Fields(c.Message), " ")
+	}
+	if app.Spec.Suspend {
+		return "suspended; " + message
+	}
+	return message
+}
+
+func driftCount(app *plumbv1.App) int32 {
+	if app.Status.Drift == nil {
+		return 0
+	}
+	return app.Status.Drift.Count
+}
+
+func conditionReason(app *plumbv1.App, condition string) string {
+	if c := apimeta.FindStatusCondition(app.Status.Conditions, condition); c != nil {
+		return c.Reason
+	}
+	return ""
+}
+
+// FailingPhase is the phase whose last run failed (read, observe, diff or
+// apply), or health when the objects failed their check; "" when none.
+func FailingPhase(app *plumbv1.App) string {
+	for _, p := range phases(app) {
+		if p.status.ConsecutiveFailures > 0 {
+			return p.name
+		}
+	}
+	if c := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady); c != nil && c.Reason == plumbv1.ReasonHealthCheckFailed {
+		return "health"
+	}
+	return ""
+}
+
+type namedPhase struct {
+	name   string
+	status plumbv1.PhaseStatus
+}
+
+func phases(app *plumbv1.App) []namedPhase {
+	p := app.Status.Phases
+	return []namedPhase{{"read", p.Read}, {"observe", p.Observe}, {"diff", p.Diff}, {"apply", p.Apply}}
+}
+
+// ShortRevision is a recorded revision with its commit cut to 7 digits
+// ("main@sha1:1a2b3c4"); "-" when there is none.
+func ShortRevision(rev string) string {
+	if rev == "" {
+		return "-"
+	}
+	name, hash, ok := strings.Cut(rev, "sha1:")
+	if ok && len(hash) > 7 {
+		return name + "sha1:" + hash[:7]
+	}
+	return rev
+}
+
+// Age is how long before now t was, as kubectl shows ages ("-" for none).
+func Age(t *metav1.Time, now time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return duration.HumanDuration(now.Sub(t.Time))
+}
+
+// SourceOf is the App's source: URL, ref and path.
+func SourceOf(app *plumbv1.App) string {
+	s := app.Spec.Source
+	ref := s.Ref
+	var at string
+	switch {
+	case ref.Commit != "":
+		at = "commit " + ShortRevision("sha1:" + ref.Commit)[len("sha1:"):]
+	case ref.Tag != "":
+		at = "tag " + ref.Tag
+	case ref.SemVer != "":
+		at = "semver " + ref.SemVer
+	default:
+		at = "branch " + ref.Branch
+	}
+	path := s.Path
+	if path == "" {
+		path = "."
+	}
+	return s.URL + " " + at + " " + path
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// Detail writes the App's state: source and revisions, conditions, each
+// phase, the last change set, drift (and its episodes, from events),
+// health, and the App's recent events (newest last).
+func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	line := func(format string, args ...any) { fmt.Fprintf(tw, format+"\n", args...) }
+	line("App:\t%s/%s", app.Namespace, app.Name)
+	line("Source:\t%s", SourceOf(app))
+	line("Applied:\t%s", orDash(app.Status.LastAppliedRevision))
+	if a := app.Status.LastAttemptedRevision; a != "" && a != app.Status.LastAppliedRevision {
+		line("Attempted:\t%s", a)
+	}
+	line("Suspended:\t%t", app.Spec.Suspend)
+	line("Last tick:\t%s ago (last successful: %s ago)", Age(app.Status.LastTickTime, now), Age(app.Status.LastSuccessfulTickTime, now))
+	line("")
+	line("CONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE")
+	for _, c := range []string{plumbv1.ConditionReady, plumbv1.ConditionHealthy, plumbv1.ConditionDrifted, plumbv1.ConditionReconciling, plumbv1.ConditionStalled} {
+		if cond := apimeta.FindStatusCondition(app.Status.Conditions, c); cond != nil {
+			line("%s\t%s\t%s\t%s\t%s", c, cond.Status, cond.Reason, Age(&cond.LastTransitionTime, now), oneLine(cond.Message))
+		}
+	}
+	line("")
+	line("PHASE\tLAST SUCCESS\tLAST FAILURE\tFAILURES\tREASON\tERROR")
+	for _, p := range phases(app) {
+		line("%s\t%s\t%s\t%d\t%s\t%s", p.name, Age(p.status.LastSuccessTime, now), Age(p.status.LastFailureTime, now),
+			p.status.ConsecutiveFailures, orDash(p.status.Reason), orDash(oneLine(p.status.LastError)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("\n")
+	if cs := app.Status.LastChangeSet; cs != nil {
+		fmt.Fprintf(&b, "Last change set: %s, %s ago: %d created, %d configured, %d deleted\n",
+			cs.Revision, Age(&cs.Time, now), cs.Created, cs.Configured, cs.Deleted)
+		for _, e := range cs.Entries {
+			fmt.Fprintf(&b, "  %-10s  %s\n", e.Action, e.Object)
+		}
+	} else {
+		b.WriteString("Last change set: none yet\n")
+	}
+	b.WriteString("\n")
+	if d := app.Status.Drift; d != nil && d.Count > 0 {
+		fmt.Fprintf(&b, "Drift: %s drifted from Git (last detected %s ago)\n", Count(int(d.Count), "object"), Age(d.LastDetectedTime, now))
+		for _, o := range d.Objects {
+			fmt.Fprintf(&b, "  %s  %s  by %s\n", o.ObjectRef.String(), strings.Join(o.Fields, ", "), strings.Join(o.Managers, ", "))
+		}
+	} else {
+		b.WriteString("Drift: none\n")
+	}
+	episodes := eventsWith(events, "DriftDetected", "DriftConflict")
+	if len(episodes) > 0 {
+		b.WriteString("Drift episodes (from events):\n")
+		for _, e := range episodes {
+			fmt.Fprintf(&b, "  %s ago  %s  %s\n", Age(eventTime(e), now), e.Reason, oneLine(e.Message))
+		}
+	}
+	b.WriteString("\n")
+	if h := app.Status.Health; h != nil {
+		fmt.Fprintf(&b, "Health: %d current, %d in progress, %d failed, %d terminating, %d not found, %d unknown\n",
+			h.Current, h.InProgress, h.Failed, h.Terminating, h.NotFound, h.Unknown)
+		for _, u := range h.Unhealthy {
+			fmt.Fprintf(&b, "  %s  %s  %s\n", u.ObjectRef.String(), u.Status, oneLine(u.Message))
+		}
+	} else {
+		b.WriteString("Health: not assessed yet\n")
+	}
+	b.WriteString("\nEvents:\n")
+	if len(events) == 0 {
+		b.WriteString("  none\n")
+	}
+	for _, e := range events {
+		fmt.Fprintf(&b, "  %s ago  %s  %s  %s\n", Age(eventTime(e), now), e.Type, e.Reason, oneLine(e.Message))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// SortEvents orders events oldest first and keeps the newest n.
+func SortEvents(events []corev1.Event, n int) []corev1.Event {
+	sort.SliceStable(events, func(i, j int) bool { return eventTime(events[i]).Before(eventTime(events[j])) })
+	if len(events) > n {
+		events = events[len(events)-n:]
+	}
+	return events
+}
+
+func eventsWith(events []corev1.Event, reasons ...string) []corev1.Event {
+	var out []corev1.Event
+	for _, e := range events {
+		for _, r := range reasons {
+			if e.Reason == r {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}
+
+// eventTime is when an event last happened.
+func eventTime(e corev1.Event) *metav1.Time {
+	switch {
+	case !e.LastTimestamp.IsZero():
+		return &e.LastTimestamp
+	case !e.EventTime.IsZero():
+		t := metav1.NewTime(e.EventTime.Time)
+		return &t
+	}
+	return &e.FirstTimestamp
+}
+
+// Count is "1 object", "2 objects".
+func Count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// oneLine joins a message's lines.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

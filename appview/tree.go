@@ -1,0 +1,166 @@
+package appview
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+)
+
+// Tree writes the App's inventory by namespace and kind, each object with
+// its drift state (synced, drifted with the fields and who changed them,
+// or kept after it left Git) and its kstatus health.
+func Tree(w io.Writer, app *plumbv1.App) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "App %s/%s at %s\n", app.Namespace, app.Name, orDash(app.Status.LastAppliedRevision))
+	if app.Status.Inventory == nil || len(app.Status.Inventory.Entries) == 0 {
+		b.WriteString("└── (no objects applied yet)\n")
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	drifted := map[string]plumbv1.DriftedObject{}
+	if app.Status.Drift != nil {
+		for _, d := range app.Status.Drift.Objects {
+			drifted[key(d.ObjectRef)] = d
+		}
+	}
+	kept := map[string]plumbv1.KeptObject{}
+	for _, k := range app.Status.Kept {
+		kept[key(k.ObjectRef)] = k
+	}
+	unhealthy := map[string]plumbv1.UnhealthyObject{}
+	if app.Status.Health != nil {
+		for _, u := range app.Status.Health.Unhealthy {
+			unhealthy[key(u.ObjectRef)] = u
+		}
+	}
+	// namespace → kind → names
+	groups := map[string]map[string][]plumbv1.ObjectRef{}
+	for _, e := range app.Status.Inventory.Entries {
+		ns := e.Namespace
+		if ns == "" {
+			ns = "(cluster-scoped)"
+		}
+		kind := e.Kind
+		if e.Group != "" {
+			kind += "." + e.Group
+		}
+		if groups[ns] == nil {
+			groups[ns] = map[string][]plumbv1.ObjectRef{}
+		}
+		groups[ns][kind] = append(groups[ns][kind], e.ObjectRef)
+	}
+	namespaces := sortedKeys(groups)
+	for i, ns := range namespaces {
+		lastNS := i == len(namespaces)-1
+		b.WriteString(branch(lastNS) + ns + "\n")
+		kinds := sortedKeys(groups[ns])
+		for j, kind := range kinds {
+			lastKind := j == len(kinds)-1
+			b.WriteString(indent(lastNS) + branch(lastKind) + kind + "\n")
+			refs := groups[ns][kind]
+			sort.Slice(refs, func(a, c int) bool { return refs[a].Name < refs[c].Name })
+			for k, ref := range refs {
+				state := stateOf(app, key(ref), drifted, kept, unhealthy)
+				b.WriteString(indent(lastNS) + indent(lastKind) + branch(k == len(refs)-1) + ref.Name + "  " + state + "\n")
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// stateOf is one object's drift state and health.
+func stateOf(app *plumbv1.App, id string, drifted map[string]plumbv1.DriftedObject, kept map[string]plumbv1.KeptObject,
+	unhealthy map[string]plumbv1.UnhealthyObject) string {
+	var drift string
+	switch d, isDrifted := drifted[id]; {
+	case kept[id].Reason != "":
+		drift = "kept (left Git: " + kept[id].Reason + ")"
+	case isDrifted:
+		drift = "drifted " + strings.Join(d.Fields, ", ")
+		if len(d.Managers) > 0 {
+			drift += " by " + strings.Join(d.Managers, ", ")
+		}
+	default:
+		drift = "synced"
+	}
+	health := "-"
+	switch u, ok := unhealthy[id]; {
+	case ok:
+		health = u.Status
+		if u.Message != "" {
+			health += ": " + oneLine(u.Message)
+		}
+	case app.Status.Health != nil:
+		health = "Current"
+	}
+	return drift + "  " + health
+}
+
+// key identifies an object across versions of its kind.
+func key(r plumbv1.ObjectRef) string { r.Version = ""; return r.String() }
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func branch(last bool) string {
+	if last {
+		return "└── "
+	}
+	return "├── "
+}
+
+func indent(last bool) string {
+	if last {
+		return "    "
+	}
+	return "│   "
+}
+
+// ErrTickFailed is the error of Outcome for a tick that did not converge.
+var ErrTickFailed = errors.New("the tick did not converge the App")
+
+// Outcome says what the tick that answered the sync request did: its
+// change set (when that tick changed objects) and the resulting revision,
+// or, wrapping ErrTickFailed, which phase failed and why.
+func Outcome(app *plumbv1.App, request string) (string, error) {
+	var b strings.Builder
+	if cs := app.Status.LastChangeSet; cs != nil && cs.SyncRequest == request {
+		fmt.Fprintf(&b, "Changed %s: %d created, %d configured, %d deleted\n", Count(int(cs.Created+cs.Configured+cs.Deleted), "object"), cs.Created, cs.Configured, cs.Deleted)
+		for _, e := range cs.Entries {
+			fmt.Fprintf(&b, "  %-10s  %s\n", e.Action, e.Object)
+		}
+		if more := int(cs.Created+cs.Configured+cs.Deleted) - len(cs.Entries); more > 0 {
+			fmt.Fprintf(&b, "  and %d more\n", more)
+		}
+	} else if d := app.Status.Drift; d != nil && d.Count > 0 {
+		fmt.Fprintf(&b, "Changed nothing; %s drifted from Git, left so (plumb diff shows them)\n", Count(int(d.Count), "object"))
+	} else {
+		b.WriteString("Changed nothing: the cluster already matched Git\n")
+	}
+	ready := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
+	if ready != nil && ready.Status == "True" {
+		fmt.Fprintf(&b, "App %s/%s is Ready at %s\n", app.Namespace, app.Name, app.Status.LastAppliedRevision)
+		return b.String(), nil
+	}
+	reason, message := "NoStatus", "the App has no Ready condition"
+	if ready != nil {
+		reason, message = ready.Reason, oneLine(ready.Message)
+	}
+	if phase := FailingPhase(app); phase != "" {
+		return b.String(), fmt.Errorf("%w: %s (phase %s, reason %s)", ErrTickFailed, message, phase, reason)
+	}
+	return b.String(), fmt.Errorf("%w: Ready=%s, reason %s: %s", ErrTickFailed, readyOf(app), reason, message)
+}

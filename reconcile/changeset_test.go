@@ -1,0 +1,59 @@
+package reconcile
+
+import (
+	"context"
+	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/queue"
+)
+
+// TestTheLastChangeSetSaysWhichSyncRequestItAnswered: a tick brought by a
+// sync request records the request beside what it changed; a later tick
+// that changes objects on its own does not claim that request, and a tick
+// that changes nothing keeps the last change set.
+func TestTheLastChangeSetSaysWhichSyncRequestItAnswered(t *testing.T) {
+	w, repo := newRepo(t, map[string]string{"deploy/a.yaml": configMapYAML("a")})
+	app := newApp(t, repo, nil)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+
+	got := h.tick(t, key, queue.TriggerTimer)
+	ready(t, got)
+	if cs := got.Status.LastChangeSet; cs == nil || cs.Created != 1 || len(cs.Entries) != 1 || cs.Entries[0].Object != "ConfigMap/"+key.Namespace+"/a" ||
+		cs.Entries[0].Action != "created" || cs.SyncRequest != "" || cs.Revision != got.Status.LastAppliedRevision {
+		t.Fatalf("the first tick's change set: %+v", cs)
+	}
+
+	// A sync request, then a tick that answers it and changes an object.
+	pushed(t, w, map[string]string{"deploy/b.yaml": configMapYAML("b")})
+	patch := client.MergeFrom(got.DeepCopy())
+	got.Annotations = map[string]string{plumbv1.AnnotationSyncRequestedAt: "2026-12-01T10:00:00Z"}
+	if err := admin(t).Patch(context.Background(), got, patch); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		cached := &plumbv1.App{}
+		return h.r.Client.Get(context.Background(), key, cached) == nil && cached.Annotations[plumbv1.AnnotationSyncRequestedAt] != ""
+	})
+	got = h.tick(t, key, queue.TriggerEvent)
+	if cs := got.Status.LastChangeSet; cs == nil || cs.SyncRequest != "2026-12-01T10:00:00Z" || cs.Created != 1 || cs.Entries[0].Object != "ConfigMap/"+key.Namespace+"/b" {
+		t.Fatalf("the change set of the tick that answered the request: %+v", cs)
+	}
+	answered := got.Status.LastChangeSet.DeepCopy()
+
+	// A timer tick that changes nothing keeps it.
+	got = h.tick(t, key, queue.TriggerTimer)
+	if cs := got.Status.LastChangeSet; cs == nil || cs.SyncRequest != answered.SyncRequest || !cs.Time.Equal(&answered.Time) {
+		t.Fatalf("a tick that changed nothing replaced the change set: %+v", cs)
+	}
+
+	// A timer tick that changes objects claims no request.
+	pushed(t, w, map[string]string{"deploy/b.yaml": ""})
+	got = h.tick(t, key, queue.TriggerTimer)
+	if cs := got.Status.LastChangeSet; cs == nil || cs.SyncRequest != "" || cs.Deleted != 1 {
+		t.Fatalf("the change set of a timer tick that pruned: %+v", cs)
+	}
+}

@@ -75,8 +75,8 @@ func TestDemoGivesAWorkingKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 
 	kubectl := func(args ...string) string {
 		t.Helper()
-		cmd := exec.Command(filepath.Join(got.path, "kubectl"), args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+got.kubeconfig)
+		cmd := exec.Command("kubectl", args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+got.kubeconfig, "PATH="+got.path+":"+os.Getenv("PATH"))
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
@@ -91,6 +91,12 @@ func TestDemoGivesAWorkingKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 	}
 	if out := kubectl("get", "app", "shop", "-n", "default", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`); out != "True" {
 		t.Errorf("the demo's App shop is Ready=%q, want True", out)
+	}
+	// The PATH the demo prints holds plumb's CLI too.
+	plumb := exec.Command("plumb", "get", "apps", "-A")
+	plumb.Env = append(os.Environ(), "KUBECONFIG="+got.kubeconfig, "PATH="+got.path+":"+os.Getenv("PATH"))
+	if out, err := plumb.CombinedOutput(); err != nil || !strings.Contains(string(out), "shop") {
+		t.Errorf("plumb get apps -A with the demo's exports: %v\n%s", err, out)
 	}
 
 	if err := demo.Process.Signal(syscall.SIGINT); err != nil {
@@ -138,6 +144,11 @@ func TestDemoExitRunsTheWholeNarrative(t *testing.T) {
 		"Healed the drift", "DriftDetected notification reached the receiver, signature valid: ConfigMap shop/settings .data.color green→hand-edited by kubectl-edit (Update",
 		"Then DriftResolved", "Pruned ConfigMap shop/banner",
 		"Ready=False HealthCheckFailed", "not healthy after 20s: Deployment.apps/shop/web InProgress", "Ready again at R5",
+		"$ plumb get apps -A", "$ plumb suspend shop -n default", "Suspended App default/shop",
+		"! ConfigMap/shop/settings (drifted by kubectl-edit; the next tick puts it back)", ".data.color: green → hotfix, by kubectl-edit (Update)",
+		"~ ConfigMap/shop/settings (updated)", "+  incident: INC-42", "Summary: 1 to update; 3 unchanged (working-copy)",
+		"Changed 1 object: 0 created, 1 configured, 0 deleted", "configured  ConfigMap/shop/settings", "App default/shop is Ready at main@sha1:",
+		"settings  synced  Current",
 		"] Ready", "] Stopped"} {
 		if !strings.Contains(stdout.String(), step) {
 			t.Errorf("the narrative lacks %q:\n%s", step, stdout.String())

@@ -200,6 +200,28 @@ func TestDiffShowsWhatTheNextTickWouldChange(t *testing.T) {
 		}
 	})
 
+	t.Run("a file:// source is refused: it would be read from this machine's disk", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "local-secret.yaml"), []byte(configMap(ns, "from-my-disk", map[string]string{"key": "mine"})), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		w.createApp("from-disk", ".", func(app *plumbv1.App) {
+			app.Spec.Source.URL, app.Spec.Source.SecretRef, app.Labels = "file://"+dir, nil, nil
+		})
+		r := w.plumb("diff", "from-disk", "-n", ns)
+		if r.code != 2 || !strings.Contains(r.stderr, "file:// sources are refused") || strings.Contains(r.stdout+r.stderr, "from-my-disk") {
+			t.Errorf("want exit 2 and the refusal, and nothing of the folder read:\n%s", r)
+		}
+	})
+
+	t.Run("a user RBAC does not let read the App: exit 2 saying what to ask for", func(t *testing.T) {
+		r := w.plumb("diff", "web", "-n", ns, "--as", "someone-without-rights")
+		if r.code != 2 || !strings.Contains(r.stderr, "Error: not allowed: ") || !strings.Contains(r.stderr, `User "someone-without-rights" cannot get resource "apps"`) ||
+			!strings.Contains(r.stderr, "(ask for RBAC on apps.plumb.dev in namespace "+ns+")") {
+			t.Errorf("want exit 2 and the refusal:\n%s", r)
+		}
+	})
+
 	t.Run("an App that does not exist: exit 2 saying how to list them", func(t *testing.T) {
 		r := w.plumb("diff", "nope", "-n", ns)
 		if r.code != 2 || !strings.Contains(r.stderr, "App nope not found in namespace "+ns+" (list them with: plumb get apps") {

@@ -15,6 +15,7 @@ import (
 	"log"
 	"net/netip"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path"
 	"path/filepath"
@@ -135,6 +136,10 @@ func run(ctx context.Context, w io.Writer, exitWhenDone bool) (err error) {
 		return err
 	}
 	s.webhookAddr, s.webhookSecret, s.receiver, s.receiverKey = webhookAddr, webhookSecret, hooks, receiverKey
+	s.plumbBin = filepath.Join(workDir, "bin", "plumb")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", s.plumbBin, "github.com/plumb-dev/plumb/cmd/plumb").CombinedOutput(); err != nil {
+		return fmt.Errorf("building plumb's CLI: %w\n%s", err, out)
+	}
 	if err := s.tell(ctx, first); err != nil {
 		return err
 	}
@@ -143,13 +148,13 @@ func run(ctx context.Context, w io.Writer, exitWhenDone bool) (err error) {
 Everything keeps running. Look from another shell:
 
   export KUBECONFIG=%s
-  export PATH=%s:$PATH
-  kubectl get apps -A
+  export PATH=%s:%s:$PATH
+  plumb get apps -A
+  plumb diff shop -n default
   kubectl get deploy,svc,cm -n shop
-  kubectl describe app shop -n default
   curl -s http://%s/metrics | head
 
-`, cluster.KubeconfigPath, cluster.Binaries.Dir, metricsAddr)
+`, cluster.KubeconfigPath, filepath.Dir(s.plumbBin), cluster.Binaries.Dir, metricsAddr)
 	n.say("Ready")
 	if exitWhenDone {
 		return nil

@@ -37,6 +37,8 @@ type story struct {
 	webhookAddr, webhookSecret string
 	receiver                   *receiver
 	receiverKey                string
+	// plumbBin is the plumb binary the incident runs, with kubeconfig.
+	plumbBin, kubeconfig string
 }
 
 func newStory(cluster *localcluster.Cluster, git *gittest.Server, repo *gittest.Workdir, n narrator) (*story, error) {
@@ -51,7 +53,7 @@ func newStory(cluster *localcluster.Cluster, git *gittest.Server, repo *gittest.
 	if err != nil {
 		return nil, err
 	}
-	return &story{k8s: c, git: git, repo: repo, n: n}, nil
+	return &story{k8s: c, git: git, repo: repo, n: n, kubeconfig: cluster.KubeconfigPath}, nil
 }
 
 func (s *story) tell(ctx context.Context, first string) error {
@@ -177,6 +179,9 @@ func (s *story) tell(ctx context.Context, first string) error {
 		return err
 	}
 	s.n.say("Ready again at R5 in %s: %s", since(start), s.healthLine(ctx))
+	if err := s.incident(ctx); err != nil {
+		return err
+	}
 	return s.checkNoUnexpectedWarnings(ctx)
 }
 

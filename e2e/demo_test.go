@@ -73,10 +73,21 @@ func TestDemoGivesAWorkingKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 		t.Fatalf("demo did not print the KUBECONFIG and PATH exports: %+v", got)
 	}
 
+	// The binaries the demo's PATH export names, found there alone.
+	inPath := func(name string) string {
+		t.Helper()
+		for _, dir := range filepath.SplitList(got.path) {
+			if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+				return filepath.Join(dir, name)
+			}
+		}
+		t.Fatalf("%s is in none of the folders of the demo's PATH export %s", name, got.path)
+		return ""
+	}
 	kubectl := func(args ...string) string {
 		t.Helper()
-		cmd := exec.Command("kubectl", args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+got.kubeconfig, "PATH="+got.path+":"+os.Getenv("PATH"))
+		cmd := exec.Command(inPath("kubectl"), args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+got.kubeconfig)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
@@ -93,8 +104,8 @@ func TestDemoGivesAWorkingKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 		t.Errorf("the demo's App shop is Ready=%q, want True", out)
 	}
 	// The PATH the demo prints holds plumb's CLI too.
-	plumb := exec.Command("plumb", "get", "apps", "-A")
-	plumb.Env = append(os.Environ(), "KUBECONFIG="+got.kubeconfig, "PATH="+got.path+":"+os.Getenv("PATH"))
+	plumb := exec.Command(inPath("plumb"), "get", "apps", "-A")
+	plumb.Env = append(os.Environ(), "KUBECONFIG="+got.kubeconfig)
 	if out, err := plumb.CombinedOutput(); err != nil || !strings.Contains(string(out), "shop") {
 		t.Errorf("plumb get apps -A with the demo's exports: %v\n%s", err, out)
 	}

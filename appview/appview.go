@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -29,7 +32,9 @@ type TableOptions struct {
 	Wide bool
 	// NoHeaders leaves the header line out (for the rows a watch adds).
 	NoHeaders bool
-	Now       time.Time
+	// Deleted marks the rows as of Apps just deleted (a watch's).
+	Deleted bool
+	Now     time.Time
 }
 
 // maxMessage is how much of Ready's message a table row shows (not wide).
@@ -60,10 +65,13 @@ func Table(w io.Writer, apps []plumbv1.App, opts TableOptions) error {
 		row = append(row, app.Name, readyOf(app), ShortRevision(app.Status.LastAppliedRevision), Age(app.Status.LastTickTime, opts.Now),
 			fmt.Sprint(driftCount(app)), orDash(FailingPhase(app)))
 		message := messageOf(app)
+		if opts.Deleted {
+			message = "(deleted)"
+		}
 		if opts.Wide {
 			row = append(row, orDash(conditionReason(app, plumbv1.ConditionHealthy)), fmt.Sprint(app.Spec.Suspend), SourceOf(app))
-		} else if len(message) > maxMessage {
-			message = message[:maxMessage-3] + "..."
+		} else if runes := []rune(message); len(runes) > maxMessage {
+			message = string(runes[:maxMessage-3]) + "..."
 		}
 		row = append(row, message)
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
@@ -224,7 +232,10 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 	if d := app.Status.Drift; d != nil && d.Count > 0 {
 		fmt.Fprintf(&b, "Drift: %s drifted from Git (last detected %s ago)\n", Count(int(d.Count), "object"), Age(d.LastDetectedTime, now))
 		for _, o := range d.Objects {
-			fmt.Fprintf(&b, "  %s  %s  by %s\n", o.ObjectRef.String(), strings.Join(o.Fields, ", "), strings.Join(o.Managers, ", "))
+			fmt.Fprintf(&b, "  %s  %s  by %s\n", o.ObjectRef.String(), Printable(strings.Join(o.Fields, ", ")), Printable(strings.Join(o.Managers, ", ")))
+		}
+		if more := int(d.Count) - len(d.Objects); more > 0 {
+			fmt.Fprintf(&b, "  and %d more\n", more)
 		}
 	} else {
 		b.WriteString("Drift: none\n")
@@ -242,6 +253,9 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 			h.Current, h.InProgress, h.Failed, h.Terminating, h.NotFound, h.Unknown)
 		for _, u := range h.Unhealthy {
 			fmt.Fprintf(&b, "  %s  %s  %s\n", u.ObjectRef.String(), u.Status, oneLine(u.Message))
+		}
+		if more := int(h.InProgress+h.Failed+h.Terminating+h.NotFound+h.Unknown) - len(h.Unhealthy); more > 0 {
+			fmt.Fprintf(&b, "  and %d more\n", more)
 		}
 	} else {
 		b.WriteString("Health: not assessed yet\n")
@@ -298,5 +312,16 @@ func Count(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// oneLine joins a message's lines.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+// oneLine joins a message's lines, made Printable.
+func oneLine(s string) string { return Printable(strings.Join(strings.Fields(s), " ")) }
+
+// Printable is s with every control character (an escape sequence that a
+// terminal would obey: whoever can write an Event, a field or a file name
+// could send one) shown escaped, as Go quotes it.
+func Printable(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError }) < 0 {
+		return s
+	}
+	quoted := strconv.QuoteToGraphic(s)
+	return quoted[1 : len(quoted)-1]
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 )
@@ -66,7 +67,7 @@ func Tree(w io.Writer, app *plumbv1.App) error {
 			refs := groups[ns][kind]
 			sort.Slice(refs, func(a, c int) bool { return refs[a].Name < refs[c].Name })
 			for k, ref := range refs {
-				state := stateOf(app, key(ref), drifted, kept, unhealthy)
+				state := stateOf(app, key(ref), drifted, kept, unhealthy, listsAll(app))
 				b.WriteString(indent(lastNS) + indent(lastKind) + branch(k == len(refs)-1) + ref.Name + "  " + state + "\n")
 			}
 		}
@@ -77,7 +78,7 @@ func Tree(w io.Writer, app *plumbv1.App) error {
 
 // stateOf is one object's drift state and health.
 func stateOf(app *plumbv1.App, id string, drifted map[string]plumbv1.DriftedObject, kept map[string]plumbv1.KeptObject,
-	unhealthy map[string]plumbv1.UnhealthyObject) string {
+	unhealthy map[string]plumbv1.UnhealthyObject, all lists) string {
 	var drift string
 	switch d, isDrifted := drifted[id]; {
 	case kept[id].Reason != "":
@@ -87,6 +88,8 @@ func stateOf(app *plumbv1.App, id string, drifted map[string]plumbv1.DriftedObje
 		if len(d.Managers) > 0 {
 			drift += " by " + strings.Join(d.Managers, ", ")
 		}
+	case !all.drift:
+		drift = "drift unknown (the status lists only some drifted objects)"
 	default:
 		drift = "synced"
 	}
@@ -97,10 +100,27 @@ func stateOf(app *plumbv1.App, id string, drifted map[string]plumbv1.DriftedObje
 		if u.Message != "" {
 			health += ": " + oneLine(u.Message)
 		}
-	case app.Status.Health != nil:
+	case app.Status.Health != nil && all.health:
 		health = "Current"
+	case app.Status.Health != nil:
+		health = "health unknown (the status lists only some unhealthy objects)"
 	}
 	return drift + "  " + health
+}
+
+// lists says whether the App's status lists every drifted and every
+// unhealthy object (the lists are capped; the counts are exact).
+type lists struct{ drift, health bool }
+
+func listsAll(app *plumbv1.App) lists {
+	all := lists{drift: true, health: true}
+	if d := app.Status.Drift; d != nil && int(d.Count) > len(d.Objects) {
+		all.drift = false
+	}
+	if h := app.Status.Health; h != nil && int(h.InProgress+h.Failed+h.Terminating+h.NotFound+h.Unknown) > len(h.Unhealthy) {
+		all.health = false
+	}
+	return all
 }
 
 // key identifies an object across versions of its kind.
@@ -132,12 +152,15 @@ func indent(last bool) string {
 // ErrTickFailed is the error of Outcome for a tick that did not converge.
 var ErrTickFailed = errors.New("the tick did not converge the App")
 
-// Outcome says what the tick that answered the sync request did: its
-// change set (when that tick changed objects) and the resulting revision,
-// or, wrapping ErrTickFailed, which phase failed and why.
-func Outcome(app *plumbv1.App, request string) (string, error) {
+// Outcome says what the tick that handled the App's last sync request
+// did: its change set (when that tick changed objects) and the resulting
+// revision, or, wrapping ErrTickFailed, which phase failed and why.
+func Outcome(app *plumbv1.App) (string, error) {
 	var b strings.Builder
-	if cs := app.Status.LastChangeSet; cs != nil && cs.SyncRequest == request {
+	ready := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
+	converged := ready != nil && ready.Status == metav1.ConditionTrue
+	switch cs := app.Status.LastChangeSet; {
+	case cs != nil && cs.SyncRequest != "" && cs.SyncRequest == app.Status.LastHandledSyncRequest:
 		fmt.Fprintf(&b, "Changed %s: %d created, %d configured, %d deleted\n", Count(int(cs.Created+cs.Configured+cs.Deleted), "object"), cs.Created, cs.Configured, cs.Deleted)
 		for _, e := range cs.Entries {
 			fmt.Fprintf(&b, "  %-10s  %s\n", e.Action, e.Object)
@@ -145,13 +168,13 @@ func Outcome(app *plumbv1.App, request string) (string, error) {
 		if more := int(cs.Created+cs.Configured+cs.Deleted) - len(cs.Entries); more > 0 {
 			fmt.Fprintf(&b, "  and %d more\n", more)
 		}
-	} else if d := app.Status.Drift; d != nil && d.Count > 0 {
-		fmt.Fprintf(&b, "Changed nothing; %s drifted from Git, left so (plumb diff shows them)\n", Count(int(d.Count), "object"))
-	} else {
+	case !converged:
+	case app.Status.Drift != nil && app.Status.Drift.Count > 0:
+		fmt.Fprintf(&b, "Changed nothing; %s drifted from Git, left so (plumb diff shows them)\n", Count(int(app.Status.Drift.Count), "object"))
+	default:
 		b.WriteString("Changed nothing: the cluster already matched Git\n")
 	}
-	ready := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
-	if ready != nil && ready.Status == "True" {
+	if converged {
 		fmt.Fprintf(&b, "App %s/%s is Ready at %s\n", app.Namespace, app.Name, app.Status.LastAppliedRevision)
 		return b.String(), nil
 	}

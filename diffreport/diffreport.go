@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/appview"
 	"github.com/plumb-dev/plumb/reconcile"
 )
 
@@ -85,16 +86,16 @@ func Write(w io.Writer, p *reconcile.Preview, opts Options) error {
 		if o.Action == reconcile.PreviewUnchanged {
 			continue
 		}
-		b.WriteString(paint("1", header(o)) + "\n")
+		b.WriteString(paint("1", appview.Printable(header(o, p.Suspended))) + "\n")
 		for _, c := range o.Drift {
-			line := fmt.Sprintf("    %s: %s → %s, by %s", c.Path, orAbsent(c.Before), orAbsent(c.After), who(c.Manager, c.Operation, c.Subresource))
+			line := appview.Printable(fmt.Sprintf("    %s: %s → %s, by %s", c.Path, orAbsent(c.Before), orAbsent(c.After), who(c.Manager, c.Operation, c.Subresource)))
 			if c.Time != nil {
 				line += " at " + c.Time.UTC().Format("2006-01-02T15:04:05Z")
 			}
 			b.WriteString(line + "\n")
 		}
 		if o.Refused != "" {
-			b.WriteString(paint("31", "    the API server refuses it: "+o.Refused) + "\n")
+			b.WriteString(paint("31", "    the API server refuses it: "+appview.Printable(o.Refused)) + "\n")
 		}
 		if o.Action == reconcile.PreviewKeep {
 			continue
@@ -150,11 +151,15 @@ func Summary(p *reconcile.Preview) string {
 	add(c.Prune, "to prune")
 	add(c.Keep, "kept by the prune guard")
 	add(c.Refused, "refused by the API server")
-	return fmt.Sprintf("Summary: %s; %d unchanged (%s)", strings.Join(parts, ", "), c.Unchanged, p.Revision)
+	s := fmt.Sprintf("Summary: %s; %d unchanged (%s)", strings.Join(parts, ", "), c.Unchanged, p.Revision)
+	if p.Suspended {
+		s += "; the App is suspended: nothing is applied until plumb resume"
+	}
+	return s
 }
 
-// header is an object's marker line.
-func header(o reconcile.PreviewObject) string {
+// header is an object's marker line (suspended: the App's).
+func header(o reconcile.PreviewObject, suspended bool) string {
 	id := o.ObjectRef.String()
 	switch o.Action {
 	case reconcile.PreviewCreate:
@@ -179,9 +184,12 @@ func header(o reconcile.PreviewObject) string {
 		if len(managers) > 0 {
 			what += " by " + strings.Join(managers, ", ")
 		}
-		if o.Left {
+		switch {
+		case o.Left:
 			what += "; left so (driftPolicy alert)"
-		} else {
+		case suspended:
+			what += "; the App is suspended: put back once it is resumed"
+		default:
 			what += "; the next tick puts it back"
 		}
 		return "! " + id + " (" + what + ")"
@@ -330,11 +338,12 @@ func child(path, key string) string {
 
 // JSONReport is the machine-readable form of a preview.
 type JSONReport struct {
-	App      string       `json:"app"`
-	Revision string       `json:"revision"`
-	Differs  bool         `json:"differs"`
-	Counts   Counts       `json:"counts"`
-	Objects  []JSONObject `json:"objects"`
+	App       string       `json:"app"`
+	Revision  string       `json:"revision"`
+	Suspended bool         `json:"suspended,omitempty"`
+	Differs   bool         `json:"differs"`
+	Counts    Counts       `json:"counts"`
+	Objects   []JSONObject `json:"objects"`
 }
 
 // JSONObject is one object of a JSONReport; unchanged objects are left
@@ -366,7 +375,7 @@ type JSONDrift struct {
 // Report is p as a JSONReport for the App app ("namespace/name").
 func Report(app string, p *reconcile.Preview) (*JSONReport, error) {
 	counts := CountsOf(p)
-	r := &JSONReport{App: app, Revision: p.Revision, Differs: counts.Differs(), Counts: counts, Objects: []JSONObject{}}
+	r := &JSONReport{App: app, Revision: p.Revision, Suspended: p.Suspended, Differs: counts.Differs(), Counts: counts, Objects: []JSONObject{}}
 	for _, o := range p.Objects {
 		if o.Action == reconcile.PreviewUnchanged {
 			continue

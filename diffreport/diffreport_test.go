@@ -96,3 +96,19 @@ Summary: 1 drifted; 1 unchanged (main@sha1:abc)
 		t.Errorf("Summary of a converged App = %q", got)
 	}
 }
+
+// TestNoControlCharacterReachesTheTerminal: values anyone could write (a
+// drifted field, a ConfigMap's data) are shown escaped.
+func TestNoControlCharacterReachesTheTerminal(t *testing.T) {
+	ref := plumbv1.ObjectRef{Version: "v1", Kind: "ConfigMap", Namespace: "shop", Name: "web"}
+	p := &reconcile.Preview{Revision: "main@sha1:abc", Objects: []reconcile.PreviewObject{{ObjectRef: ref, Action: reconcile.PreviewDrift,
+		Live: object(map[string]any{"data": map[string]any{"a": "\x1b]52;c;ZXZpbA==\x07"}}), Next: object(map[string]any{"data": map[string]any{"a": "1"}}),
+		Drift: []diff.Change{{Path: ".data.a", Before: "1", After: "\x1b]52;c;ZXZpbA==\x07", Manager: "evil\x1b[2J"}}}}}
+	var b strings.Builder
+	if err := Write(&b, p, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsAny(b.String(), "\x1b\x07") {
+		t.Errorf("a control character reached the output:\n%q", b.String())
+	}
+}

@@ -156,7 +156,7 @@ func TestDemoExitRunsTheWholeNarrative(t *testing.T) {
 		"Then DriftResolved", "Pruned ConfigMap shop/banner",
 		"Ready=False HealthCheckFailed", "not healthy after 20s: Deployment.apps/shop/web InProgress", "Ready again at R5",
 		"$ plumb get apps -A", "$ plumb suspend shop -n default", "Suspended App default/shop",
-		"! ConfigMap/shop/settings (drifted by kubectl-edit; the next tick puts it back)", ".data.color: green → hotfix, by kubectl-edit (Update)",
+		"! ConfigMap/shop/settings (drifted by kubectl-edit; the App is suspended: put back once it is resumed)", ".data.color: green → hotfix, by kubectl-edit (Update)",
 		"~ ConfigMap/shop/settings (updated)", "+  incident: INC-42", "Summary: 1 to update; 3 unchanged (working-copy)",
 		"Changed 1 object: 0 created, 1 configured, 0 deleted", "configured  ConfigMap/shop/settings", "App default/shop is Ready at main@sha1:",
 		"settings  synced  Current",

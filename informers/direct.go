@@ -3,6 +3,7 @@ package informers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -26,6 +27,9 @@ type Direct struct {
 	client dynamic.Interface
 	mapper meta.RESTMapper
 }
+
+// directReadTimeout bounds one Get.
+const directReadTimeout = 30 * time.Second
 
 // NewDirect makes a Direct that reads with client.
 func NewDirect(client dynamic.Interface, mapper meta.RESTMapper) *Direct {
@@ -54,7 +58,10 @@ func (d *Direct) WaitForResourceVersion(context.Context, schema.GroupVersionKind
 // it: nil when it does not exist or does not carry plumb's ownership
 // label.
 func (d *Direct) Get(gvk schema.GroupVersionKind, namespace, name string) (*compact.Object, error) {
-	u, err := d.read(context.Background(), gvk, namespace, name)
+	// Get has no context (a Cache's answers at once); a read is bounded.
+	ctx, cancel := context.WithTimeout(context.Background(), directReadTimeout)
+	defer cancel()
+	u, err := d.read(ctx, gvk, namespace, name)
 	if err != nil || u == nil {
 		return nil, err
 	}

@@ -2,7 +2,11 @@ package reconcile
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -55,5 +59,47 @@ func TestTheLastChangeSetSaysWhichSyncRequestItAnswered(t *testing.T) {
 	got = h.tick(t, key, queue.TriggerTimer)
 	if cs := got.Status.LastChangeSet; cs == nil || cs.SyncRequest != "" || cs.Deleted != 1 {
 		t.Fatalf("the change set of a timer tick that pruned: %+v", cs)
+	}
+}
+
+// TestMaskSecretLeavesNoValue masks what a preview shows of a Secret,
+// whatever shape its render has.
+func TestMaskSecretLeavesNoValue(t *testing.T) {
+	secret := func(content map[string]any) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret",
+			"metadata": map[string]any{"name": "s", "annotations": map[string]any{lastAppliedAnnotation: `{"data":{"password":"c2VjcmV0LXZhbHVl"}}`}}}}
+		for k, v := range content {
+			u.Object[k] = v
+		}
+		return u
+	}
+	for name, tc := range map[string]struct{ before, after *unstructured.Unstructured }{
+		"changed":             {secret(map[string]any{"data": map[string]any{"password": "c2VjcmV0LXZhbHVl"}}), secret(map[string]any{"data": map[string]any{"password": "b3RoZXItdmFsdWU="}})},
+		"created":             {nil, secret(map[string]any{"stringData": map[string]any{"password": "secret-value"}})},
+		"pruned":              {secret(map[string]any{"data": map[string]any{"password": "c2VjcmV0LXZhbHVl"}}), nil},
+		"stringData no map":   {nil, secret(map[string]any{"stringData": "secret-value"})},
+		"data of no strings":  {nil, secret(map[string]any{"data": map[string]any{"password": map[string]any{"nested": "secret-value"}}})},
+		"data that is a list": {secret(map[string]any{"data": []any{"secret-value"}}), nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := maskSecret(tc.before, tc.after); err != nil {
+				t.Fatal(err)
+			}
+			for _, u := range []*unstructured.Unstructured{tc.before, tc.after} {
+				if u == nil {
+					continue
+				}
+				text := fmt.Sprint(u.Object)
+				for _, value := range []string{"secret-value", "c2VjcmV0LXZhbHVl", "other-value", "b3RoZXItdmFsdWU="} {
+					if strings.Contains(text, value) {
+						t.Errorf("%s is shown: %s", value, text)
+					}
+				}
+			}
+		})
+	}
+	obj := secret(map[string]any{"stringData": map[string]any{"password": "secret-value"}, "data": map[string]any{"token": "c2VjcmV0LXZhbHVl"}})
+	if got := redactSecret(obj, `admission webhook "x" denied: password secret-value and token c2VjcmV0LXZhbHVl`); strings.Contains(got, "secret-value") || strings.Contains(got, "c2VjcmV0LXZhbHVl") {
+		t.Errorf("redactSecret left a value: %s", got)
 	}
 }

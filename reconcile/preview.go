@@ -2,13 +2,16 @@ package reconcile
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	fluxssa "github.com/fluxcd/pkg/ssa"
 	ssaerrors "github.com/fluxcd/pkg/ssa/errors"
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,6 +28,9 @@ type Preview struct {
 	// Revision is the revision read (source.LocalRevision for a working
 	// copy).
 	Revision string
+	// Suspended says the App is suspended: no tick applies anything until
+	// it is resumed.
+	Suspended bool
 	// Objects are the objects the App renders and those that left Git
 	// that a prune would delete or the prune guard keeps, by kind,
 	// namespace and name.
@@ -113,7 +119,7 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 	if err != nil {
 		return nil, err
 	}
-	preview := &Preview{Revision: revision}
+	preview := &Preview{Revision: revision, Suspended: app.Spec.Suspend}
 	applies := map[objectID]bool{}
 	for _, obj := range p.apply {
 		applies[idOf(obj)] = true
@@ -171,13 +177,12 @@ func (r *Reconciler) previewChange(ctx context.Context, applier Applier, obj *un
 		}
 	}
 	differs, next, err := applier.DryRun(ctx, obj, cached)
-	var rejected *ssaerrors.DryRunErr
 	switch {
-	case errors.As(err, &rejected):
-		o.Refused = rejected.Error()
+	case refusedByServer(err):
+		o.Refused = redactSecret(obj, err.Error())
 		o.Next = obj.DeepCopy()
 	case err != nil:
-		return failed(err)
+		return failed(fmt.Errorf("%s: %s", idOf(obj), redactSecret(obj, err.Error())))
 	default:
 		o.Next = next
 		if !differs && o.Action == PreviewUpdate {
@@ -216,6 +221,60 @@ func (r *Reconciler) previewPrune(ctx context.Context, app *plumbv1.App, desired
 	return out, nil
 }
 
+// refusedByServer reports a dry-run that the API server answered by
+// refusing the object itself (validation, an immutable field, an admission
+// webhook's denial), which the Apply phase would fail on too; RBAC's
+// refusal to let whoever previews make the dry-run, a timeout or a lost
+// connection is no answer about the object.
+func refusedByServer(err error) bool {
+	var dryRun *ssaerrors.DryRunErr
+	if !errors.As(err, &dryRun) {
+		return false
+	}
+	cause := dryRun.Unwrap()
+	switch {
+	case apierrors.IsInvalid(cause), apierrors.IsBadRequest(cause), apierrors.IsConflict(cause), apierrors.IsRequestEntityTooLargeError(cause):
+		return true
+	case apierrors.IsForbidden(cause):
+		// Admission webhooks and policies deny with Forbidden too; RBAC's
+		// denial says "cannot".
+		return !strings.Contains(cause.Error(), " cannot ")
+	}
+	return false
+}
+
+// redactSecret replaces, in a message about obj, every value obj holds
+// when it is a Secret (in data, decoded too, and stringData): an API
+// server's or webhook's message may quote the object.
+func redactSecret(obj *unstructured.Unstructured, message string) string {
+	if obj == nil || obj.GetKind() != "Secret" || obj.GroupVersionKind().Group != "" {
+		return message
+	}
+	var values []string
+	for _, field := range []string{"data", "stringData"} {
+		m, _ := obj.Object[field].(map[string]any)
+		for _, v := range m {
+			s, ok := v.(string)
+			if !ok {
+				continue
+			}
+			values = append(values, s)
+			if field == "data" {
+				if decoded, err := base64.StdEncoding.DecodeString(s); err == nil {
+					values = append(values, string(decoded))
+				}
+			}
+		}
+	}
+	sort.Slice(values, func(i, j int) bool { return len(values[i]) > len(values[j]) }) // longest first
+	for _, v := range values {
+		if len(v) >= 4 {
+			message = strings.ReplaceAll(message, v, "***")
+		}
+	}
+	return message
+}
+
 // refuseEmpty refuses a render of no objects unless the App allows it: it
 // would prune everything the App applied.
 func (r *Reconciler) refuseEmpty(app *plumbv1.App, empty bool, revision string) error {
@@ -242,12 +301,16 @@ func maskSecret(before, after *unstructured.Unstructured) error {
 	if !isSecret(before) && !isSecret(after) {
 		return nil
 	}
-	if err := fluxssa.SanitizeUnstructuredData(before, after); err != nil {
-		return fmt.Errorf("masking a Secret's values: %w", err)
-	}
 	for _, u := range []*unstructured.Unstructured{before, after} {
 		if u == nil {
 			continue
+		}
+		// A data or stringData that is no map of strings (a render the API
+		// server would refuse) is masked whole.
+		for _, field := range []string{"data", "stringData"} {
+			if v, ok := u.Object[field]; ok && !isStringMap(v) {
+				u.Object[field] = map[string]any{"(not a map of strings)": "***"}
+			}
 		}
 		if values, ok := u.Object["stringData"].(map[string]any); ok {
 			for k := range values {
@@ -259,5 +322,22 @@ func maskSecret(before, after *unstructured.Unstructured) error {
 			u.SetAnnotations(annotations)
 		}
 	}
+	if err := fluxssa.SanitizeUnstructuredData(before, after); err != nil {
+		return errors.New("masking a Secret's values failed") // its message may quote them
+	}
 	return nil
+}
+
+// isStringMap reports a map whose values are all strings.
+func isStringMap(v any) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	for _, value := range m {
+		if _, ok := value.(string); !ok {
+			return false
+		}
+	}
+	return true
 }

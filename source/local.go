@@ -82,10 +82,12 @@ func (l *Local) Read(ctx context.Context, req Request) (*Result, error) {
 }
 
 // repositoryRoot is the nearest folder at or above dir that holds a .git,
-// or dir itself when none does.
+// or dir itself when none does. A home folder is never taken for one (a
+// repository of dotfiles would make the tree the whole home).
 func repositoryRoot(dir string) string {
+	home, _ := os.UserHomeDir()
 	for at := dir; ; {
-		if _, err := os.Lstat(filepath.Join(at, ".git")); err == nil {
+		if _, err := os.Lstat(filepath.Join(at, ".git")); err == nil && (at != home || at == dir) {
 			return at
 		}
 		parent := filepath.Dir(at)

@@ -48,8 +48,22 @@ func Annotate(ctx context.Context, c client.Client, key types.NamespacedName, no
 // once a tick has answered it.
 func RequestValue(now time.Time) string { return now.UTC().Format(time.RFC3339Nano) }
 
+// Answers reports whether a tick that handled the sync request handled
+// (status.lastHandledSyncRequest) answered request too: it is the same
+// request, or a later one (a webhook's, another person's), whose tick
+// read Git after request was made. Values that are not times must be
+// equal.
+func Answers(handled, request string) bool {
+	if handled == request {
+		return true
+	}
+	h, err1 := time.Parse(time.RFC3339Nano, handled)
+	r, err2 := time.Parse(time.RFC3339Nano, request)
+	return err1 == nil && err2 == nil && !h.Before(r)
+}
+
 // Await waits until a tick of the App key has answered the sync request
-// (RequestValue of Annotate's time) and, when that tick left objects
+// (RequestValue of Annotate's time; see Answers) and, when that tick left objects
 // rolling out (Ready Unknown, reason Progressing), until their health is
 // judged; it returns the App as it then is, or ctx's error with the App
 // as last read (nil when it could not be read). It reads the App every
@@ -65,7 +79,7 @@ func Await(ctx context.Context, c client.Reader, key types.NamespacedName, reque
 			return false, nil // the API server may be restarting: read again
 		}
 		last = app
-		if app.Status.LastHandledSyncRequest != request {
+		if !Answers(app.Status.LastHandledSyncRequest, request) {
 			return false, nil
 		}
 		ready := meta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -44,7 +45,12 @@ a unified YAML diff from the live object to Git, marked created, updated, pruned
 (with the field manager who changed it). Secret values are masked.
 
 Everything is read, and each change is dry-run, with your kubeconfig's identity: RBAC
-decides what you may see. Nothing is written.
+decides what you may see (you need get on the App, its credentials Secret and its objects,
+and patch on the objects the tick would change, for their dry-runs). Nothing is written.
+The App's repository is fetched from this machine: whoever wrote the App chose the host it
+names. The preview does not know the controller's lockdown flags (--no-cross-namespace,
+--default-service-account), and an App that acts as a ServiceAccount is previewed with your
+rights, not the ServiceAccount's.
 
 Exit status: 0 when the cluster equals Git, 1 when it differs, 2 on an error (as kubectl
 diff and flux diff), so that CI can gate on it.`,
@@ -56,7 +62,13 @@ diff and flux diff), so that CI can gate on it.`,
 
   # The diff against another commit, as JSON for a script
   plumb diff web -n shop --revision 3f1c9e0d2b7a4c5e8f9a0b1c2d3e4f5a6b7c8d9e -o json`,
-		Args:              cobra.ExactArgs(1),
+		// A usage error is an error too (2), never "differs" (1).
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.ExactArgs(1)(cmd, args); err != nil {
+				return &exitError{code: diffFailed, err: err}
+			}
+			return nil
+		},
 		ValidArgsFunction: cluster.completeApps,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			code, err := runDiff(cmd, cluster, args[0], f)
@@ -69,12 +81,13 @@ diff and flux diff), so that CI can gate on it.`,
 			return nil
 		},
 	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: diffFailed, err: err} })
 	flags := cmd.Flags()
 	flags.StringVar(&f.revision, "revision", "", "diff this revision instead of the App's ref: a commit (40 hex digits, or a recorded revision such as main@sha1:<hex>), a branch, or tags/NAME")
 	flags.StringVar(&f.path, "path", "", "diff a working copy of the App's folder on this machine instead of its Git source")
 	flags.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	flags.StringVar(&f.color, "color", "auto", "colour the diff: auto (on a terminal, unless NO_COLOR is set), always or never")
-	flags.StringVar(&f.gitCacheDir, "git-cache-dir", "", "folder for the clones of repositories (default: the user's cache folder, plumb/git)")
+	flags.StringVar(&f.gitCacheDir, "git-cache-dir", "", "folder that keeps the clones of repositories between runs, for one run at a time (default: a new folder each run, removed after it)")
 	_ = cmd.MarkFlagDirname("path")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("color", cobra.FixedCompletions([]string{"auto", "always", "never"}, cobra.ShellCompDirectiveNoFileComp))
@@ -106,7 +119,15 @@ func runDiff(cmd *cobra.Command, cluster *clusterFlags, name string, f diffFlags
 	if err != nil {
 		return 0, fmt.Errorf("finding plumb's own binary, which renders Kustomize and Helm builds in a child process: %w", err)
 	}
-	previewer, err := preview.New(preview.Options{Config: cfg, GitCacheDir: f.gitCacheDir, LocalDir: f.path,
+	cacheDir := f.gitCacheDir
+	if cacheDir == "" && f.path == "" {
+		// Its own clone each run: runs at once (a CI matrix) share nothing.
+		if cacheDir, err = os.MkdirTemp("", "plumb-diff-"); err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(cacheDir)
+	}
+	previewer, err := preview.New(preview.Options{Config: cfg, GitCacheDir: cacheDir, LocalDir: f.path,
 		RenderCommand: []string{self, renderSandboxCommand}})
 	if err != nil {
 		return 0, err
@@ -146,6 +167,9 @@ func runDiff(cmd *cobra.Command, cluster *clusterFlags, name string, f diffFlags
 	return diffSame, nil
 }
 
+// shortCommit is an abbreviated commit, which Git cannot fetch by name.
+var shortCommit = regexp.MustCompile(`^[0-9a-f]{7,39}$`)
+
 // parseRevision reads --revision.
 func parseRevision(rev string) (plumbv1.GitRef, error) {
 	hash := rev
@@ -155,6 +179,8 @@ func parseRevision(rev string) (plumbv1.GitRef, error) {
 	switch {
 	case plumbing.IsHash(hash):
 		return plumbv1.GitRef{Commit: strings.ToLower(hash)}, nil
+	case shortCommit.MatchString(rev):
+		return plumbv1.GitRef{}, fmt.Errorf("--revision %q: give the whole commit, 40 hex digits (git rev-parse %s)", rev, rev)
 	case strings.HasPrefix(rev, "tags/"):
 		return plumbv1.GitRef{Tag: strings.TrimPrefix(rev, "tags/")}, nil
 	case strings.Contains(rev, "sha1:") || rev == "":

@@ -12,7 +12,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -187,6 +189,38 @@ func TestDiffShowsWhatTheNextTickWouldChange(t *testing.T) {
 		if report.Revision != "working-copy" {
 			t.Errorf("revision %q, want working-copy", report.Revision)
 		}
+		// The pruned Secret is shown, its values masked.
+		for _, value := range []string{"s3cret-two", base64.StdEncoding.EncodeToString([]byte("s3cret-two"))} {
+			if strings.Contains(r.stdout, value) {
+				t.Errorf("the pruned Secret's value is shown:\n%s", r)
+			}
+		}
+	})
+
+	t.Run("a user who may read but not patch: exit 2 naming the right the dry-run needs", func(t *testing.T) {
+		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "reader"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{plumbv1.GroupVersion.Group}, Resources: []string{"apps"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps", "services"}, Verbs: []string{"get"}},
+		}}
+		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "reader"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "reader"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "reader"}}}
+		for _, obj := range []client.Object{role, binding} {
+			if err := w.k8s.Create(context.Background(), obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "configmap.yaml"), []byte(configMap(ns, "web", map[string]string{"greeting": "hej"})), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the reader's Role in force", func() bool {
+			return !strings.Contains(w.plumb("diff", "web", "-n", ns, "--as", "reader", "--path", dir).stderr, `cannot get resource "apps"`)
+		})
+		r := w.plumb("diff", "web", "-n", ns, "--as", "reader", "--path", dir)
+		if r.code != 2 || !strings.Contains(r.stderr, `cannot patch resource "configmaps"`) || strings.Contains(r.stdout+r.stderr, "the API server refuses it") {
+			t.Errorf("want exit 2 naming the patch right, not a refusal of the object:\n%s", r)
+		}
 	})
 
 	t.Run("an unreachable repository: exit 2 naming the phase", func(t *testing.T) {
@@ -219,6 +253,14 @@ func TestDiffShowsWhatTheNextTickWouldChange(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, "Error: not allowed: ") || !strings.Contains(r.stderr, `User "someone-without-rights" cannot get resource "apps"`) ||
 			!strings.Contains(r.stderr, "(ask for RBAC on apps.plumb.dev in namespace "+ns+")") {
 			t.Errorf("want exit 2 and the refusal:\n%s", r)
+		}
+	})
+
+	t.Run("a usage error is an error (2), not a difference (1)", func(t *testing.T) {
+		for _, args := range [][]string{{"diff"}, {"diff", "web", "--no-such-flag"}} {
+			if r := w.plumb(args...); r.code != 2 {
+				t.Errorf("plumb %v: want exit 2\n%s", args, r)
+			}
 		}
 	})
 

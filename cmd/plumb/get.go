@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
@@ -119,23 +122,53 @@ func getApps(cmd *cobra.Command, cluster *clusterFlags, f getFlags) error {
 	if !f.watch {
 		return nil
 	}
-	watcher, err := c.Watch(ctx, &plumbv1.AppList{}, append(scope, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})...)
-	if err != nil {
-		return explainList(err, namespace)
-	}
-	defer watcher.Stop()
 	opts.NoHeaders = true
-	for event := range watcher.ResultChan() {
-		app, ok := event.Object.(*plumbv1.App)
-		if !ok || (event.Type != watch.Added && event.Type != watch.Modified && event.Type != watch.Deleted) {
-			continue
-		}
-		opts.Now = time.Now()
-		if err := appview.Table(out, []plumbv1.App{*app}, opts); err != nil {
+	for resourceVersion := list.ResourceVersion; ; {
+		next, err := watchApps(ctx, c, scope, resourceVersion, out, opts)
+		if err != nil || ctx.Err() != nil {
 			return err
 		}
+		resourceVersion = next
+		select { // the watch ended: a moment before the next one
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
 	}
-	return nil
+}
+
+// watchApps prints a row for each change of an App until the watch ends;
+// it returns the resourceVersion to watch from next ("" to list afresh,
+// after the API server said the version is too old).
+func watchApps(ctx context.Context, c client.WithWatch, scope []client.ListOption, resourceVersion string, out io.Writer, opts appview.TableOptions) (string, error) {
+	watcher, err := c.Watch(ctx, &plumbv1.AppList{}, append(scope, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: resourceVersion}})...)
+	if err != nil {
+		return "", explainList(err, "")
+	}
+	defer watcher.Stop()
+	for event := range watcher.ResultChan() {
+		switch event.Type {
+		case watch.Error:
+			if status, ok := event.Object.(*metav1.Status); ok && status.Code == http.StatusGone {
+				return "", nil // too old: watch from now
+			}
+			return "", fmt.Errorf("watching Apps: %v", apierrors.FromObject(event.Object))
+		case watch.Added, watch.Modified, watch.Deleted:
+		default:
+			continue
+		}
+		app, ok := event.Object.(*plumbv1.App)
+		if !ok {
+			continue
+		}
+		resourceVersion = app.ResourceVersion
+		row := opts
+		row.Now, row.Deleted = time.Now(), event.Type == watch.Deleted
+		if err := appview.Table(out, []plumbv1.App{*app}, row); err != nil {
+			return "", err
+		}
+	}
+	return resourceVersion, nil // the API server closed the watch: go on from where it was
 }
 
 func getApp(cmd *cobra.Command, cluster *clusterFlags, name string, f getFlags) error {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,8 +32,8 @@ var normalizers = []struct {
 	re   *regexp.Regexp
 	with string
 }{
+	{regexp.MustCompile(`sha1:[0-9a-f]{7,40}`), "sha1:SHA"}, // before ages: a short commit may end in 6d
 	{regexp.MustCompile(`\b\d+(\.\d+)?(ms|s|m|h|d|y)(\d+(s|m|h))?\b`), "AGE"},
-	{regexp.MustCompile(`sha1:[0-9a-f]{7,40}`), "sha1:SHA"},
 	{regexp.MustCompile(`http://127\.0\.0\.1:\d+`), "http://GIT"},
 	{regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z`), "TIME"},
 	{regexp.MustCompile(`([^\s│]) {2,}`), "$1\t"},
@@ -134,6 +135,20 @@ func TestOperatorCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		w.waitFor("web", "drift reported", func(app *plumbv1.App) bool { return app.Status.Drift != nil && app.Status.Drift.Count == 1 })
+		// The drift episode's Event, which plumb get app lists, is written
+		// apart from the status.
+		eventually(t, "the DriftDetected Event", func() bool {
+			events := &corev1.EventList{}
+			if err := w.k8s.List(context.Background(), events, client.InNamespace(ns)); err != nil {
+				return false
+			}
+			for _, e := range events.Items {
+				if e.Reason == "DriftDetected" && e.InvolvedObject.Name == "web" {
+					return true
+				}
+			}
+			return false
+		})
 		w.golden(t, "get-apps", w.plumb("get", "apps", "-n", ns).stdout)
 		w.golden(t, "get-apps-wide", w.plumb("get", "apps", "-n", ns, "-o", "wide").stdout)
 		w.golden(t, "tree", w.plumb("tree", "web", "-n", ns).stdout)

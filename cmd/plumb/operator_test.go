@@ -205,6 +205,17 @@ func (w *world) tick(name, commit string) *plumbv1.App {
 	return w.waitReady(name, commit)
 }
 
+// eventually polls cond until it holds (one minute at most).
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("%s: not within a minute", what)
+	}
+}
+
 // run is one run of the plumb binary: what it printed and its exit code.
 type run struct {
 	stdout, stderr string

@@ -68,6 +68,9 @@ tick and prints its outcome, as plumb sync --wait.`,
 			if !f.wait {
 				return nil
 			}
+			if f.timeout <= 0 {
+				return fmt.Errorf("--timeout %s: it must be positive", f.timeout)
+			}
 			return awaitSync(cmd, c, key, request, f.timeout)
 		},
 	}

@@ -52,6 +52,9 @@ passed.`,
 }
 
 func runSync(cmd *cobra.Command, cluster *clusterFlags, name string, f syncFlags) error {
+	if f.timeout <= 0 {
+		return fmt.Errorf("--timeout %s: it must be positive", f.timeout)
+	}
 	c, key, app, err := cluster.app(cmd, name)
 	if err != nil {
 		return err
@@ -62,7 +65,7 @@ func runSync(cmd *cobra.Command, cluster *clusterFlags, name string, f syncFlags
 	}
 	at := time.Now()
 	if err := syncrequest.Annotate(ctx, c, key, at, plumbv1.SyncRequestedByManual); err != nil {
-		return explain(errors.Unwrap(err), key)
+		return explain(err, key)
 	}
 	request := syncrequest.RequestValue(at)
 	if !f.wait {
@@ -82,20 +85,23 @@ func awaitSync(cmd *cobra.Command, c client.Reader, key types.NamespacedName, re
 	app, err := syncrequest.Await(ctx, c, key, request, 250*time.Millisecond)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			if app != nil && app.Status.LastHandledSyncRequest == request {
+			if app != nil && syncrequest.Answers(app.Status.LastHandledSyncRequest, request) {
 				return fmt.Errorf("the sync was handled, but the App's objects were still rolling out after %s (plumb get app %s -n %s shows them)", timeout, key.Name, key.Namespace)
 			}
 			return fmt.Errorf("the controller did not handle the sync within %s: is plumb's controller running, and does it watch this App (its --app-label-selector and --watch-namespaces)?", timeout)
 		}
 		return explain(err, key)
 	}
-	text, outcome := appview.Outcome(app, request)
+	if app.Spec.Suspend {
+		return fmt.Errorf("App %s was suspended before the controller ticked it: nothing was synced (plumb resume %s -n %s)", key, key.Name, key.Namespace)
+	}
+	text, outcome := appview.Outcome(app)
 	fmt.Fprint(cmd.OutOrStdout(), text)
 	return outcome
 }
 
-// patchSpec merge-patches the App's spec (and annotations) and returns
-// the App as the API server answered.
+// patchApp merge-patches the App (its spec, its annotations) and
+// returns it as the API server answered.
 func patchApp(ctx context.Context, c client.Client, key types.NamespacedName, patch map[string]any) (*plumbv1.App, error) {
 	data, err := json.Marshal(patch)
 	if err != nil {

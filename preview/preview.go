@@ -3,7 +3,9 @@
 // Preview), for `plumb diff` and the dashboard. It observes by direct
 // reads (it has no informers) and acts with the rights of whoever runs it:
 // their kubeconfig's identity reads the App, its credentials Secret and
-// its objects, and makes the server-side dry-runs. It writes nothing.
+// its objects, and makes the server-side dry-runs, impersonating the
+// App's ServiceAccount when it names one (as the controller does). It
+// writes nothing.
 package preview
 
 import (
@@ -14,6 +16,7 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,6 +30,7 @@ import (
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/clusterinfo"
+	"github.com/plumb-dev/plumb/impersonation"
 	"github.com/plumb-dev/plumb/informers"
 	"github.com/plumb-dev/plumb/reconcile"
 	"github.com/plumb-dev/plumb/source"
@@ -119,6 +123,10 @@ func (p *Previewer) Client() client.Client { return p.apps }
 // Preview previews app (as read from the API server; its spec may be
 // changed first, e.g. its ref, to preview another revision).
 func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.Preview, error) {
+	if as := p.opts.Config.Impersonate.UserName; as != "" && app.Spec.ServiceAccountName != "" {
+		return nil, fmt.Errorf("the App acts as ServiceAccount %s/%s, which this preview would impersonate, and you act as %s already: Kubernetes impersonates once (leave out --as, or preview with your own rights)",
+			app.Namespace, app.Spec.ServiceAccountName, as)
+	}
 	var isolation *render.Isolation
 	if len(p.opts.RenderCommand) > 0 {
 		isolation = &render.Isolation{Command: p.opts.RenderCommand, Timeout: source.DefaultRenderTimeout, MemoryBytes: 2 << 30}
@@ -134,6 +142,25 @@ func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.P
 		reader = gitReader
 	}
 	applier := ssa.NewManager(p.apps)
+	// An App that acts as a ServiceAccount is previewed as that
+	// ServiceAccount, as the controller acts: whoever previews must be
+	// allowed to impersonate it.
+	identities := impersonation.New(p.opts.Config, impersonation.Options[reconcile.Applier]{
+		Build: func(cfg *rest.Config) (reconcile.Applier, error) {
+			c, err := client.New(cfg, client.Options{Scheme: p.scheme, Mapper: p.apps.RESTMapper()})
+			if err != nil {
+				return nil, err
+			}
+			return ssa.NewManager(c), nil
+		},
+		Exists: func(ctx context.Context, namespace, name string) (bool, error) {
+			_, err := p.clientset.CoreV1().ServiceAccounts(namespace).Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			return err == nil, err
+		},
+	})
 	r := &reconcile.Reconciler{
 		Client:      p.apps,
 		APIReader:   p.apps,
@@ -143,7 +170,7 @@ func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.P
 		Reader:      reader,
 		Observer:    informers.NewDirect(p.dynamic, p.apps.RESTMapper()),
 		Applier:     applier,
-		Identities:  yourself{applier},
+		Identities:  identities,
 		// A file:// source would be read from this machine's disk, and
 		// what it holds sent to the API server in dry-runs: refused, as
 		// the controller refuses it by default. A working copy is named
@@ -170,16 +197,6 @@ func (s secrets) Get(ctx context.Context, app types.NamespacedName, name string)
 }
 
 func (secrets) Release(types.NamespacedName) {}
-
-// yourself is the Identities of a preview: an App that acts as a
-// ServiceAccount is previewed with the rights of whoever previews it.
-type yourself struct{ applier reconcile.Applier }
-
-func (y yourself) For(context.Context, types.NamespacedName, string) (reconcile.Applier, error) {
-	return y.applier, nil
-}
-
-func (yourself) Release(types.NamespacedName) {}
 
 // noEvents records nothing: a preview tells no one.
 type noEvents struct{}

@@ -119,6 +119,13 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 	if err != nil {
 		return nil, err
 	}
+	// As the Apply phase would, before anything: may the ServiceAccount
+	// make every write the tick plans?
+	if sa := r.serviceAccountOf(app); sa != "" {
+		if err := r.authorize(ctx, app, applier, sa, p, desired, live, kinds); err != nil {
+			return nil, err
+		}
+	}
 	preview := &Preview{Revision: revision, Suspended: app.Spec.Suspend}
 	applies := map[objectID]bool{}
 	for _, obj := range p.apply {

@@ -25,11 +25,12 @@ const (
 )
 
 type diffFlags struct {
-	revision    string
-	path        string
-	output      string
-	color       string
-	gitCacheDir string
+	revision     string
+	path         string
+	output       string
+	color        string
+	gitCacheDir  string
+	withMyRights bool
 }
 
 func newDiffCommand(cluster *clusterFlags) *cobra.Command {
@@ -48,9 +49,10 @@ Everything is read, and each change is dry-run, with your kubeconfig's identity:
 decides what you may see (you need get on the App, its credentials Secret and its objects,
 and patch on the objects the tick would change, for their dry-runs). Nothing is written.
 The App's repository is fetched from this machine: whoever wrote the App chose the host it
-names. The preview does not know the controller's lockdown flags (--no-cross-namespace,
---default-service-account), and an App that acts as a ServiceAccount is previewed with your
-rights, not the ServiceAccount's.
+names. An App that acts as a ServiceAccount is previewed as that ServiceAccount, as the controller
+acts (you need the right to impersonate it; --with-my-rights uses yours), and the tick's
+check that the ServiceAccount may make every write is made too. The preview does not know
+the controller's lockdown flags (--no-cross-namespace, --default-service-account).
 
 Exit status: 0 when the cluster equals Git, 1 when it differs, 2 on an error (as kubectl
 diff and flux diff), so that CI can gate on it.`,
@@ -87,6 +89,7 @@ diff and flux diff), so that CI can gate on it.`,
 	flags.StringVar(&f.path, "path", "", "diff a working copy of the App's folder on this machine instead of its Git source")
 	flags.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	flags.StringVar(&f.color, "color", "auto", "colour the diff: auto (on a terminal, unless NO_COLOR is set), always or never")
+	flags.BoolVar(&f.withMyRights, "with-my-rights", false, "preview an App that acts as a ServiceAccount with your own rights, not by impersonating the ServiceAccount")
 	flags.StringVar(&f.gitCacheDir, "git-cache-dir", "", "folder that keeps the clones of repositories between runs, for one run at a time (default: a new folder each run, removed after it)")
 	_ = cmd.MarkFlagDirname("path")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
@@ -137,6 +140,10 @@ func runDiff(cmd *cobra.Command, cluster *clusterFlags, name string, f diffFlags
 	if err := previewer.Client().Get(ctx, key, app); err != nil {
 		return 0, explain(err, key)
 	}
+	sa := app.Spec.ServiceAccountName
+	if f.withMyRights {
+		app.Spec.ServiceAccountName = ""
+	}
 	if f.revision != "" {
 		ref, err := parseRevision(f.revision)
 		if err != nil {
@@ -146,7 +153,11 @@ func runDiff(cmd *cobra.Command, cluster *clusterFlags, name string, f diffFlags
 	}
 	p, err := previewer.Preview(ctx, app)
 	if err != nil {
-		return 0, describePhaseError(err)
+		err = describePhaseError(err)
+		if sa != "" && !f.withMyRights && strings.Contains(err.Error(), "cannot impersonate") {
+			err = fmt.Errorf("%w\n(the App acts as ServiceAccount %s/%s; previewing it as the controller would needs the right to impersonate it: plumb diff --with-my-rights previews with your own rights)", err, key.Namespace, sa)
+		}
+		return 0, err
 	}
 	out := cmd.OutOrStdout()
 	if f.output == "json" {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -200,7 +201,7 @@ func TestDiffShowsWhatTheNextTickWouldChange(t *testing.T) {
 	t.Run("a user who may read but not patch: exit 2 naming the right the dry-run needs", func(t *testing.T) {
 		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "reader"}, Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{plumbv1.GroupVersion.Group}, Resources: []string{"apps"}, Verbs: []string{"get"}},
-			{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps", "services"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps", "services", "serviceaccounts"}, Verbs: []string{"get"}},
 		}}
 		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "reader"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "reader"},
@@ -220,6 +221,56 @@ func TestDiffShowsWhatTheNextTickWouldChange(t *testing.T) {
 		r := w.plumb("diff", "web", "-n", ns, "--as", "reader", "--path", dir)
 		if r.code != 2 || !strings.Contains(r.stderr, `cannot patch resource "configmaps"`) || strings.Contains(r.stdout+r.stderr, "the API server refuses it") {
 			t.Errorf("want exit 2 naming the patch right, not a refusal of the object:\n%s", r)
+		}
+	})
+
+	t.Run("an App that acts as a ServiceAccount is previewed as it", func(t *testing.T) {
+		deployer := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "deployer"}}
+		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "deployer"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}}}}
+		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "deployer"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "deployer"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "deployer"}}}
+		for _, obj := range []client.Object{deployer, role, binding} {
+			if err := w.k8s.Create(context.Background(), obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.push("tenant", map[string]string{
+			"tenant/configmap.yaml": configMap(ns, "tenant", map[string]string{"a": "b"}),
+			"tenant/service.yaml":   service(ns, "tenant", 80),
+		})
+		w.createApp("tenant", "tenant", func(app *plumbv1.App) { app.Spec.ServiceAccountName, app.Labels = "deployer", nil })
+		serviceAccount := "system:serviceaccount:" + ns + ":deployer"
+		eventually(t, "the ServiceAccount's Role in force", func() bool {
+			return !strings.Contains(w.plumb("diff", "tenant", "-n", ns).stderr, `cannot get resource "configmaps"`)
+		})
+		r := w.plumb("diff", "tenant", "-n", ns)
+		if r.code != 2 || !strings.Contains(r.stderr, `User "`+serviceAccount+`" cannot patch resource "services"`) {
+			t.Errorf("want exit 2 naming what the ServiceAccount may not do:\n%s", r)
+		}
+		mine, r := w.diffJSON("tenant", "--with-my-rights")
+		if diff := cmp.Diff(map[string]string{"ConfigMap/tenant": "create .", "Service/tenant": "create ."}, changed(mine)); r.code != 1 || diff != "" {
+			t.Errorf("--with-my-rights (-want +got):\n%s\n%s", diff, r)
+		}
+		// A user who may read everything but not impersonate.
+		viewerRole := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "viewer"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "reader"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "viewer"}}}
+		if err := w.k8s.Create(context.Background(), viewerRole); err != nil {
+			t.Fatal(err)
+		}
+		viewer := w.kubeconfigOf("viewer")
+		eventually(t, "the viewer's Role in force", func() bool {
+			return !strings.Contains(w.plumbWith(viewer, "diff", "tenant", "-n", ns).stderr, `cannot get resource "apps"`)
+		})
+		refused := w.plumbWith(viewer, "diff", "tenant", "-n", ns)
+		if refused.code != 2 || !strings.Contains(refused.stderr, "cannot impersonate") || !strings.Contains(refused.stderr, "plumb diff --with-my-rights") {
+			t.Errorf("a user who may not impersonate the ServiceAccount: want exit 2 and the way out:\n%s", refused)
+		}
+		twice := w.plumb("diff", "tenant", "-n", ns, "--as", "reader")
+		if twice.code != 2 || !strings.Contains(twice.stderr, "you act as reader already") {
+			t.Errorf("--as on an App that acts as a ServiceAccount: want exit 2, impersonation happens once:\n%s", twice)
 		}
 	})
 

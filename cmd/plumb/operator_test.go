@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -205,6 +208,32 @@ func (w *world) tick(name, commit string) *plumbv1.App {
 	return w.waitReady(name, commit)
 }
 
+// kubeconfigOf writes a kubeconfig that authenticates as the
+// ServiceAccount name of the world's namespace (a token of the
+// TokenRequest API): a user with only the rights RBAC grants it.
+func (w *world) kubeconfigOf(name string) string {
+	w.t.Helper()
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: name}}
+	if err := w.k8s.Create(ctx, sa); err != nil {
+		w.t.Fatal(err)
+	}
+	request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}
+	if err := w.k8s.SubResource("token").Create(ctx, sa, request); err != nil {
+		w.t.Fatalf("a token of ServiceAccount %s: %v", name, err)
+	}
+	path := filepath.Join(w.t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{"local": {Server: cluster.Config.Host, CertificateAuthorityData: cluster.Config.CAData}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{name: {Token: request.Status.Token}},
+		Contexts:       map[string]*clientcmdapi.Context{name: {Cluster: "local", AuthInfo: name}},
+		CurrentContext: name,
+	}, path); err != nil {
+		w.t.Fatal(err)
+	}
+	return path
+}
+
 // eventually polls cond until it holds (one minute at most).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -225,7 +254,13 @@ type run struct {
 // plumb runs the built plumb binary with the package cluster's kubeconfig.
 func (w *world) plumb(args ...string) run {
 	w.t.Helper()
-	cmd := exec.Command(plumbBinary, append(args, "--kubeconfig", cluster.KubeconfigPath)...)
+	return w.plumbWith(cluster.KubeconfigPath, args...)
+}
+
+// plumbWith runs the built plumb binary with kubeconfig.
+func (w *world) plumbWith(kubeconfig string, args ...string) run {
+	w.t.Helper()
+	cmd := exec.Command(plumbBinary, append(args, "--kubeconfig", kubeconfig)...)
 	cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+filepath.Join(w.t.TempDir(), "cache"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

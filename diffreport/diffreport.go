@@ -155,6 +155,9 @@ func Summary(p *reconcile.Preview) string {
 	if p.Suspended {
 		s += "; the App is suspended: nothing is applied until plumb resume"
 	}
+	if p.Waiting != "" {
+		s += "; nothing is applied yet: " + appview.Printable(p.Waiting)
+	}
 	return s
 }
 
@@ -341,6 +344,7 @@ type JSONReport struct {
 	App       string       `json:"app"`
 	Revision  string       `json:"revision"`
 	Suspended bool         `json:"suspended,omitempty"`
+	Waiting   string       `json:"waiting,omitempty"`
 	Differs   bool         `json:"differs"`
 	Counts    Counts       `json:"counts"`
 	Objects   []JSONObject `json:"objects"`
@@ -375,7 +379,7 @@ type JSONDrift struct {
 // Report is p as a JSONReport for the App app ("namespace/name").
 func Report(app string, p *reconcile.Preview) (*JSONReport, error) {
 	counts := CountsOf(p)
-	r := &JSONReport{App: app, Revision: p.Revision, Suspended: p.Suspended, Differs: counts.Differs(), Counts: counts, Objects: []JSONObject{}}
+	r := &JSONReport{App: app, Revision: p.Revision, Suspended: p.Suspended, Waiting: p.Waiting, Differs: counts.Differs(), Counts: counts, Objects: []JSONObject{}}
 	for _, o := range p.Objects {
 		if o.Action == reconcile.PreviewUnchanged {
 			continue

@@ -12,6 +12,7 @@ import (
 	ssaerrors "github.com/fluxcd/pkg/ssa/errors"
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,6 +32,9 @@ type Preview struct {
 	// Suspended says the App is suspended: no tick applies anything until
 	// it is resumed.
 	Suspended bool
+	// Waiting says why a tick would not apply yet (its dependsOn: the
+	// reason and message the App's Ready would have), "" when it would.
+	Waiting string
 	// Objects are the objects the App renders and those that left Git
 	// that a prune would delete or the prune guard keeps, by kind,
 	// namespace and name.
@@ -83,6 +87,7 @@ type PreviewObject struct {
 // failed phase is a *PhaseError, as a tick's. The Reconciler for it is
 // made for the purpose (see package preview): its memory starts empty,
 // so the Diff phase decides as a controller just restarted would.
+// app is the caller's copy, which Preview may change.
 func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, error) {
 	key := client.ObjectKeyFromObject(app)
 	log := r.Log
@@ -99,6 +104,18 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 	}
 	if err := r.refuseEmpty(app, result.Empty(), revision); err != nil {
 		return nil, err
+	}
+	// A tick would wait for the Apps in spec.dependsOn (or refuse them):
+	// said beside what it will apply once they are Ready.
+	waiting := ""
+	if err := r.gateOnDependencies(ctx, app, revision, log); err != nil {
+		var wait *dependencyWait
+		if !errors.As(err, &wait) {
+			return nil, err
+		}
+		if c := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady); c != nil {
+			waiting = c.Reason + ": " + c.Message
+		}
 	}
 	desired, kinds, err := r.prepare(app, result)
 	if err != nil {
@@ -126,7 +143,7 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 			return nil, err
 		}
 	}
-	preview := &Preview{Revision: revision, Suspended: app.Spec.Suspend}
+	preview := &Preview{Revision: revision, Suspended: app.Spec.Suspend, Waiting: waiting}
 	applies := map[objectID]bool{}
 	for _, obj := range p.apply {
 		applies[idOf(obj)] = true

@@ -274,6 +274,17 @@ func TestDiffShowsWhatTheNextTickWouldChange(t *testing.T) {
 		}
 	})
 
+	t.Run("an App waiting for its dependsOn: the diff says nothing is applied yet", func(t *testing.T) {
+		w.createApp("waits", "tenant", func(app *plumbv1.App) {
+			app.Labels, app.Spec.TargetNamespace = nil, ""
+			app.Spec.DependsOn = []plumbv1.AppReference{{Name: "not-there"}}
+		})
+		r := w.plumb("diff", "waits", "-n", ns)
+		if r.code != 1 || !strings.Contains(r.stdout, "; nothing is applied yet: DependencyNotReady: ") || !strings.Contains(r.stdout, "not-there") {
+			t.Errorf("want the wait said beside the diff:\n%s", r)
+		}
+	})
+
 	t.Run("an unreachable repository: exit 2 naming the phase", func(t *testing.T) {
 		w.createApp("unreachable", "web", func(app *plumbv1.App) {
 			app.Spec.Source.URL = "http://" + localcluster.FreeAddrsForTest(t, 1)[0] + "/nothing.git"

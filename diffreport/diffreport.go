@@ -94,6 +94,9 @@ func Write(w io.Writer, p *reconcile.Preview, opts Options) error {
 			}
 			b.WriteString(line + "\n")
 		}
+		for _, f := range o.LeftTo {
+			b.WriteString(appview.Printable(fmt.Sprintf("    %s: left to %s, which keeps changing it back (DriftConflict)", f.Path, f.Manager)) + "\n")
+		}
 		if o.Refused != "" {
 			b.WriteString(paint("31", "    the API server refuses it: "+appview.Printable(o.Refused)) + "\n")
 		}
@@ -180,6 +183,11 @@ func header(o reconcile.PreviewObject, suspended bool) string {
 				managers = append(managers, m)
 			}
 		}
+		for _, f := range o.LeftTo {
+			if !slices.Contains(managers, f.Manager) {
+				managers = append(managers, f.Manager)
+			}
+		}
 		what := "drifted"
 		if o.Deleted {
 			what = "drifted: deleted"
@@ -188,6 +196,8 @@ func header(o reconcile.PreviewObject, suspended bool) string {
 			what += " by " + strings.Join(managers, ", ")
 		}
 		switch {
+		case o.Left && len(o.LeftTo) > 0 && len(o.Drift) == 0:
+			what += "; left to it (DriftConflict)"
 		case o.Left:
 			what += "; left so (driftPolicy alert)"
 		case suspended:
@@ -361,8 +371,15 @@ type JSONObject struct {
 	Deleted bool        `json:"deleted,omitempty"`
 	Left    bool        `json:"left,omitempty"`
 	Kept    string      `json:"kept,omitempty"`
+	LeftTo  []JSONLeft  `json:"leftTo,omitempty"`
 	Refused string      `json:"refused,omitempty"`
 	Diff    string      `json:"diff,omitempty"`
+}
+
+// JSONLeft is one field left to another manager (DriftConflict).
+type JSONLeft struct {
+	Path    string `json:"path"`
+	Manager string `json:"manager"`
 }
 
 // JSONDrift is one field someone else changed.
@@ -392,6 +409,9 @@ func Report(app string, p *reconcile.Preview) (*JSONReport, error) {
 				return nil, err
 			}
 			j.Diff = text
+		}
+		for _, f := range o.LeftTo {
+			j.LeftTo = append(j.LeftTo, JSONLeft{Path: f.Path, Manager: f.Manager})
 		}
 		for _, c := range o.Drift {
 			d := JSONDrift{Path: c.Path, Before: c.Before, After: c.After, Manager: c.Manager, Operation: c.Operation, Subresource: c.Subresource}

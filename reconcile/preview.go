@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -73,6 +74,10 @@ type PreviewObject struct {
 	Drift   []diff.Change
 	Deleted bool
 	Left    bool
+	// LeftTo are fields the controller has left to a manager that kept
+	// changing them back (DriftConflict): the tick neither applies nor
+	// puts them back.
+	LeftTo []plumbv1.LeftField
 	// Kept says why the prune guard keeps it.
 	Kept string
 	// Refused is the API server's answer when it refuses the object's
@@ -132,6 +137,7 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 	if err != nil {
 		return nil, err
 	}
+	r.seedConflicts(key, app, desired, live)
 	p, err := r.diff(ctx, app, applier, desired, live, kinds, revision)
 	if err != nil {
 		return nil, err
@@ -152,6 +158,9 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 		id := idOf(obj)
 		o := PreviewObject{ObjectRef: refOf(obj), Action: PreviewUnchanged}
 		d, drifted := p.drifted[id]
+		for _, c := range p.conflicts[id] {
+			o.LeftTo = append(o.LeftTo, plumbv1.LeftField{Path: c.path.String(), Manager: c.manager})
+		}
 		switch {
 		case drifted && (len(d.changes)+len(d.additions) > 0 || d.deleted):
 			o.Action, o.Drift, o.Deleted, o.Left = PreviewDrift, d.changes, d.deleted, p.left[id]
@@ -159,6 +168,11 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 			o.Action = PreviewCreate
 		case applies[id]:
 			o.Action = PreviewUpdate
+		case len(o.LeftTo) > 0:
+			// Only fields left to others differ: nothing to apply or show.
+			o.Action, o.Left = PreviewDrift, true
+			preview.Objects = append(preview.Objects, o)
+			continue
 		}
 		if o.Action != PreviewUnchanged {
 			if err := r.previewChange(ctx, applier, obj, kinds, &o); err != nil {
@@ -176,6 +190,42 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 		return idOfRef(preview.Objects[i].ObjectRef).String() < idOfRef(preview.Objects[j].ObjectRef).String()
 	})
 	return preview, nil
+}
+
+// seedConflicts remembers, as the controller's memory holds them, the
+// fields its status says it left to other managers (status.drift's
+// leftTo), for each object Git has not changed since plumb last applied
+// it (a change in Git ends a conflict): the Diff phase then leaves them
+// as the controller's would. Whether the manager still holds each field
+// is decided from the live object, as the controller decides it.
+func (r *Reconciler) seedConflicts(key types.NamespacedName, app *plumbv1.App, desired []*unstructured.Unstructured, live map[objectID]*compact.Object) {
+	if app.Status.Drift == nil {
+		return
+	}
+	byID := map[objectID]*unstructured.Unstructured{}
+	for _, obj := range desired {
+		byID[idOf(obj)] = obj
+	}
+	for _, d := range app.Status.Drift.Objects {
+		id := idOfRef(d.ObjectRef)
+		obj, l := byID[id], live[id]
+		if obj == nil || l == nil {
+			continue
+		}
+		hash := annotationOf(obj, plumbv1.AnnotationContentHash)
+		if l.Annotation(plumbv1.AnnotationContentHash) != hash {
+			continue
+		}
+		for _, f := range d.LeftTo {
+			paths, err := pathsOf(f.Fields)
+			if err != nil {
+				continue
+			}
+			for _, path := range paths {
+				r.memory.leave(key, id, hash, path, f.Manager)
+			}
+		}
+	}
 }
 
 // previewChange reads the object whole and asks for the dry-run of its

@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/diff"
@@ -332,9 +334,13 @@ func (r *Reconciler) recordDrift(app *plumbv1.App, p *plan, healFailed bool) {
 			healed = append(healed, describeDrift(id, d))
 		}
 		var lefts []string
+		var leftTo []plumbv1.LeftField
 		for _, c := range p.conflicts[id] {
 			lefts = append(lefts, fmt.Sprintf("%s left to %s", c.path, c.manager))
 			fields, managers = append(fields, c.path.String()), appendOnce(managers, c.manager)
+			if encoded, err := fieldsOf(c.path); err == nil {
+				leftTo = append(leftTo, plumbv1.LeftField{Path: c.path.String(), Manager: c.manager, Fields: encoded})
+			}
 		}
 		if len(lefts) > 0 {
 			conflicts = append(conflicts, id.String()+": "+strings.Join(lefts, ", "))
@@ -342,7 +348,7 @@ func (r *Reconciler) recordDrift(app *plumbv1.App, p *plan, healFailed bool) {
 		if len(fields) > 0 {
 			summary.Count++
 			if len(summary.Objects) < maxListed {
-				summary.Objects = append(summary.Objects, plumbv1.DriftedObject{ObjectRef: refOfID(id, d), Fields: fields, Managers: managers})
+				summary.Objects = append(summary.Objects, plumbv1.DriftedObject{ObjectRef: refOfID(id, d), Fields: fields, Managers: managers, LeftTo: leftTo})
 			}
 		}
 		if drifted && d.newEpisode {
@@ -365,6 +371,23 @@ func (r *Reconciler) recordDrift(app *plumbv1.App, p *plan, healFailed bool) {
 	default:
 		setCondition(app, plumbv1.ConditionDrifted, false, "DriftHealed", "put back: "+strings.Join(healed, "; "), now)
 	}
+}
+
+// fieldsOf is one field as managedFields writes fields (fieldsV1).
+func fieldsOf(path fieldpath.Path) (string, error) {
+	data, err := fieldpath.NewSet(path).ToJSON()
+	return string(data), err
+}
+
+// pathsOf reads fieldsOf's encoding back.
+func pathsOf(encoded string) ([]fieldpath.Path, error) {
+	set := &fieldpath.Set{}
+	if err := set.FromJSON(strings.NewReader(encoded)); err != nil {
+		return nil, err
+	}
+	var out []fieldpath.Path
+	set.Iterate(func(p fieldpath.Path) { out = append(out, p.Copy()) })
+	return out, nil
 }
 
 // refOfID is the ObjectRef of a drifted or conflicted object.

@@ -630,6 +630,25 @@ type DriftedObject struct {
 	// +listType=atomic
 	// +optional
 	Managers []string `json:"managers,omitempty"`
+
+	// LeftTo are the fields left to a manager that kept changing them back
+	// (reason DriftConflict): plumb neither applies them nor puts them
+	// back until Git changes the object or the manager lets go of them.
+	// +listType=atomic
+	// +optional
+	LeftTo []LeftField `json:"leftTo,omitempty"`
+}
+
+// LeftField is one field plumb left to another manager.
+type LeftField struct {
+	// Path is the field, e.g. .spec.replicas.
+	Path string `json:"path"`
+	// Manager is the field manager that keeps it.
+	Manager string `json:"manager"`
+	// Fields is the field as managedFields writes fields (a fieldsV1 set
+	// holding it alone), so that `plumb diff` leaves it as the controller
+	// does.
+	Fields string `json:"fields"`
 }
 
 // HealthStatus counts the App's objects by kstatus status and names those

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -171,6 +172,57 @@ func TestDiffShowsWhatTheNextTickWouldChange(t *testing.T) {
 		app := w.waitFor("alerted", "drift reported", func(app *plumbv1.App) bool { return app.Status.Drift != nil && app.Status.Drift.Count == 1 })
 		if got := app.Status.Drift.Objects[0]; !slices.Equal(got.Fields, []string{".data.mode"}) || !slices.Equal(got.Managers, []string{"kubectl-edit"}) {
 			t.Errorf("the controller's drift: %+v, want the CLI's fields and manager", got)
+		}
+	})
+
+	t.Run("fields the controller left to a manager that fights it are left by the diff too", func(t *testing.T) {
+		fought := w.push("fought", map[string]string{"fought/configmap.yaml": configMap(ns, "fought", map[string]string{"mode": "calm", "other": "x"})})
+		w.createApp("fought", "fought", nil)
+		w.waitReady("fought", fought)
+		live := &unstructured.Unstructured{}
+		live.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"})
+		live.SetNamespace(ns)
+		live.SetName("fought")
+		conflict := func(app *plumbv1.App) bool {
+			c := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionDrifted)
+			return c != nil && c.Reason == "DriftConflict"
+		}
+		// Another controller sets the field again after each heal, until
+		// plumb leaves it to it.
+		for round := 0; !conflict(w.app("fought")); round++ {
+			if round == 8 {
+				t.Fatal("plumb never left the field to the manager that keeps changing it")
+			}
+			value := "fight-" + strconv.Itoa(round)
+			patch := client.RawPatch(types.MergePatchType, []byte(`{"data":{"mode":"`+value+`"}}`))
+			if err := w.k8s.Patch(context.Background(), live, patch, client.FieldOwner("fighter")); err != nil {
+				t.Fatal(err)
+			}
+			w.waitFor("fought", "the round "+value+" handled", func(app *plumbv1.App) bool {
+				cm := &corev1.ConfigMap{}
+				if err := w.k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "fought"}, cm); err != nil {
+					return false
+				}
+				return cm.Data["mode"] == "calm" || conflict(app)
+			})
+		}
+		app := w.waitFor("fought", "the conflict in the status", func(app *plumbv1.App) bool {
+			return app.Status.Drift != nil && len(app.Status.Drift.Objects) == 1 && len(app.Status.Drift.Objects[0].LeftTo) == 1
+		})
+		left := app.Status.Drift.Objects[0].LeftTo[0]
+		if left.Path != ".data.mode" || left.Manager != "fighter" {
+			t.Errorf("the controller left %+v, want .data.mode to fighter", left)
+		}
+		report, r := w.diffJSON("fought")
+		if r.code != 1 || len(report.Objects) != 1 || report.Objects[0].Action != "drift" || !report.Objects[0].Left ||
+			len(report.Objects[0].LeftTo) != 1 || report.Objects[0].LeftTo[0].Path != left.Path || report.Objects[0].LeftTo[0].Manager != left.Manager ||
+			len(report.Objects[0].Drift) != 0 {
+			t.Errorf("want the field left to fighter, as the controller leaves it, and no drift to put back:\n%s", r)
+		}
+		text := w.plumb("diff", "fought", "-n", ns)
+		if !strings.Contains(text.stdout, "! ConfigMap/"+ns+"/fought (drifted by fighter; left to it (DriftConflict))") ||
+			!strings.Contains(text.stdout, ".data.mode: left to fighter, which keeps changing it back (DriftConflict)") {
+			t.Errorf("the text diff:\n%s", text)
 		}
 	})
 

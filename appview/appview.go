@@ -91,7 +91,7 @@ func readyOf(app *plumbv1.App) string {
 func messageOf(app *plumbv1.App) string {
 	message := ""
 	if c := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady); c != nil {
-		message = strings.Join(strings.Fields(c.Message), " ")
+		message = oneLine(c.Message)
 	}
 	if app.Spec.Suspend {
 		return "suspended; " + message
@@ -244,7 +244,7 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 	if len(episodes) > 0 {
 		b.WriteString("Drift episodes (from events):\n")
 		for _, e := range episodes {
-			fmt.Fprintf(&b, "  %s ago  %s  %s\n", Age(eventTime(e), now), e.Reason, oneLine(e.Message))
+			fmt.Fprintf(&b, "  %s ago  %s  %s\n", Age(eventTime(e), now), Printable(e.Reason), oneLine(e.Message))
 		}
 	}
 	b.WriteString("\n")
@@ -265,7 +265,7 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 		b.WriteString("  none\n")
 	}
 	for _, e := range events {
-		fmt.Fprintf(&b, "  %s ago  %s  %s  %s\n", Age(eventTime(e), now), e.Type, e.Reason, oneLine(e.Message))
+		fmt.Fprintf(&b, "  %s ago  %s  %s  %s\n", Age(eventTime(e), now), Printable(e.Type), Printable(e.Reason), oneLine(e.Message))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -315,13 +315,25 @@ func Count(n int, noun string) string {
 // oneLine joins a message's lines, made Printable.
 func oneLine(s string) string { return Printable(strings.Join(strings.Fields(s), " ")) }
 
-// Printable is s with every control character (an escape sequence that a
-// terminal would obey: whoever can write an Event, a field or a file name
-// could send one) shown escaped, as Go quotes it.
+// Printable is s with every control or format character but newline and
+// tab (an escape sequence a terminal would obey, a bidirectional
+// override: whoever can write an Event, a field or a file name could send
+// one) shown escaped, as Go quotes it.
 func Printable(s string) string {
-	if strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError }) < 0 {
+	unsafe := func(r rune) bool {
+		return r != '\n' && r != '\t' && (unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == utf8.RuneError)
+	}
+	if strings.IndexFunc(s, unsafe) < 0 {
 		return s
 	}
-	quoted := strconv.QuoteToGraphic(s)
-	return quoted[1 : len(quoted)-1]
+	var b strings.Builder
+	for _, r := range s {
+		if unsafe(r) {
+			quoted := strconv.QuoteRuneToASCII(r)
+			b.WriteString(quoted[1 : len(quoted)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -2,11 +2,15 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
+	ssaerrors "github.com/fluxcd/pkg/ssa/errors"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -99,7 +103,31 @@ func TestMaskSecretLeavesNoValue(t *testing.T) {
 		})
 	}
 	obj := secret(map[string]any{"stringData": map[string]any{"password": "secret-value"}, "data": map[string]any{"token": "c2VjcmV0LXZhbHVl"}})
-	if got := redactSecret(obj, `admission webhook "x" denied: password secret-value and token c2VjcmV0LXZhbHVl`); strings.Contains(got, "secret-value") || strings.Contains(got, "c2VjcmV0LXZhbHVl") {
+	if got := redactSecret(`admission webhook "x" denied: password secret-value and token c2VjcmV0LXZhbHVl, stringData as data: c2VjcmV0LXZhbHVl`, obj); strings.Contains(got, "secret-value") || strings.Contains(got, "c2VjcmV0LXZhbHVl") {
 		t.Errorf("redactSecret left a value: %s", got)
+	}
+}
+
+// TestRefusedByServer tells a refusal of the object (which the Apply
+// phase would fail on too) from a refusal of whoever previews.
+func TestRefusedByServer(t *testing.T) {
+	gr := schema.GroupResource{Resource: "configmaps"}
+	wrap := func(err error) error { return ssaerrors.NewDryRunErr(err, &unstructured.Unstructured{}) }
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"invalid", apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "web", nil), true},
+		{"an admission webhook's denial", apierrors.NewForbidden(gr, "web", errors.New(`admission webhook "policy" denied the request: containers cannot run as root`)), true},
+		{"a ValidatingAdmissionPolicy", apierrors.NewForbidden(gr, "web", errors.New(`ValidatingAdmissionPolicy 'p' with binding 'b' denied request: replicas cannot exceed 5`)), true},
+		{"RBAC", apierrors.NewForbidden(gr, "web", errors.New(`User "reader" cannot patch resource "configmaps" in API group "" in the namespace "shop"`)), false},
+		{"impersonation", apierrors.NewForbidden(schema.GroupResource{Resource: "serviceaccounts"}, "deployer", errors.New(`User "viewer" cannot impersonate resource "serviceaccounts" in API group ""`)), false},
+		{"a timeout", apierrors.NewTimeoutError("slow", 1), false},
+		{"no dry-run at all", errors.New("connection refused"), false},
+	} {
+		if got := refusedByServer(wrap(tc.err)); got != tc.want {
+			t.Errorf("%s (%v): refusedByServer = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
 	}
 }

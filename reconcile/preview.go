@@ -3,8 +3,10 @@ package reconcile
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -154,6 +156,15 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 	for _, obj := range p.apply {
 		applies[idOf(obj)] = true
 	}
+	// Objects of a Namespace this apply creates cannot be dry-run (the API
+	// server's admission finds no namespace): shown as rendered, as
+	// objects of a kind whose CRD comes with the apply are.
+	newNamespaces := map[string]bool{}
+	for _, obj := range desired {
+		if obj.GroupVersionKind().Group == "" && obj.GetKind() == "Namespace" && live[idOf(obj)] == nil {
+			newNamespaces[obj.GetName()] = true
+		}
+	}
 	for _, obj := range desired {
 		id := idOf(obj)
 		o := PreviewObject{ObjectRef: refOf(obj), Action: PreviewUnchanged}
@@ -175,7 +186,7 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 			continue
 		}
 		if o.Action != PreviewUnchanged {
-			if err := r.previewChange(ctx, applier, obj, kinds, &o); err != nil {
+			if err := r.previewChange(ctx, applier, obj, kinds, newNamespaces[obj.GetNamespace()], &o); err != nil {
 				return nil, err
 			}
 		}
@@ -231,12 +242,13 @@ func (r *Reconciler) seedConflicts(key types.NamespacedName, app *plumbv1.App, d
 // previewChange reads the object whole and asks for the dry-run of its
 // apply. An object the apply would not change after all (another
 // manager holds Git's very values) is unchanged.
-func (r *Reconciler) previewChange(ctx context.Context, applier Applier, obj *unstructured.Unstructured, kinds *tickKinds, o *PreviewObject) error {
+func (r *Reconciler) previewChange(ctx context.Context, applier Applier, obj *unstructured.Unstructured, kinds *tickKinds, inNewNamespace bool,
+	o *PreviewObject) error {
 	failed := func(err error) error {
 		return &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 	}
-	if kinds.isPending(obj.GroupVersionKind()) {
-		o.Next = obj.DeepCopy() // its kind comes with this apply: nothing to ask
+	if kinds.isPending(obj.GroupVersionKind()) || inNewNamespace {
+		o.Next = obj.DeepCopy() // its kind or its namespace comes with this apply: nothing to ask
 		return maskSecret(nil, o.Next)
 	}
 	whole, err := r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
@@ -253,10 +265,10 @@ func (r *Reconciler) previewChange(ctx context.Context, applier Applier, obj *un
 	differs, next, err := applier.DryRun(ctx, obj, cached)
 	switch {
 	case refusedByServer(err):
-		o.Refused = redactSecret(obj, err.Error())
+		o.Refused = redactSecret(err.Error(), obj, o.Live)
 		o.Next = obj.DeepCopy()
 	case err != nil:
-		return failed(fmt.Errorf("%s: %s", idOf(obj), redactSecret(obj, err.Error())))
+		return failed(errors.New(redactSecret(err.Error(), obj, o.Live)))
 	default:
 		o.Next = next
 		if !differs && o.Action == PreviewUpdate {
@@ -310,32 +322,45 @@ func refusedByServer(err error) bool {
 	case apierrors.IsInvalid(cause), apierrors.IsBadRequest(cause), apierrors.IsConflict(cause), apierrors.IsRequestEntityTooLargeError(cause):
 		return true
 	case apierrors.IsForbidden(cause):
-		// Admission webhooks and policies deny with Forbidden too; RBAC's
-		// denial says "cannot".
-		return !strings.Contains(cause.Error(), " cannot ")
+		// Admission webhooks and policies deny with Forbidden too; the
+		// authorizer's denial (RBAC, impersonation) has its own form.
+		return !authorizerDenial.MatchString(cause.Error())
 	}
 	return false
 }
 
-// redactSecret replaces, in a message about obj, every value obj holds
-// when it is a Secret (in data, decoded too, and stringData): an API
-// server's or webhook's message may quote the object.
-func redactSecret(obj *unstructured.Unstructured, message string) string {
-	if obj == nil || obj.GetKind() != "Secret" || obj.GroupVersionKind().Group != "" {
-		return message
-	}
+// authorizerDenial is how the API server's authorizer words a refusal.
+var authorizerDenial = regexp.MustCompile(`is forbidden: User "[^"]*" cannot `)
+
+// redactSecret replaces, in a message about an object, every value that
+// objs (the rendered object, the live one; nil ones are skipped) hold
+// when they are Secrets: in data (encoded and decoded) and stringData
+// (as written, encoded, and JSON-quoted). An API server's or webhook's
+// message may quote the object in any of these forms.
+func redactSecret(message string, objs ...*unstructured.Unstructured) string {
 	var values []string
-	for _, field := range []string{"data", "stringData"} {
-		m, _ := obj.Object[field].(map[string]any)
-		for _, v := range m {
-			s, ok := v.(string)
-			if !ok {
-				continue
-			}
-			values = append(values, s)
-			if field == "data" {
-				if decoded, err := base64.StdEncoding.DecodeString(s); err == nil {
-					values = append(values, string(decoded))
+	add := func(v string) {
+		quoted, _ := json.Marshal(v)
+		values = append(values, v, strings.Trim(string(quoted), `"`))
+	}
+	for _, obj := range objs {
+		if obj == nil || obj.GetKind() != "Secret" || obj.GroupVersionKind().Group != "" {
+			continue
+		}
+		for _, field := range []string{"data", "stringData"} {
+			m, _ := obj.Object[field].(map[string]any)
+			for _, v := range m {
+				s, ok := v.(string)
+				if !ok {
+					continue
+				}
+				add(s)
+				if field == "data" {
+					if decoded, err := base64.StdEncoding.DecodeString(s); err == nil {
+						add(string(decoded))
+					}
+				} else {
+					add(base64.StdEncoding.EncodeToString([]byte(s)))
 				}
 			}
 		}

@@ -48,14 +48,19 @@ func Annotate(ctx context.Context, c client.Client, key types.NamespacedName, no
 // once a tick has answered it.
 func RequestValue(now time.Time) string { return now.UTC().Format(time.RFC3339Nano) }
 
-// Answers reports whether a tick that handled the sync request handled
-// (status.lastHandledSyncRequest) answered request too: it is the same
-// request, or a later one (a webhook's, another person's), whose tick
-// read Git after request was made. Values that are not times must be
-// equal.
-func Answers(handled, request string) bool {
+// Answers reports whether status.lastHandledSyncRequest (handled)
+// answers request, which was written when the App's status said previous:
+// it is request itself, or a request written after it (a webhook's,
+// another person's) whose tick read Git after request was made — a value
+// that moved on from previous and is no earlier than request. Times are
+// compared as times (values are RFC3339 with nanoseconds, whose trailing
+// zeros are dropped); values that are not times must be equal.
+func Answers(handled, request, previous string) bool {
 	if handled == request {
 		return true
+	}
+	if handled == previous {
+		return false // the tick before ours, whatever its clock said
 	}
 	h, err1 := time.Parse(time.RFC3339Nano, handled)
 	r, err2 := time.Parse(time.RFC3339Nano, request)
@@ -63,12 +68,13 @@ func Answers(handled, request string) bool {
 }
 
 // Await waits until a tick of the App key has answered the sync request
-// (RequestValue of Annotate's time; see Answers) and, when that tick left objects
-// rolling out (Ready Unknown, reason Progressing), until their health is
-// judged; it returns the App as it then is, or ctx's error with the App
-// as last read (nil when it could not be read). It reads the App every
-// poll.
-func Await(ctx context.Context, c client.Reader, key types.NamespacedName, request string, poll time.Duration) (*plumbv1.App, error) {
+// (RequestValue of Annotate's time, written when the App's status said
+// previous; see Answers) and, when that tick left objects rolling out
+// (Ready Unknown, reason Progressing), until their health is judged or
+// the App is suspended; it returns the App as it then is, or ctx's error
+// with the App as last read (nil when it could not be read). It reads the
+// App every poll.
+func Await(ctx context.Context, c client.Reader, key types.NamespacedName, request, previous string, poll time.Duration) (*plumbv1.App, error) {
 	var last *plumbv1.App
 	err := wait.PollUntilContextCancel(ctx, poll, true, func(ctx context.Context) (bool, error) {
 		app := &plumbv1.App{}
@@ -79,11 +85,11 @@ func Await(ctx context.Context, c client.Reader, key types.NamespacedName, reque
 			return false, nil // the API server may be restarting: read again
 		}
 		last = app
-		if !Answers(app.Status.LastHandledSyncRequest, request) {
+		if !Answers(app.Status.LastHandledSyncRequest, request, previous) {
 			return false, nil
 		}
 		ready := meta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
-		return ready == nil || ready.Reason != plumbv1.ReasonProgressing, nil
+		return ready == nil || ready.Reason != plumbv1.ReasonProgressing || app.Spec.Suspend, nil
 	})
 	return last, err
 }

@@ -121,7 +121,7 @@ func explainList(err error, namespace string) error {
 		if namespace == "" {
 			where = "in every namespace (-A); try one namespace with -n"
 		}
-		return fmt.Errorf("not allowed to list Apps %s: %s", where, apiMessage(err))
+		return fmt.Errorf("not allowed to list Apps %s: %s: %w", where, apiMessage(err), err)
 	case meta.IsNoMatchError(err):
 		return errNoCRD
 	}

@@ -46,8 +46,9 @@ a unified YAML diff from the live object to Git, marked created, updated, pruned
 (with the field manager who changed it). Secret values are masked.
 
 Everything is read, and each change is dry-run, with your kubeconfig's identity: RBAC
-decides what you may see (you need get on the App, its credentials Secret and its objects,
-and patch on the objects the tick would change, for their dry-runs). Nothing is written.
+decides what you may see (you need get on the App, its credentials Secret, its objects and
+the ServiceAccount it acts as, if any, and patch on the objects the tick would change, for
+their dry-runs). Nothing is written.
 The App's repository is fetched from this machine: whoever wrote the App chose the host it
 names. An App that acts as a ServiceAccount is previewed as that ServiceAccount, as the controller
 acts (you need the right to impersonate it; --with-my-rights uses yours), and the tick's
@@ -85,7 +86,7 @@ diff and flux diff), so that CI can gate on it.`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: diffFailed, err: err} })
 	flags := cmd.Flags()
-	flags.StringVar(&f.revision, "revision", "", "diff this revision instead of the App's ref: a commit (40 hex digits, or a recorded revision such as main@sha1:<hex>), a branch, or tags/NAME")
+	flags.StringVar(&f.revision, "revision", "", "diff this revision instead of the App's ref: a commit (40 hex digits, or a recorded revision such as main@sha1:<hex>), a branch (or heads/NAME), or tags/NAME")
 	flags.StringVar(&f.path, "path", "", "diff a working copy of the App's folder on this machine instead of its Git source")
 	flags.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	flags.StringVar(&f.color, "color", "auto", "colour the diff: auto (on a terminal, unless NO_COLOR is set), always or never")
@@ -190,8 +191,10 @@ func parseRevision(rev string) (plumbv1.GitRef, error) {
 	switch {
 	case plumbing.IsHash(hash):
 		return plumbv1.GitRef{Commit: strings.ToLower(hash)}, nil
+	case strings.HasPrefix(rev, "heads/"):
+		return plumbv1.GitRef{Branch: strings.TrimPrefix(rev, "heads/")}, nil
 	case shortCommit.MatchString(rev):
-		return plumbv1.GitRef{}, fmt.Errorf("--revision %q: give the whole commit, 40 hex digits (git rev-parse %s)", rev, rev)
+		return plumbv1.GitRef{}, fmt.Errorf("--revision %q: give the whole commit, 40 hex digits (git rev-parse %s), or heads/%s for a branch of that name", rev, rev, rev)
 	case strings.HasPrefix(rev, "tags/"):
 		return plumbv1.GitRef{Tag: strings.TrimPrefix(rev, "tags/")}, nil
 	case strings.Contains(rev, "sha1:") || rev == "":

@@ -294,10 +294,13 @@ func TestDiffShowsWhatTheNextTickWouldChange(t *testing.T) {
 		})
 		w.createApp("tenant", "tenant", func(app *plumbv1.App) { app.Spec.ServiceAccountName, app.Labels = "deployer", nil })
 		serviceAccount := "system:serviceaccount:" + ns + ":deployer"
+		// RBAC takes a moment to see a new binding: until then the
+		// ServiceAccount may not even patch ConfigMaps.
+		var r run
 		eventually(t, "the ServiceAccount's Role in force", func() bool {
-			return !strings.Contains(w.plumb("diff", "tenant", "-n", ns).stderr, `cannot get resource "configmaps"`)
+			r = w.plumb("diff", "tenant", "-n", ns)
+			return !strings.Contains(r.stderr, `cannot patch resource "configmaps"`)
 		})
-		r := w.plumb("diff", "tenant", "-n", ns)
 		if r.code != 2 || !strings.Contains(r.stderr, `User "`+serviceAccount+`" cannot patch resource "services"`) {
 			t.Errorf("want exit 2 naming what the ServiceAccount may not do:\n%s", r)
 		}
@@ -323,6 +326,19 @@ func TestDiffShowsWhatTheNextTickWouldChange(t *testing.T) {
 		twice := w.plumb("diff", "tenant", "-n", ns, "--as", "reader")
 		if twice.code != 2 || !strings.Contains(twice.stderr, "you act as reader already") {
 			t.Errorf("--as on an App that acts as a ServiceAccount: want exit 2, impersonation happens once:\n%s", twice)
+		}
+	})
+
+	t.Run("a new Namespace and objects in it: shown as rendered, not dry-run", func(t *testing.T) {
+		fresh := ns + "-new"
+		w.push("fresh", map[string]string{
+			"fresh/namespace.yaml": "apiVersion: v1\nkind: Namespace\nmetadata: {name: " + fresh + "}\n",
+			"fresh/configmap.yaml": configMap(fresh, "inside", map[string]string{"a": "b"}),
+		})
+		w.createApp("fresh", "fresh", func(app *plumbv1.App) { app.Labels = nil })
+		report, r := w.diffJSON("fresh")
+		if diff := cmp.Diff(map[string]string{"Namespace/" + fresh: "create .", "ConfigMap/inside": "create ."}, changed(report)); r.code != 1 || diff != "" {
+			t.Errorf("a new Namespace with an object in it (-want +got):\n%s\n%s", diff, r)
 		}
 	})
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -123,16 +124,25 @@ func getApps(cmd *cobra.Command, cluster *clusterFlags, f getFlags) error {
 		return nil
 	}
 	opts.NoHeaders = true
+	pause := time.Second
 	for resourceVersion := list.ResourceVersion; ; {
-		next, err := watchApps(ctx, c, scope, resourceVersion, out, opts)
-		if err != nil || ctx.Err() != nil {
+		next, err := watchApps(ctx, c, scope, namespace, resourceVersion, out, opts)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil && (apierrors.IsForbidden(err) || errors.Is(err, errNoCRD) || apierrors.IsUnauthorized(err)):
 			return err
+		case err != nil:
+			// The API server may be restarting: watch again, less often.
+			fmt.Fprintf(cmd.ErrOrStderr(), "Watching again in %s: %s\n", pause, appview.Printable(err.Error()))
+			pause = min(2*pause, 30*time.Second)
+		default:
+			resourceVersion, pause = next, time.Second
 		}
-		resourceVersion = next
 		select { // the watch ended: a moment before the next one
 		case <-ctx.Done():
 			return nil
-		case <-time.After(time.Second):
+		case <-time.After(pause):
 		}
 	}
 }
@@ -140,10 +150,11 @@ func getApps(cmd *cobra.Command, cluster *clusterFlags, f getFlags) error {
 // watchApps prints a row for each change of an App until the watch ends;
 // it returns the resourceVersion to watch from next ("" to list afresh,
 // after the API server said the version is too old).
-func watchApps(ctx context.Context, c client.WithWatch, scope []client.ListOption, resourceVersion string, out io.Writer, opts appview.TableOptions) (string, error) {
+func watchApps(ctx context.Context, c client.WithWatch, scope []client.ListOption, namespace, resourceVersion string, out io.Writer,
+	opts appview.TableOptions) (string, error) {
 	watcher, err := c.Watch(ctx, &plumbv1.AppList{}, append(scope, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: resourceVersion}})...)
 	if err != nil {
-		return "", explainList(err, "")
+		return resourceVersion, explainList(err, namespace)
 	}
 	defer watcher.Stop()
 	for event := range watcher.ResultChan() {

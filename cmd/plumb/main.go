@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/plumb-dev/plumb/appview"
+
 	// Mozilla's root certificates, which Go uses only where the system has
 	// none: plumb's image has an empty base, and its https:// Git fetches
 	// and notification sinks must still verify their servers.
@@ -29,7 +31,9 @@ func main() {
 			code, err = exit.code, exit.err
 		}
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "Error:", err)
+			// Messages may quote what others wrote (a render's failure,
+			// a webhook's denial): no escape sequence reaches the terminal.
+			fmt.Fprintln(os.Stderr, "Error:", appview.Printable(err.Error()))
 		}
 		os.Exit(code)
 	}

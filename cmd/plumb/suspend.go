@@ -53,25 +53,26 @@ tick and prints its outcome, as plumb sync --wait.`,
 			if err != nil {
 				return err
 			}
+			if f.wait && f.timeout <= 0 {
+				return fmt.Errorf("--timeout %s: it must be positive", f.timeout)
+			}
 			at := time.Now()
 			request := syncrequest.RequestValue(at)
-			if _, err := patchApp(contextOf(cmd), c, key, map[string]any{
+			resumed, err := patchApp(contextOf(cmd), c, key, map[string]any{
 				"spec": map[string]any{"suspend": false},
 				"metadata": map[string]any{"annotations": map[string]string{
 					plumbv1.AnnotationSyncRequestedAt: request,
 					plumbv1.AnnotationSyncRequestedBy: plumbv1.SyncRequestedByManual,
 				}},
-			}); err != nil {
+			})
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "Resumed App %s, and asked for a sync (request %s)\n", key, request)
 			if !f.wait {
 				return nil
 			}
-			if f.timeout <= 0 {
-				return fmt.Errorf("--timeout %s: it must be positive", f.timeout)
-			}
-			return awaitSync(cmd, c, key, request, f.timeout)
+			return awaitSync(cmd, c, key, request, resumed.Status.LastHandledSyncRequest, f.timeout)
 		},
 	}
 	cmd.Flags().BoolVar(&f.wait, "wait", false, "wait until the controller has handled the sync, and print the outcome")

@@ -50,6 +50,12 @@ type Options struct {
 	LocalDir string
 	// Limits bound what one read may hold (default source.DefaultLimits).
 	Limits *source.Limits
+	// Policy is the controller's lockdown (its --no-cross-namespace and
+	// --default-service-account), which the preview cannot read from the
+	// cluster. File sources are refused whatever it says: one would be
+	// read from this machine's disk, and what it holds sent to the API
+	// server in dry-runs.
+	Policy reconcile.Policy
 	// RenderCommand, when set, runs Kustomize and Helm builds in a child
 	// process, as the controller does (render.Isolation).
 	RenderCommand []string
@@ -123,9 +129,13 @@ func (p *Previewer) Client() client.Client { return p.apps }
 // Preview previews app (as read from the API server; its spec may be
 // changed first, e.g. its ref, to preview another revision).
 func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.Preview, error) {
-	if as := p.opts.Config.Impersonate.UserName; as != "" && app.Spec.ServiceAccountName != "" {
+	sa := app.Spec.ServiceAccountName
+	if sa == "" {
+		sa = p.opts.Policy.DefaultServiceAccount
+	}
+	if as := p.opts.Config.Impersonate.UserName; as != "" && sa != "" {
 		return nil, fmt.Errorf("the App acts as ServiceAccount %s/%s, which this preview would impersonate, and you act as %s already: Kubernetes impersonates once (leave out --as, or preview with your own rights)",
-			app.Namespace, app.Spec.ServiceAccountName, as)
+			app.Namespace, sa, as)
 	}
 	var isolation *render.Isolation
 	if len(p.opts.RenderCommand) > 0 {
@@ -171,13 +181,9 @@ func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.P
 		Observer:    informers.NewDirect(p.dynamic, p.apps.RESTMapper()),
 		Applier:     applier,
 		Identities:  identities,
-		// A file:// source would be read from this machine's disk, and
-		// what it holds sent to the API server in dry-runs: refused, as
-		// the controller refuses it by default. A working copy is named
-		// by whoever previews.
-		Policy: reconcile.Policy{},
-		Events: noEvents{},
-		Log:    p.opts.Log,
+		Policy:      reconcile.Policy{NoCrossNamespace: p.opts.Policy.NoCrossNamespace, DefaultServiceAccount: p.opts.Policy.DefaultServiceAccount},
+		Events:      noEvents{},
+		Log:         p.opts.Log,
 	}
 	return r.Preview(ctx, app)
 }

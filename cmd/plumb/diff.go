@@ -31,6 +31,7 @@ type diffFlags struct {
 	color        string
 	gitCacheDir  string
 	withMyRights bool
+	policy       reconcile.Policy
 }
 
 func newDiffCommand(cluster *clusterFlags) *cobra.Command {
@@ -52,8 +53,9 @@ their dry-runs). Nothing is written.
 The App's repository is fetched from this machine: whoever wrote the App chose the host it
 names. An App that acts as a ServiceAccount is previewed as that ServiceAccount, as the controller
 acts (you need the right to impersonate it; --with-my-rights uses yours), and the tick's
-check that the ServiceAccount may make every write is made too. The preview does not know
-the controller's lockdown flags (--no-cross-namespace, --default-service-account).
+check that the ServiceAccount may make every write is made too. The controller's lockdown
+flags cannot be read from the cluster: pass --no-cross-namespace and
+--default-service-account as the controller runs with them.
 
 Exit status: 0 when the cluster equals Git, 1 when it differs, 2 on an error (as kubectl
 diff and flux diff), so that CI can gate on it.`,
@@ -90,6 +92,8 @@ diff and flux diff), so that CI can gate on it.`,
 	flags.StringVar(&f.path, "path", "", "diff a working copy of the App's folder on this machine instead of its Git source")
 	flags.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	flags.StringVar(&f.color, "color", "auto", "colour the diff: auto (on a terminal, unless NO_COLOR is set), always or never")
+	flags.BoolVar(&f.policy.NoCrossNamespace, "no-cross-namespace", false, "preview as a controller run with --no-cross-namespace would tick")
+	flags.StringVar(&f.policy.DefaultServiceAccount, "default-service-account", "", "preview as a controller run with --default-service-account would tick: an App naming no ServiceAccount acts as this one")
 	flags.BoolVar(&f.withMyRights, "with-my-rights", false, "preview an App that acts as a ServiceAccount with your own rights, not by impersonating the ServiceAccount")
 	flags.StringVar(&f.gitCacheDir, "git-cache-dir", "", "folder that keeps the clones of repositories between runs, for one run at a time (default: a new folder each run, removed after it)")
 	_ = cmd.MarkFlagDirname("path")
@@ -131,7 +135,11 @@ func runDiff(cmd *cobra.Command, cluster *clusterFlags, name string, f diffFlags
 		}
 		defer os.RemoveAll(cacheDir)
 	}
-	previewer, err := preview.New(preview.Options{Config: cfg, GitCacheDir: cacheDir, LocalDir: f.path,
+	policy := f.policy
+	if f.withMyRights {
+		policy.DefaultServiceAccount = ""
+	}
+	previewer, err := preview.New(preview.Options{Config: cfg, GitCacheDir: cacheDir, LocalDir: f.path, Policy: policy,
 		RenderCommand: []string{self, renderSandboxCommand}})
 	if err != nil {
 		return 0, err
@@ -142,6 +150,9 @@ func runDiff(cmd *cobra.Command, cluster *clusterFlags, name string, f diffFlags
 		return 0, explain(err, key)
 	}
 	sa := app.Spec.ServiceAccountName
+	if sa == "" {
+		sa = f.policy.DefaultServiceAccount
+	}
 	if f.withMyRights {
 		app.Spec.ServiceAccountName = ""
 	}

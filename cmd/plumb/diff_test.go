@@ -323,6 +323,15 @@ func TestDiffShowsWhatTheNextTickWouldChange(t *testing.T) {
 		if refused.code != 2 || !strings.Contains(refused.stderr, "cannot impersonate") || !strings.Contains(refused.stderr, "plumb diff --with-my-rights") {
 			t.Errorf("a user who may not impersonate the ServiceAccount: want exit 2 and the way out:\n%s", refused)
 		}
+		// As a controller run with --default-service-account would tick.
+		w.createApp("tenant-default", "tenant", func(app *plumbv1.App) { app.Labels = nil })
+		if r := w.plumb("diff", "tenant-default", "-n", ns); r.code != 1 {
+			t.Errorf("an App naming no ServiceAccount, with your rights: want exit 1\n%s", r)
+		}
+		if r := w.plumb("diff", "tenant-default", "-n", ns, "--default-service-account", "deployer"); r.code != 2 ||
+			!strings.Contains(r.stderr, `User "`+serviceAccount+`" cannot patch resource "services"`) {
+			t.Errorf("--default-service-account deployer: want exit 2 naming what deployer may not do:\n%s", r)
+		}
 		twice := w.plumb("diff", "tenant", "-n", ns, "--as", "reader")
 		if twice.code != 2 || !strings.Contains(twice.stderr, "you act as reader already") {
 			t.Errorf("--as on an App that acts as a ServiceAccount: want exit 2, impersonation happens once:\n%s", twice)
@@ -339,6 +348,10 @@ func TestDiffShowsWhatTheNextTickWouldChange(t *testing.T) {
 		report, r := w.diffJSON("fresh")
 		if diff := cmp.Diff(map[string]string{"Namespace/" + fresh: "create .", "ConfigMap/inside": "create ."}, changed(report)); r.code != 1 || diff != "" {
 			t.Errorf("a new Namespace with an object in it (-want +got):\n%s\n%s", diff, r)
+		}
+		// As a controller run with --no-cross-namespace would tick.
+		if r := w.plumb("diff", "fresh", "-n", ns, "--no-cross-namespace"); r.code != 2 || !strings.Contains(r.stderr, "breaks --no-cross-namespace") {
+			t.Errorf("--no-cross-namespace: want exit 2 and the policy's refusal:\n%s", r)
 		}
 	})
 

@@ -37,7 +37,7 @@ demo: controlplane ## Run plumb on a local control plane it starts, narrated (Ct
 	go run ./hack/demo
 
 .PHONY: test
-test: controlplane tools ## Run every test: unit, integration and e2e, then each fuzz target briefly.
+test: controlplane tools browser ## Run every test: unit, integration and e2e, then each fuzz target briefly.
 	go test $(TEST_FLAGS) ./...
 	go test -race $(TEST_FLAGS) $(RACE_PACKAGES)
 	@$(MAKE) --no-print-directory fuzz
@@ -88,6 +88,10 @@ controlplane: ## Build the local control plane's binaries into the user cache (o
 .PHONY: tools
 tools: ## Build promtool and Alertmanager, which tests run, into the user cache (once; ~15 minutes cold).
 	bash hack/tools.sh
+
+.PHONY: browser
+browser: ## Install Debian's Chromium, which the dashboard's tests drive, when it is missing (about a minute).
+	bash hack/browser.sh
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deep-copy code and the CRD (also into the Helm chart).

@@ -18,7 +18,7 @@ func newRootCommand(info buildInfo) *cobra.Command {
 	// The operator's commands share kubectl's cluster flags.
 	cluster := newClusterFlags()
 	operator := []*cobra.Command{newGetCommand(cluster), newDiffCommand(cluster), newSyncCommand(cluster),
-		newTreeCommand(cluster), newSuspendCommand(cluster), newResumeCommand(cluster)}
+		newTreeCommand(cluster), newSuspendCommand(cluster), newResumeCommand(cluster), newUICommand(cluster)}
 	for _, cmd := range operator {
 		cluster.addTo(cmd)
 	}

@@ -63,7 +63,7 @@ func Table(w io.Writer, apps []plumbv1.App, opts TableOptions) error {
 			row = append(row, app.Namespace)
 		}
 		row = append(row, app.Name, readyOf(app), ShortRevision(app.Status.LastAppliedRevision), Age(app.Status.LastTickTime, opts.Now),
-			fmt.Sprint(driftCount(app)), orDash(FailingPhase(app)))
+			fmt.Sprint(DriftCount(app)), orDash(FailingPhase(app)))
 		message := messageOf(app)
 		if opts.Deleted {
 			message = "(deleted)"
@@ -91,7 +91,7 @@ func readyOf(app *plumbv1.App) string {
 func messageOf(app *plumbv1.App) string {
 	message := ""
 	if c := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady); c != nil {
-		message = oneLine(c.Message)
+		message = OneLine(c.Message)
 	}
 	if app.Spec.Suspend {
 		return "suspended; " + message
@@ -99,7 +99,8 @@ func messageOf(app *plumbv1.App) string {
 	return message
 }
 
-func driftCount(app *plumbv1.App) int32 {
+// DriftCount is how many objects of the App are left drifted.
+func DriftCount(app *plumbv1.App) int32 {
 	if app.Status.Drift == nil {
 		return 0
 	}
@@ -205,14 +206,14 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 	line("CONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE")
 	for _, c := range []string{plumbv1.ConditionReady, plumbv1.ConditionHealthy, plumbv1.ConditionDrifted, plumbv1.ConditionReconciling, plumbv1.ConditionStalled} {
 		if cond := apimeta.FindStatusCondition(app.Status.Conditions, c); cond != nil {
-			line("%s\t%s\t%s\t%s\t%s", c, cond.Status, cond.Reason, Age(&cond.LastTransitionTime, now), oneLine(cond.Message))
+			line("%s\t%s\t%s\t%s\t%s", c, cond.Status, cond.Reason, Age(&cond.LastTransitionTime, now), OneLine(cond.Message))
 		}
 	}
 	line("")
 	line("PHASE\tLAST SUCCESS\tLAST FAILURE\tFAILURES\tREASON\tERROR")
 	for _, p := range phases(app) {
 		line("%s\t%s\t%s\t%d\t%s\t%s", p.name, Age(p.status.LastSuccessTime, now), Age(p.status.LastFailureTime, now),
-			p.status.ConsecutiveFailures, orDash(p.status.Reason), orDash(oneLine(p.status.LastError)))
+			p.status.ConsecutiveFailures, orDash(p.status.Reason), orDash(OneLine(p.status.LastError)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -244,7 +245,7 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 	if len(episodes) > 0 {
 		b.WriteString("Drift episodes (from events):\n")
 		for _, e := range episodes {
-			fmt.Fprintf(&b, "  %s ago  %s  %s\n", Age(eventTime(e), now), Printable(e.Reason), oneLine(e.Message))
+			fmt.Fprintf(&b, "  %s ago  %s  %s\n", Age(eventTime(e), now), Printable(e.Reason), OneLine(e.Message))
 		}
 	}
 	b.WriteString("\n")
@@ -252,7 +253,7 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 		fmt.Fprintf(&b, "Health: %d current, %d in progress, %d failed, %d terminating, %d not found, %d unknown\n",
 			h.Current, h.InProgress, h.Failed, h.Terminating, h.NotFound, h.Unknown)
 		for _, u := range h.Unhealthy {
-			fmt.Fprintf(&b, "  %s  %s  %s\n", u.ObjectRef.String(), u.Status, oneLine(u.Message))
+			fmt.Fprintf(&b, "  %s  %s  %s\n", u.ObjectRef.String(), u.Status, OneLine(u.Message))
 		}
 		if more := int(h.InProgress+h.Failed+h.Terminating+h.NotFound+h.Unknown) - len(h.Unhealthy); more > 0 {
 			fmt.Fprintf(&b, "  and %d more\n", more)
@@ -265,7 +266,7 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 		b.WriteString("  none\n")
 	}
 	for _, e := range events {
-		fmt.Fprintf(&b, "  %s ago  %s  %s  %s\n", Age(eventTime(e), now), Printable(e.Type), Printable(e.Reason), oneLine(e.Message))
+		fmt.Fprintf(&b, "  %s ago  %s  %s  %s\n", Age(eventTime(e), now), Printable(e.Type), Printable(e.Reason), OneLine(e.Message))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -312,8 +313,8 @@ func Count(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// oneLine joins a message's lines, made Printable.
-func oneLine(s string) string { return Printable(strings.Join(strings.Fields(s), " ")) }
+// OneLine joins a message's lines, made Printable.
+func OneLine(s string) string { return Printable(strings.Join(strings.Fields(s), " ")) }
 
 // Printable is s with every control or format character but newline and
 // tab (an escape sequence a terminal would obey, a bidirectional

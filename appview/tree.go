@@ -56,6 +56,7 @@ func Tree(w io.Writer, app *plumbv1.App) error {
 		}
 		groups[ns][kind] = append(groups[ns][kind], e.ObjectRef)
 	}
+	all := listsAll(app)
 	namespaces := sortedKeys(groups)
 	for i, ns := range namespaces {
 		lastNS := i == len(namespaces)-1
@@ -67,7 +68,7 @@ func Tree(w io.Writer, app *plumbv1.App) error {
 			refs := groups[ns][kind]
 			sort.Slice(refs, func(a, c int) bool { return refs[a].Name < refs[c].Name })
 			for k, ref := range refs {
-				state := stateOf(app, key(ref), drifted, kept, unhealthy, listsAll(app))
+				state := stateOf(app, key(ref), drifted, kept, unhealthy, all)
 				b.WriteString(indent(lastNS) + indent(lastKind) + branch(k == len(refs)-1) + ref.Name + "  " + state + "\n")
 			}
 		}
@@ -98,7 +99,7 @@ func stateOf(app *plumbv1.App, id string, drifted map[string]plumbv1.DriftedObje
 	case ok:
 		health = u.Status
 		if u.Message != "" {
-			health += ": " + oneLine(u.Message)
+			health += ": " + OneLine(u.Message)
 		}
 	case app.Status.Health != nil && all.health:
 		health = "Current"
@@ -180,7 +181,7 @@ func Outcome(app *plumbv1.App) (string, error) {
 	}
 	reason, message := "NoStatus", "the App has no Ready condition"
 	if ready != nil {
-		reason, message = ready.Reason, oneLine(ready.Message)
+		reason, message = ready.Reason, OneLine(ready.Message)
 	}
 	if phase := FailingPhase(app); phase != "" {
 		return b.String(), fmt.Errorf("%w: %s (phase %s, reason %s)", ErrTickFailed, message, phase, reason)

@@ -11,8 +11,6 @@ package preview
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -42,8 +40,8 @@ import (
 type Options struct {
 	// Config is the identity every request is made with.
 	Config *rest.Config
-	// GitCacheDir holds the clones of repositories read (default: the
-	// user's cache folder, plumb/git).
+	// GitCacheDir holds the clones of repositories read; it must be set
+	// unless LocalDir is.
 	GitCacheDir string
 	// LocalDir, when set, is a working copy of the App's folder that is
 	// rendered instead of the App's Git source (source.Local).
@@ -81,13 +79,6 @@ func New(opts Options) (*Previewer, error) {
 	if opts.Limits == nil {
 		limits := source.DefaultLimits()
 		opts.Limits = &limits
-	}
-	if opts.GitCacheDir == "" {
-		dir, err := os.UserCacheDir()
-		if err != nil {
-			return nil, fmt.Errorf("finding a folder for the Git cache (set --git-cache-dir): %w", err)
-		}
-		opts.GitCacheDir = filepath.Join(dir, "plumb", "git")
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -129,10 +120,7 @@ func (p *Previewer) Client() client.Client { return p.apps }
 // Preview previews app (as read from the API server; its spec may be
 // changed first, e.g. its ref, to preview another revision).
 func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.Preview, error) {
-	sa := app.Spec.ServiceAccountName
-	if sa == "" {
-		sa = p.opts.Policy.DefaultServiceAccount
-	}
+	sa := p.opts.Policy.ServiceAccountOf(app)
 	if as := p.opts.Config.Impersonate.UserName; as != "" && sa != "" {
 		return nil, fmt.Errorf("the App acts as ServiceAccount %s/%s, which this preview would impersonate, and you act as %s already: Kubernetes impersonates once (leave out --as, or preview with your own rights)",
 			app.Namespace, sa, as)

@@ -137,6 +137,9 @@ type objectConflicts struct {
 type fieldConflict struct {
 	path    fieldpath.Path
 	manager string
+	// fields is path as managedFields writes fields (fieldsOf), encoded
+	// once, when the field is left; "" when it cannot be encoded.
+	fields string
 }
 
 // conflictWindow is how far back drifts of a field count towards a conflict.
@@ -437,7 +440,8 @@ func (m *memory) leave(key types.NamespacedName, id objectID, hash string, path 
 	if _, ok := c.fields[path.String()]; ok {
 		return false
 	}
-	c.fields[path.String()] = fieldConflict{path: path.Copy(), manager: manager}
+	encoded, _ := fieldsOf(path)
+	c.fields[path.String()] = fieldConflict{path: path.Copy(), manager: manager, fields: encoded}
 	return true
 }
 

@@ -106,9 +106,6 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 		return nil, err
 	}
 	revision := result.Revision.String()
-	if result.Revision.Hash == "" {
-		revision = result.Revision.Name // a working copy: no commit
-	}
 	if err := r.refuseEmpty(app, result.Empty(), revision); err != nil {
 		return nil, err
 	}
@@ -198,7 +195,7 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 	}
 	preview.Objects = append(preview.Objects, stale...)
 	sort.Slice(preview.Objects, func(i, j int) bool {
-		return idOfRef(preview.Objects[i].ObjectRef).String() < idOfRef(preview.Objects[j].ObjectRef).String()
+		return preview.Objects[i].ObjectRef.String() < preview.Objects[j].ObjectRef.String()
 	})
 	return preview, nil
 }

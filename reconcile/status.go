@@ -244,8 +244,8 @@ const maxChangeSetEntries = 50
 // status.lastChangeSet, when it changed anything (a tick that changed
 // nothing leaves the last one), with the sync request it answered.
 func (r *Reconciler) recordChangeSet(app *plumbv1.App, changes *fluxssa.ChangeSet, answered string) {
-	if changes == nil {
-		return
+	if !changedObjects(changes) {
+		return // nothing created, configured or deleted: the last one stays
 	}
 	cs := &plumbv1.ChangeSet{Revision: app.Status.LastAttemptedRevision, Time: metav1.NewTime(r.now()), SyncRequest: answered}
 	for _, e := range changes.Entries {
@@ -263,9 +263,7 @@ func (r *Reconciler) recordChangeSet(app *plumbv1.App, changes *fluxssa.ChangeSe
 			cs.Entries = append(cs.Entries, plumbv1.ChangeSetEntry{Object: changeSubject(e), Action: string(e.Action)})
 		}
 	}
-	if cs.Created+cs.Configured+cs.Deleted > 0 {
-		app.Status.LastChangeSet = cs
-	}
+	app.Status.LastChangeSet = cs
 }
 
 // changeSubject names a change set's object as status names objects.
@@ -334,13 +332,9 @@ func (r *Reconciler) recordDrift(app *plumbv1.App, p *plan, healFailed bool) {
 			healed = append(healed, describeDrift(id, d))
 		}
 		var lefts []string
-		var leftTo []plumbv1.LeftField
 		for _, c := range p.conflicts[id] {
 			lefts = append(lefts, fmt.Sprintf("%s left to %s", c.path, c.manager))
 			fields, managers = append(fields, c.path.String()), appendOnce(managers, c.manager)
-			if encoded, err := fieldsOf(c.path); err == nil {
-				leftTo = append(leftTo, plumbv1.LeftField{Path: c.path.String(), Manager: c.manager, Fields: encoded})
-			}
 		}
 		if len(lefts) > 0 {
 			conflicts = append(conflicts, id.String()+": "+strings.Join(lefts, ", "))
@@ -348,6 +342,12 @@ func (r *Reconciler) recordDrift(app *plumbv1.App, p *plan, healFailed bool) {
 		if len(fields) > 0 {
 			summary.Count++
 			if len(summary.Objects) < maxListed {
+				var leftTo []plumbv1.LeftField
+				for _, c := range p.conflicts[id] {
+					if c.fields != "" {
+						leftTo = append(leftTo, plumbv1.LeftField{Path: c.path.String(), Manager: c.manager, Fields: c.fields})
+					}
+				}
 				summary.Objects = append(summary.Objects, plumbv1.DriftedObject{ObjectRef: refOfID(id, d), Fields: fields, Managers: managers, LeftTo: leftTo})
 			}
 		}

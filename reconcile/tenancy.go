@@ -44,14 +44,18 @@ type Identities interface {
 	Release(app types.NamespacedName)
 }
 
-// serviceAccountOf is the ServiceAccount an App acts as ("" for the
-// controller's own rights).
-func (r *Reconciler) serviceAccountOf(app *plumbv1.App) string {
+// ServiceAccountOf is the ServiceAccount an App acts as under the policy
+// ("" for the controller's own rights).
+func (p Policy) ServiceAccountOf(app *plumbv1.App) string {
 	if app.Spec.ServiceAccountName != "" {
 		return app.Spec.ServiceAccountName
 	}
-	return r.Policy.DefaultServiceAccount
+	return p.DefaultServiceAccount
 }
+
+// serviceAccountOf is the ServiceAccount an App acts as ("" for the
+// controller's own rights).
+func (r *Reconciler) serviceAccountOf(app *plumbv1.App) string { return r.Policy.ServiceAccountOf(app) }
 
 // applierFor is the Applier that acts for app: as its ServiceAccount, or
 // with the controller's own rights when it has none. A ServiceAccount that

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
@@ -35,10 +34,9 @@ const LocalRevision = "working-copy"
 // Git; without one, Dir alone. Files under .git are never read; symlinks
 // stay inside the tree, as in Git.
 type Local struct {
-	Dir           string
-	Limits        Limits
-	RenderTimeout time.Duration
-	Isolation     *render.Isolation
+	Dir       string
+	Limits    Limits
+	Isolation *render.Isolation
 }
 
 // Read renders the working copy.
@@ -62,19 +60,14 @@ func (l *Local) Read(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, classify("", err)
 	}
-	opts := req.Render
 	if engine, err := render.Detect(t, filepath.ToSlash(rel)); err == nil && engine == render.Helm {
 		if _, err := withCapabilities(ctx, &req, ""); err != nil {
 			return nil, &Error{Reason: ReasonRenderFailed, Err: err, retry: true}
 		}
-		opts = req.Render
 	}
+	opts := req.Render
 	opts.Isolation = l.Isolation
-	timeout := l.RenderTimeout
-	if timeout <= 0 {
-		timeout = DefaultRenderTimeout
-	}
-	engine, objects, err := renderTree(ctx, t, filepath.ToSlash(rel), opts, l.Limits, timeout, "")
+	engine, objects, err := renderTree(ctx, t, filepath.ToSlash(rel), opts, l.Limits, DefaultRenderTimeout, "")
 	if err != nil {
 		return nil, err
 	}

@@ -106,17 +106,15 @@ func (s *Server) apps(w http.ResponseWriter, r *http.Request) {
 	if err := s.opts.Client.List(r.Context(), list, opts...); err != nil {
 		page.Error = "The Apps could not be listed with your rights: " + appview.Printable(err.Error())
 	}
-	now := s.opts.Now()
+	now, query := s.opts.Now(), strings.ToLower(page.Query)
 	for i := range list.Items {
 		app := &list.Items[i]
 		row := appRow{Namespace: app.Namespace, Name: app.Name, Ready: status(app, plumbv1.ConditionReady), Healthy: status(app, plumbv1.ConditionHealthy),
 			Revision: appview.ShortRevision(app.Status.LastAppliedRevision), LastTick: appview.Age(app.Status.LastTickTime, now),
 			FailingPhase: appview.FailingPhase(app), Message: message(app),
 			RevisionURL: commitURL(app.Spec.Source.URL, app.Status.LastAppliedRevision)}
-		if app.Status.Drift != nil {
-			row.Drift = app.Status.Drift.Count
-		}
-		if q := strings.ToLower(page.Query); q != "" && !strings.Contains(strings.ToLower(row.Namespace+" "+row.Name+" "+row.Message), q) {
+		row.Drift = appview.DriftCount(app)
+		if query != "" && !strings.Contains(strings.ToLower(row.Namespace+" "+row.Name+" "+row.Message), query) {
 			continue
 		}
 		page.Total++
@@ -152,7 +150,7 @@ func message(app *plumbv1.App) string {
 	if c == nil {
 		return ""
 	}
-	return appview.Printable(strings.Join(strings.Fields(c.Message), " "))
+	return appview.OneLine(c.Message)
 }
 
 // knownHosts are Git hosts whose web pages show a commit at

@@ -88,11 +88,7 @@ func (f *clusterFlags) appsClient() (client.WithWatch, error) {
 // app reads the App NAME of the flags' namespace, and returns it with
 // the client that read it and its key.
 func (f *clusterFlags) app(cmd *cobra.Command, name string) (client.WithWatch, types.NamespacedName, *plumbv1.App, error) {
-	c, err := f.appsClient()
-	if err != nil {
-		return nil, types.NamespacedName{}, nil, err
-	}
-	key, err := f.appKey(name)
+	c, key, err := f.clientFor(name)
 	if err != nil {
 		return nil, key, nil, err
 	}

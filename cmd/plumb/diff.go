@@ -149,10 +149,7 @@ func runDiff(cmd *cobra.Command, cluster *clusterFlags, name string, f diffFlags
 	if err := previewer.Client().Get(ctx, key, app); err != nil {
 		return 0, explain(err, key)
 	}
-	sa := app.Spec.ServiceAccountName
-	if sa == "" {
-		sa = f.policy.DefaultServiceAccount
-	}
+	sa := f.policy.ServiceAccountOf(app)
 	if f.withMyRights {
 		app.Spec.ServiceAccountName = ""
 	}

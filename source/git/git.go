@@ -78,8 +78,12 @@ type Revision struct {
 }
 
 // String is the revision as plumb records it: <name>@sha1:<hash>, or
-// sha1:<hash> for a pinned commit (the format Flux uses).
+// sha1:<hash> for a pinned commit (the format Flux uses); the name alone
+// when there is no commit.
 func (r Revision) String() string {
+	if r.Hash == "" {
+		return r.Name // no commit: a working copy (source.Local)
+	}
 	if r.Name == "" {
 		return "sha1:" + r.Hash
 	}

@@ -245,7 +245,7 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 	if len(episodes) > 0 {
 		b.WriteString("Drift episodes (from events):\n")
 		for _, e := range episodes {
-			fmt.Fprintf(&b, "  %s ago  %s  %s\n", Age(eventTime(e), now), Printable(e.Reason), OneLine(e.Message))
+			fmt.Fprintf(&b, "  %s ago  %s  %s\n", Age(EventTime(e), now), Printable(e.Reason), OneLine(e.Message))
 		}
 	}
 	b.WriteString("\n")
@@ -266,7 +266,7 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 		b.WriteString("  none\n")
 	}
 	for _, e := range events {
-		fmt.Fprintf(&b, "  %s ago  %s  %s  %s\n", Age(eventTime(e), now), Printable(e.Type), Printable(e.Reason), OneLine(e.Message))
+		fmt.Fprintf(&b, "  %s ago  %s  %s  %s\n", Age(EventTime(e), now), Printable(e.Type), Printable(e.Reason), OneLine(e.Message))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -274,7 +274,7 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 
 // SortEvents orders events oldest first and keeps the newest n.
 func SortEvents(events []corev1.Event, n int) []corev1.Event {
-	sort.SliceStable(events, func(i, j int) bool { return eventTime(events[i]).Before(eventTime(events[j])) })
+	sort.SliceStable(events, func(i, j int) bool { return EventTime(events[i]).Before(EventTime(events[j])) })
 	if len(events) > n {
 		events = events[len(events)-n:]
 	}
@@ -293,8 +293,8 @@ func eventsWith(events []corev1.Event, reasons ...string) []corev1.Event {
 	return out
 }
 
-// eventTime is when an event last happened.
-func eventTime(e corev1.Event) *metav1.Time {
+// EventTime is when an event last happened.
+func EventTime(e corev1.Event) *metav1.Time {
 	switch {
 	case !e.LastTimestamp.IsZero():
 		return &e.LastTimestamp

@@ -19,10 +19,51 @@ import (
 func Tree(w io.Writer, app *plumbv1.App) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "App %s/%s at %s\n", app.Namespace, app.Name, orDash(app.Status.LastAppliedRevision))
-	if app.Status.Inventory == nil || len(app.Status.Inventory.Entries) == 0 {
+	namespaces := InventoryOf(app)
+	if len(namespaces) == 0 {
 		b.WriteString("└── (no objects applied yet)\n")
-		_, err := io.WriteString(w, b.String())
-		return err
+	}
+	for i, ns := range namespaces {
+		lastNS := i == len(namespaces)-1
+		b.WriteString(branch(lastNS) + ns.Namespace + "\n")
+		for j, kind := range ns.Kinds {
+			lastKind := j == len(ns.Kinds)-1
+			b.WriteString(indent(lastNS) + branch(lastKind) + kind.Kind + "\n")
+			for k, o := range kind.Objects {
+				b.WriteString(indent(lastNS) + indent(lastKind) + branch(k == len(kind.Objects)-1) + o.Name + "  " + o.Drift + "  " + o.Health + "\n")
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// InventoryNamespace is one namespace of an App's inventory
+// ("(cluster-scoped)" for the cluster's own objects), its kinds sorted.
+type InventoryNamespace struct {
+	Namespace string
+	Kinds     []InventoryKind
+}
+
+// InventoryKind is one kind (Kind[.group]) of an inventory namespace, its
+// objects sorted by name.
+type InventoryKind struct {
+	Kind    string
+	Objects []InventoryObject
+}
+
+// InventoryObject is one object of the inventory with its drift state and
+// health, as text, and whether either is bad.
+type InventoryObject struct {
+	Name, Drift, Health string
+	Drifted, Unhealthy  bool
+}
+
+// InventoryOf is the App's inventory by namespace and kind, each object
+// with its drift state and health (Tree writes it).
+func InventoryOf(app *plumbv1.App) []InventoryNamespace {
+	if app.Status.Inventory == nil {
+		return nil
 	}
 	drifted := map[string]plumbv1.DriftedObject{}
 	if app.Status.Drift != nil {
@@ -40,8 +81,9 @@ func Tree(w io.Writer, app *plumbv1.App) error {
 			unhealthy[key(u.ObjectRef)] = u
 		}
 	}
-	// namespace → kind → names
-	groups := map[string]map[string][]plumbv1.ObjectRef{}
+	// namespace → kind → objects
+	groups := map[string]map[string][]InventoryObject{}
+	all := listsAll(app)
 	for _, e := range app.Status.Inventory.Entries {
 		ns := e.Namespace
 		if ns == "" {
@@ -52,35 +94,31 @@ func Tree(w io.Writer, app *plumbv1.App) error {
 			kind += "." + e.Group
 		}
 		if groups[ns] == nil {
-			groups[ns] = map[string][]plumbv1.ObjectRef{}
+			groups[ns] = map[string][]InventoryObject{}
 		}
-		groups[ns][kind] = append(groups[ns][kind], e.ObjectRef)
+		id := key(e.ObjectRef)
+		o := InventoryObject{Name: e.Name}
+		o.Drift, o.Health = stateOf(app, id, drifted, kept, unhealthy, all)
+		_, o.Drifted = drifted[id]
+		_, o.Unhealthy = unhealthy[id]
+		groups[ns][kind] = append(groups[ns][kind], o)
 	}
-	all := listsAll(app)
-	namespaces := sortedKeys(groups)
-	for i, ns := range namespaces {
-		lastNS := i == len(namespaces)-1
-		b.WriteString(branch(lastNS) + ns + "\n")
-		kinds := sortedKeys(groups[ns])
-		for j, kind := range kinds {
-			lastKind := j == len(kinds)-1
-			b.WriteString(indent(lastNS) + branch(lastKind) + kind + "\n")
-			refs := groups[ns][kind]
-			sort.Slice(refs, func(a, c int) bool { return refs[a].Name < refs[c].Name })
-			for k, ref := range refs {
-				state := stateOf(app, key(ref), drifted, kept, unhealthy, all)
-				b.WriteString(indent(lastNS) + indent(lastKind) + branch(k == len(refs)-1) + ref.Name + "  " + state + "\n")
-			}
+	var out []InventoryNamespace
+	for _, ns := range sortedKeys(groups) {
+		group := InventoryNamespace{Namespace: ns}
+		for _, kind := range sortedKeys(groups[ns]) {
+			objects := groups[ns][kind]
+			sort.Slice(objects, func(a, c int) bool { return objects[a].Name < objects[c].Name })
+			group.Kinds = append(group.Kinds, InventoryKind{Kind: kind, Objects: objects})
 		}
+		out = append(out, group)
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	return out
 }
 
 // stateOf is one object's drift state and health.
 func stateOf(app *plumbv1.App, id string, drifted map[string]plumbv1.DriftedObject, kept map[string]plumbv1.KeptObject,
-	unhealthy map[string]plumbv1.UnhealthyObject, all lists) string {
-	var drift string
+	unhealthy map[string]plumbv1.UnhealthyObject, all lists) (drift, health string) {
 	switch d, isDrifted := drifted[id]; {
 	case kept[id].Reason != "":
 		drift = "kept (left Git: " + kept[id].Reason + ")"
@@ -94,7 +132,7 @@ func stateOf(app *plumbv1.App, id string, drifted map[string]plumbv1.DriftedObje
 	default:
 		drift = "synced"
 	}
-	health := "-"
+	health = "-"
 	switch u, ok := unhealthy[id]; {
 	case ok:
 		health = u.Status
@@ -106,7 +144,7 @@ func stateOf(app *plumbv1.App, id string, drifted map[string]plumbv1.DriftedObje
 	case app.Status.Health != nil:
 		health = "health unknown (the status lists only some unhealthy objects)"
 	}
-	return drift + "  " + health
+	return drift, health
 }
 
 // lists says whether the App's status lists every drifted and every

@@ -72,6 +72,87 @@ type Options struct {
 	Color bool
 }
 
+// LineKind says what a line of a Section is.
+type LineKind string
+
+// The kinds of line.
+const (
+	LineNote    LineKind = "note"    // a drifted field, a field left to a manager, a refusal
+	LineRefusal LineKind = "refusal" // the API server refuses the object
+	LineFile    LineKind = "file"    // --- live / +++ revision
+	LineHunk    LineKind = "hunk"    // @@ … @@
+	LineAdd     LineKind = "add"
+	LineRemove  LineKind = "remove"
+	LineContext LineKind = "context"
+)
+
+// Line is one line of a Section, without its newline; every line is
+// printable (control characters escaped).
+type Line struct {
+	Kind LineKind
+	Text string
+}
+
+// Section is one object the next tick would change: its marker line
+// (e.g. "~ ConfigMap/shop/web (updated)") and the lines under it.
+type Section struct {
+	Object reconcile.PreviewObject
+	Header string
+	Lines  []Line
+}
+
+// Sections are the objects of p that the next tick would change, each as
+// Write shows it (the dashboard renders them as HTML).
+func Sections(p *reconcile.Preview) ([]Section, error) {
+	var out []Section
+	for _, o := range p.Objects {
+		if o.Action == reconcile.PreviewUnchanged {
+			continue
+		}
+		sec := Section{Object: o, Header: appview.Printable(header(o, p.Suspended))}
+		note := func(kind LineKind, text string) {
+			sec.Lines = append(sec.Lines, Line{Kind: kind, Text: appview.Printable(text)})
+		}
+		for _, c := range o.Drift {
+			line := fmt.Sprintf("    %s: %s → %s, by %s", c.Path, orAbsent(c.Before), orAbsent(c.After), who(c.Manager, c.Operation, c.Subresource))
+			if c.Time != nil {
+				line += " at " + c.Time.UTC().Format("2006-01-02T15:04:05Z")
+			}
+			note(LineNote, line)
+		}
+		for _, f := range o.LeftTo {
+			note(LineNote, fmt.Sprintf("    %s: left to %s, which keeps changing it back (DriftConflict)", f.Path, f.Manager))
+		}
+		if o.Refused != "" {
+			note(LineRefusal, "    the API server refuses it: "+o.Refused)
+		}
+		if o.Action != reconcile.PreviewKeep {
+			text, err := unified(o, p.Revision)
+			if err != nil {
+				return nil, err
+			}
+			for _, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+				kind := LineContext
+				switch {
+				case line == "" && text == "":
+					continue
+				case strings.HasPrefix(line, "+++"), strings.HasPrefix(line, "---"):
+					kind = LineFile
+				case strings.HasPrefix(line, "+"):
+					kind = LineAdd
+				case strings.HasPrefix(line, "-"):
+					kind = LineRemove
+				case strings.HasPrefix(line, "@@"):
+					kind = LineHunk
+				}
+				note(kind, line)
+			}
+		}
+		out = append(out, sec)
+	}
+	return out, nil
+}
+
 // Write writes p as text: for each object the next tick would change, a
 // marker line and a unified diff from live to Git; then a summary line.
 func Write(w io.Writer, p *reconcile.Preview, opts Options) error {
@@ -81,50 +162,24 @@ func Write(w io.Writer, p *reconcile.Preview, opts Options) error {
 		}
 		return "\x1b[" + code + "m" + s + "\x1b[0m"
 	}
+	colors := map[LineKind]string{LineRefusal: "31", LineAdd: "32", LineRemove: "31", LineHunk: "36"}
+	sections, err := Sections(p)
+	if err != nil {
+		return err
+	}
 	var b strings.Builder
-	for _, o := range p.Objects {
-		if o.Action == reconcile.PreviewUnchanged {
-			continue
-		}
-		b.WriteString(paint("1", appview.Printable(header(o, p.Suspended))) + "\n")
-		for _, c := range o.Drift {
-			line := appview.Printable(fmt.Sprintf("    %s: %s → %s, by %s", c.Path, orAbsent(c.Before), orAbsent(c.After), who(c.Manager, c.Operation, c.Subresource)))
-			if c.Time != nil {
-				line += " at " + c.Time.UTC().Format("2006-01-02T15:04:05Z")
-			}
-			b.WriteString(line + "\n")
-		}
-		for _, f := range o.LeftTo {
-			b.WriteString(appview.Printable(fmt.Sprintf("    %s: left to %s, which keeps changing it back (DriftConflict)", f.Path, f.Manager)) + "\n")
-		}
-		if o.Refused != "" {
-			b.WriteString(paint("31", "    the API server refuses it: "+appview.Printable(o.Refused)) + "\n")
-		}
-		if o.Action == reconcile.PreviewKeep {
-			continue
-		}
-		text, err := unified(o, p.Revision)
-		if err != nil {
-			return err
-		}
-		for _, line := range strings.SplitAfter(text, "\n") {
-			switch {
-			case line == "":
-			case strings.HasPrefix(line, "+++"), strings.HasPrefix(line, "---"):
-				b.WriteString(line)
-			case strings.HasPrefix(line, "+"):
-				b.WriteString(paint("32", strings.TrimSuffix(line, "\n")) + "\n")
-			case strings.HasPrefix(line, "-"):
-				b.WriteString(paint("31", strings.TrimSuffix(line, "\n")) + "\n")
-			case strings.HasPrefix(line, "@@"):
-				b.WriteString(paint("36", strings.TrimSuffix(line, "\n")) + "\n")
-			default:
-				b.WriteString(line)
+	for _, sec := range sections {
+		b.WriteString(paint("1", sec.Header) + "\n")
+		for _, line := range sec.Lines {
+			if code, ok := colors[line.Kind]; ok {
+				b.WriteString(paint(code, line.Text) + "\n")
+			} else {
+				b.WriteString(line.Text + "\n")
 			}
 		}
 	}
 	b.WriteString(Summary(p) + "\n")
-	_, err := io.WriteString(w, b.String())
+	_, err = io.WriteString(w, b.String())
 	return err
 }
 

@@ -55,6 +55,9 @@ type appMemory struct {
 	// unwritten counts the ticks in a row whose status changed in nothing
 	// but times, and was not written.
 	unwritten int
+	// ticks are the App's recent ticks (status.recentTicks), kept here
+	// because a tick that changed nothing but times may go unwritten.
+	ticks []plumbv1.TickRecord
 	// driftNotified says a DriftDetected was sent and its DriftResolved not
 	// yet (an episode of the App, for its Notifications).
 	driftNotified bool
@@ -602,6 +605,7 @@ func (m *memory) newTerm() {
 		a.conflicts = map[objectID]*objectConflicts{}
 		a.driftNotified, a.revisionSent = false, sentRevision{}
 		a.applied, a.pending, a.healthDue = nil, enqueueMarks{}, nil
+		a.ticks = nil // another replica ticked meanwhile: status holds its ticks
 	}
 }
 

@@ -133,6 +133,7 @@ func heartbeatPatch(resourceVersion string, status plumbv1.AppStatus) ([]byte, e
 		LastSuccessTime *metav1.Time `json:"lastSuccessTime"`
 	}
 	times := map[string]any{
+		"recentTicks":            status.RecentTicks,
 		"lastTickTime":           status.LastTickTime,
 		"lastSuccessfulTickTime": status.LastSuccessfulTickTime,
 		"phases": map[string]phaseTime{
@@ -162,6 +163,7 @@ func sameButTimes(a, b plumbv1.AppStatus) bool {
 func withoutTimes(status plumbv1.AppStatus) plumbv1.AppStatus {
 	s := *status.DeepCopy()
 	s.LastTickTime, s.LastSuccessfulTickTime = nil, nil
+	s.RecentTicks = nil
 	for _, ps := range []*plumbv1.PhaseStatus{&s.Phases.Read, &s.Phases.Observe, &s.Phases.Diff, &s.Phases.Apply} {
 		ps.LastSuccessTime = nil
 	}

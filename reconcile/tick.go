@@ -191,8 +191,10 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 	defer cancel()
 	r.metrics().ObserveSync(cause)
 	start := r.now()
+	timer := r.newPhaseTimer(start)
 	previousRevision, previousGeneration := app.Status.LastAppliedRevision, app.Status.ObservedGeneration
-	changes, err := r.run(tickCtx, app, trigger, log)
+	changes, err := r.run(tickCtx, app, trigger, timer, log)
+	r.recordTick(key, app, timer.record(app, cause, changes, err))
 	var waiting *dependencyWait
 	if errors.As(err, &waiting) {
 		r.memory.setApplied(key, nil) // Ready says it waits: a re-assessment must not say otherwise
@@ -289,13 +291,6 @@ func (r *Reconciler) metrics() MetricsRecorder {
 	return r.Metrics
 }
 
-// timed records how long a phase took, from start until now.
-func (r *Reconciler) timed(phase Phase, start time.Time) time.Time {
-	now := r.now()
-	r.metrics().ObservePhase(string(phase), now.Sub(start))
-	return now
-}
-
 // logKey is the context key of the tick's logger (see withLog).
 type logKey struct{}
 
@@ -327,16 +322,15 @@ func (r *Reconciler) now() time.Time {
 }
 
 // run is the four phases. It returns the change set of the Apply phase.
-func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Trigger, log *zap.Logger) (*fluxssa.ChangeSet, error) {
+func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Trigger, timer *phaseTimer, log *zap.Logger) (*fluxssa.ChangeSet, error) {
 	key := client.ObjectKeyFromObject(app)
 
 	// Read.
-	phaseStart := r.now()
 	result, err := r.readPhase(ctx, app, trigger)
 	if err != nil {
 		return nil, err
 	}
-	phaseStart = r.timed(PhaseRead, phaseStart)
+	timer.done(PhaseObserve)
 	revision := result.Revision.String()
 	app.Status.LastAttemptedRevision = revision
 	log = log.With(zap.String("revision", revision))
@@ -373,7 +367,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 		return nil, err
 	}
 	markSuccess(app, PhaseObserve, r.now())
-	phaseStart = r.timed(PhaseObserve, phaseStart)
+	timer.done(PhaseDiff)
 
 	// Diff.
 	plan, err := r.diff(withLog(ctx, log.With(zap.String("phase", string(PhaseDiff)))), app, applier, desired, live, kinds, revision)
@@ -381,7 +375,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 		return nil, err
 	}
 	markSuccess(app, PhaseDiff, r.now())
-	phaseStart = r.timed(PhaseDiff, phaseStart)
+	timer.done(PhaseApply)
 
 	// Apply.
 	changes, err := r.apply(ctx, app, applier, plan, desired, live, kinds, log.With(zap.String("phase", string(PhaseApply))))
@@ -391,7 +385,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 		return changes, err
 	}
 	markSuccess(app, PhaseApply, r.now())
-	r.timed(PhaseApply, phaseStart)
+	timer.done("")
 	r.countChanges(changes)
 	if len(plan.left) == 0 {
 		// A revision that follows an earlier one went live: how long after

@@ -439,6 +439,55 @@ type AppStatus struct {
 	// LastChangeSet is what the last tick that changed objects did.
 	// +optional
 	LastChangeSet *ChangeSet `json:"lastChangeSet,omitempty"`
+
+	// RecentTicks are the last ticks (at most 10, oldest first), with how
+	// long each phase took: the dashboard's timeline. A tick that changed
+	// nothing but times is written with the next status write (a heartbeat
+	// at least every tenth tick), so the list may lag an idle App's
+	// latest ticks, never lose them while one controller leads.
+	// +kubebuilder:validation:MaxItems=10
+	// +listType=atomic
+	// +optional
+	RecentTicks []TickRecord `json:"recentTicks,omitempty"`
+}
+
+// MaxRecentTicks is how many ticks status.recentTicks keeps.
+const MaxRecentTicks = 10
+
+// TickRecord is one tick: when it started, what brought it, how it ended
+// and how long each phase took.
+type TickRecord struct {
+	// Start is when the tick began.
+	Start metav1.Time `json:"start"`
+	// Trigger is what brought it: spec, manual, webhook, timer, drift or
+	// dependency.
+	// +optional
+	Trigger string `json:"trigger,omitempty"`
+	// Revision is the revision it read.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// Result is Succeeded, Waiting (for a dependency) or the reason of the
+	// phase that failed.
+	Result string `json:"result"`
+	// FailedPhase is the phase that failed: Read, Observe, Diff or Apply.
+	// +optional
+	FailedPhase string `json:"failedPhase,omitempty"`
+	// Changed counts the objects the Apply phase created, configured or
+	// deleted.
+	// +optional
+	Changed int32 `json:"changed,omitempty"`
+	// ReadMillis, ObserveMillis, DiffMillis and ApplyMillis are how long
+	// each phase took, in milliseconds; a phase that did not run has none.
+	// +optional
+	ReadMillis *int64 `json:"readMillis,omitempty"`
+	// +optional
+	ObserveMillis *int64 `json:"observeMillis,omitempty"`
+	// +optional
+	DiffMillis *int64 `json:"diffMillis,omitempty"`
+	// +optional
+	ApplyMillis *int64 `json:"applyMillis,omitempty"`
+	// TotalMillis is how long the whole tick took.
+	TotalMillis int64 `json:"totalMillis"`
 }
 
 // ChangeSet is what one tick's Apply phase changed: the objects it

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/plumb-dev/plumb/preview"
 	"github.com/plumb-dev/plumb/ui"
 )
 
@@ -20,23 +22,58 @@ func newUICommand(cluster *clusterFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ui",
 		Short: "Serve the web dashboard on this machine, with your kubeconfig's rights",
-		Long: `Serve plumb's web dashboard locally. Every page is read with your kubeconfig's identity, so
-the API server's RBAC decides what you see. plumb opens no browser: it prints the URL.`,
+		Long: `Serve plumb's web dashboard locally. Every page is read, and every action (Sync, Suspend,
+Resume) made, with your kubeconfig's identity, so the API server's RBAC decides what you see
+and may do. The App page's diff is the preview plumb diff shows, made on this machine.
+plumb opens no browser: it prints the URL. It answers only to the address it serves on
+(and localhost, on loopback), so that no other site's name can reach it.`,
 		Example: `  plumb ui
   plumb ui --addr 127.0.0.1:9400 --context prod`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				return fmt.Errorf("--addr %q: %w", addr, err)
+			}
+			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+				return fmt.Errorf("--addr %q serves every interface: the dashboard acts with your rights, so give the one address to serve on (127.0.0.1:%s)", addr, port)
+			}
 			c, err := cluster.appsClient()
 			if err != nil {
 				return err
 			}
-			server, err := ui.New(ui.Options{Client: c})
+			cfg, err := cluster.restConfig()
+			if err != nil {
+				return err
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("finding plumb's own binary, which renders Kustomize and Helm builds in a child process: %w", err)
+			}
+			cacheDir, err := os.MkdirTemp("", "plumb-ui-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(cacheDir)
+			previewer, err := preview.New(preview.Options{Config: cfg, GitCacheDir: cacheDir, RenderCommand: []string{self, renderSandboxCommand}})
 			if err != nil {
 				return err
 			}
 			listener, err := net.Listen("tcp", addr)
 			if err != nil {
 				return fmt.Errorf("listening on %s: %w (pick another with --addr)", addr, err)
+			}
+			_, port, _ = net.SplitHostPort(listener.Addr().String())
+			allowed := []string{net.JoinHostPort(host, port)}
+			if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+				allowed = append(allowed, net.JoinHostPort("localhost", port), net.JoinHostPort("127.0.0.1", port), net.JoinHostPort("::1", port))
+			}
+			server, err := ui.New(ui.Options{
+				Identity:     ui.Local{Viewer: &ui.Viewer{Name: "you", Client: c, Preview: previewer.Preview}},
+				AllowedHosts: allowed,
+			})
+			if err != nil {
+				return err
 			}
 			ctx, stop := signal.NotifyContext(contextOf(cmd), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()

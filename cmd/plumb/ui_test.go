@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"os"
@@ -13,16 +14,20 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 
 	"github.com/plumb-dev/plumb/localcluster"
 )
 
-// startUI runs plumb ui with the package cluster's kubeconfig and returns
-// the URL it prints.
-func startUI(t *testing.T) string {
+// startUI runs plumb ui with kubeconfig and returns the URL it prints.
+func startUI(t *testing.T, kubeconfig string) string {
 	t.Helper()
 	addr := localcluster.FreeAddrsForTest(t, 1)[0]
-	cmd := exec.Command(plumbBinary, "ui", "--addr", addr, "--kubeconfig", cluster.KubeconfigPath)
+	cmd := exec.Command(plumbBinary, "ui", "--addr", addr, "--kubeconfig", kubeconfig)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -88,46 +93,261 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Logf("screenshot: %s", path)
 }
 
-// TestTheDashboardListsAppsInARealBrowser: plumb ui serves the Apps page,
-// which a headless Chromium at phone width shows with the App's real
-// status; the page carries a strict Content-Security-Policy.
-func TestTheDashboardListsAppsInARealBrowser(t *testing.T) {
-	w := newWorld(t, "cli-ui")
-	ns := w.ns
-	commit := w.push("first", map[string]string{"web/configmap.yaml": configMap(ns, "web", map[string]string{"greeting": "hello"})})
-	w.createApp("web", "web", nil)
-	w.waitReady("web", commit)
-	url := startUI(t)
+// text is the text of the element sel.
+func text[S chromedp.Selectable](t *testing.T, ctx context.Context, sel S) string {
+	t.Helper()
+	got, err := chromedp.Run(ctx, chromedp.Text(sel))
+	if err != nil {
+		t.Fatalf("reading %v: %v", sel, err)
+	}
+	return got
+}
 
+// open navigates to url and waits until sel is visible.
+func open[S chromedp.Selectable](t *testing.T, ctx context.Context, url string, sel S) {
+	t.Helper()
+	if err := chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(sel)); err != nil {
+		t.Fatalf("opening %s: %v", url, err)
+	}
+}
+
+// click clicks sel (a button whose form navigates) and waits until next
+// is visible.
+func click[S, N chromedp.Selectable](t *testing.T, ctx context.Context, sel S, next N) {
+	t.Helper()
+	if err := chromedp.Do(ctx, chromedp.Click(sel), chromedp.WaitVisible(next)); err != nil {
+		t.Fatalf("clicking %v: %v", sel, err)
+	}
+}
+
+// fetch fetches url and returns its status and body.
+func fetch(t *testing.T, url string) (int, string) {
+	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || strings.Contains(csp, "script-src") {
-		t.Errorf("Content-Security-Policy %q, want default-src 'none' and no scripts", csp)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return resp.StatusCode, string(body)
+}
 
+// kubectl runs the control plane's kubectl with the package cluster's
+// kubeconfig.
+func kubectl(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.Command(cluster.Binaries.Path("kubectl"), append([]string{"--kubeconfig", cluster.KubeconfigPath}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// TestTheDashboard drives plumb ui in a headless Chromium at phone width,
+// with the controller running: the Apps page lists Apps with their real
+// status and a drift made with kubectl with its manager; the App page
+// shows the phases, the ticks, the drift and the diff after a new commit;
+// Sync from the page brings a tick whose handling the page then shows;
+// Suspend asks to confirm; a user who may not patch Apps sees a refusal
+// and nothing changes; no Secret value reaches a page; cross-origin posts
+// and foreign Host names are refused.
+func TestTheDashboard(t *testing.T) {
+	w := newWorld(t, "cli-ui")
+	ns := w.ns
+	const secretValue, driftedSecretValue = "ui-s3cret-in-git", "ui-s3cret-drifted"
+	commit := w.push("first", map[string]string{
+		"web/configmap.yaml": configMap(ns, "web", map[string]string{"greeting": "hello"}),
+		"web/secret.yaml":    secret(ns, "web-token", secretValue),
+	})
+	w.createApp("web", "web", func(app *plumbv1.App) { app.Spec.DriftPolicy = plumbv1.DriftPolicyAlert })
+	w.waitReady("web", commit)
+	url := startUI(t, cluster.KubeconfigPath)
+	appURL := url + "apps/" + ns + "/web"
 	ctx := browser(t)
 	rowID := chromedp.ID("app-" + ns + "-web")
-	if err := chromedp.Do(ctx, chromedp.Navigate(url+"?namespace="+ns), chromedp.WaitVisible(rowID)); err != nil {
-		t.Fatalf("the Apps page: %v", err)
-	}
-	row, err := chromedp.Run(ctx, chromedp.Text(rowID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ready, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("count-ready")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{ns, "web", "True", "main@sha1:" + commit[:7], "Applied revision main@sha1:" + commit} {
-		if !strings.Contains(row, want) {
-			t.Errorf("the App's row lacks %q: %q", want, row)
+
+	// noSecret fails if a page's bytes hold a Secret value, plain or base64.
+	noSecret := func(t *testing.T, where, body string) {
+		t.Helper()
+		for _, value := range []string{secretValue, driftedSecretValue} {
+			for _, form := range []string{value, base64.StdEncoding.EncodeToString([]byte(value))} {
+				if strings.Contains(body, form) {
+					t.Errorf("%s holds the Secret value %q", where, form)
+				}
+			}
 		}
 	}
-	if ready != "1" {
-		t.Errorf("the Ready count = %q, want 1", ready)
-	}
-	screenshot(t, ctx, "apps")
+
+	t.Run("the Apps page lists the App with its real status", func(t *testing.T) {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+			t.Errorf("Content-Security-Policy %q, want default-src 'none'", csp)
+		}
+		open(t, ctx, url+"?namespace="+ns, rowID)
+		row := text(t, ctx, rowID)
+		for _, want := range []string{ns, "web", "True", "main@sha1:" + commit[:7], "Applied revision main@sha1:" + commit} {
+			if !strings.Contains(row, want) {
+				t.Errorf("the App's row lacks %q: %q", want, row)
+			}
+		}
+		if ready := text(t, ctx, chromedp.ID("count-ready")); ready != "1" {
+			t.Errorf("the Ready count = %q, want 1", ready)
+		}
+		screenshot(t, ctx, "apps")
+	})
+
+	t.Run("a drift made with kubectl shows with the manager's name", func(t *testing.T) {
+		kubectl(t, "patch", "configmap", "web", "-n", ns, "--type", "merge", "-p", `{"data":{"greeting":"hi"}}`)
+		kubectl(t, "patch", "secret", "web-token", "-n", ns, "--type", "merge", "-p", `{"stringData":{"password":"`+driftedSecretValue+`"}}`)
+		w.waitFor("web", "two drifted objects", func(app *plumbv1.App) bool { return app.Status.Drift != nil && app.Status.Drift.Count == 2 })
+		open(t, ctx, url+"?namespace="+ns+"&status=drifted", rowID)
+		if drift := text(t, ctx, chromedp.CSS("#app-"+ns+"-web .drift")); drift != "2 by kubectl-patch" {
+			t.Errorf("the drift cell = %q, want 2 by kubectl-patch", drift)
+		}
+		_, body := fetch(t, url+"?namespace="+ns)
+		noSecret(t, "the Apps page", body)
+	})
+
+	t.Run("the App page shows the phases, ticks, drift and the diff after a new commit", func(t *testing.T) {
+		w.push("second", map[string]string{"web/configmap.yaml": configMap(ns, "web", map[string]string{"greeting": "bonjour"})})
+		open(t, ctx, appURL, chromedp.ID("phases"))
+		for phase, want := range map[string]string{"read": "ok", "observe": "ok", "diff": "ok", "apply": "ok"} {
+			if got := text(t, ctx, chromedp.ID("phase-"+phase)); !strings.Contains(got, want) {
+				t.Errorf("phase %s: %q, want %q", phase, got, want)
+			}
+		}
+		if ticks := text(t, ctx, chromedp.ID("ticks")); !strings.Contains(ticks, "spec") || !strings.Contains(ticks, "Succeeded") {
+			t.Errorf("the ticks lack the first (spec) tick's success: %q", ticks)
+		}
+		drift := text(t, ctx, chromedp.ID("drift"))
+		for _, want := range []string{"ConfigMap/" + ns + "/web", ".data.greeting", "kubectl-patch", "Secret/" + ns + "/web-token"} {
+			if !strings.Contains(drift, want) {
+				t.Errorf("the drift section lacks %q: %q", want, drift)
+			}
+		}
+		diff := text(t, ctx, chromedp.ID("diff"))
+		for _, want := range []string{"ConfigMap/" + ns + "/web", "+  greeting: bonjour", "-  greeting: hi", "kubectl-patch"} {
+			if !strings.Contains(diff, want) {
+				t.Errorf("the diff lacks %q:\n%s", want, diff)
+			}
+		}
+		screenshot(t, ctx, "app")
+		_, body := fetch(t, appURL)
+		noSecret(t, "the App page", body)
+	})
+
+	t.Run("Sync from the page brings a tick that the page shows handled", func(t *testing.T) {
+		before := w.app("web").Status.LastHandledSyncRequest
+		open(t, ctx, appURL, chromedp.ID("sync"))
+		click(t, ctx, chromedp.ID("sync"), chromedp.ID("sync-progress"))
+		attr, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.ID("sync-progress"), "data-request"))
+		request := attr.Value
+		if err != nil || request == "" {
+			t.Fatalf("the page names no sync request: %q %v", request, err)
+		}
+		eventually(t, "the page shows the sync handled", func() bool {
+			if err := chromedp.Do(ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("sync-state"))); err != nil {
+				return false
+			}
+			return strings.HasPrefix(text(t, ctx, chromedp.ID("sync-state")), "Sync handled")
+		})
+		if got := w.app("web").Status.LastHandledSyncRequest; got == before || got != request {
+			t.Errorf("lastHandledSyncRequest = %q, want the page's request %q", got, request)
+		}
+	})
+
+	t.Run("Suspend asks to confirm; Resume undoes it", func(t *testing.T) {
+		open(t, ctx, appURL, chromedp.ID("suspend"))
+		click(t, ctx, chromedp.ID("suspend"), chromedp.ID("confirm-suspend"))
+		if w.app("web").Spec.Suspend {
+			t.Fatal("the App was suspended before the confirmation")
+		}
+		click(t, ctx, chromedp.ID("suspend-confirmed"), chromedp.ID("resume"))
+		if !w.app("web").Spec.Suspend {
+			t.Fatal("the confirmed Suspend did not suspend the App")
+		}
+		click(t, ctx, chromedp.ID("resume"), chromedp.ID("sync"))
+		if w.app("web").Spec.Suspend {
+			t.Fatal("Resume did not resume the App")
+		}
+	})
+
+	t.Run("a user who may not patch Apps sees a refusal and nothing changes", func(t *testing.T) {
+		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dashboard-viewer"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{plumbv1.GroupVersion.Group}, Resources: []string{"apps"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}},
+		}}
+		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dashboard-viewer"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "dashboard-viewer"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "viewer"}}}
+		for _, obj := range []client.Object{role, binding} {
+			if err := w.k8s.Create(context.Background(), obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		viewerURL := startUI(t, w.kubeconfigOf("viewer"))
+		eventually(t, "the viewer's Role in force", func() bool {
+			status, _ := fetch(t, viewerURL+"apps/"+ns+"/web")
+			return status == http.StatusOK
+		})
+		before := w.app("web")
+		for _, action := range []struct{ button, wants string }{
+			{"sync", "Your Kubernetes rights do not let you ask App " + ns + "/web for a sync"},
+			{"suspend", ""}, // asks to confirm first
+			{"suspend-confirmed", "Your Kubernetes rights do not let you suspend App " + ns + "/web"},
+		} {
+			if action.wants == "" {
+				open(t, ctx, viewerURL+"apps/"+ns+"/web", chromedp.ID(action.button))
+				click(t, ctx, chromedp.ID(action.button), chromedp.ID("confirm-suspend"))
+				continue
+			}
+			if action.button == "sync" {
+				open(t, ctx, viewerURL+"apps/"+ns+"/web", chromedp.ID(action.button))
+			}
+			click(t, ctx, chromedp.ID(action.button), chromedp.ID("error"))
+			if got := text(t, ctx, chromedp.ID("error")); !strings.Contains(got, action.wants) || !strings.Contains(got, "forbidden") {
+				t.Errorf("after %s: %q, want %q and the API server's reason", action.button, got, action.wants)
+			}
+		}
+		screenshot(t, ctx, "refused")
+		after := w.app("web")
+		if after.Annotations[plumbv1.AnnotationSyncRequestedAt] != before.Annotations[plumbv1.AnnotationSyncRequestedAt] || after.Spec.Suspend {
+			t.Errorf("the refused actions changed the App: sync %q → %q, suspend %v",
+				before.Annotations[plumbv1.AnnotationSyncRequestedAt], after.Annotations[plumbv1.AnnotationSyncRequestedAt], after.Spec.Suspend)
+		}
+	})
+
+	t.Run("cross-origin posts and foreign Host names are refused", func(t *testing.T) {
+		req, _ := http.NewRequest(http.MethodPost, appURL+"/sync", nil)
+		req.Header.Set("Origin", "http://evil.example")
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		before := w.app("web").Annotations[plumbv1.AnnotationSyncRequestedAt]
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("a cross-site post: %d, want 403", resp.StatusCode)
+		}
+		if after := w.app("web").Annotations[plumbv1.AnnotationSyncRequestedAt]; after != before {
+			t.Errorf("the cross-site post asked for a sync: %q → %q", before, after)
+		}
+		req, _ = http.NewRequest(http.MethodGet, url, nil)
+		req.Host = "rebound.evil.example"
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMisdirectedRequest {
+			t.Errorf("a request for Host %s: %d, want 421", req.Host, resp.StatusCode)
+		}
+	})
 }

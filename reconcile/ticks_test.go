@@ -1,0 +1,69 @@
+package reconcile
+
+import (
+	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/queue"
+)
+
+// TestRecentTicks: status.recentTicks records each tick with what brought
+// it, how it ended and how long each phase took; ticks whose status write
+// was skipped (only times changed) are written with the next write, not
+// lost; a failed phase is the last one timed.
+func TestRecentTicks(t *testing.T) {
+	w, repo := newRepo(t, map[string]string{"deploy/cm.yaml": configMapYAML("web")})
+	app := newApp(t, repo, nil)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+
+	got := h.tick(t, key, queue.TriggerTimer)
+	ready(t, got)
+	if n := len(got.Status.RecentTicks); n != 1 {
+		t.Fatalf("%d recent ticks after the first, want 1: %+v", n, got.Status.RecentTicks)
+	}
+	first := got.Status.RecentTicks[0]
+	if first.Result != plumbv1.ReasonSucceeded || first.FailedPhase != "" || first.Changed != 1 || first.Trigger != TriggerSpec ||
+		first.Revision != got.Status.LastAppliedRevision || first.Start.IsZero() {
+		t.Errorf("the first tick's record = %+v, want Succeeded, 1 changed, trigger %s, revision %s", first, TriggerSpec, got.Status.LastAppliedRevision)
+	}
+	for name, ms := range map[string]*int64{"read": first.ReadMillis, "observe": first.ObserveMillis, "diff": first.DiffMillis, "apply": first.ApplyMillis} {
+		if ms == nil || *ms < 0 || *ms > first.TotalMillis {
+			t.Errorf("the %s phase's duration = %v, want one between 0 and the tick's %d ms", name, ms, first.TotalMillis)
+		}
+	}
+
+	// Twelve unchanged ticks: most go unwritten, but the heartbeat that
+	// writes carries them all.
+	var written *plumbv1.App
+	for i := 0; i < 12; i++ {
+		got = h.tick(t, key, queue.TriggerEvent)
+		if len(got.Status.RecentTicks) == plumbv1.MaxRecentTicks && written == nil {
+			written = got
+		}
+	}
+	if written == nil {
+		t.Fatalf("no status write in 12 unchanged ticks carried %d ticks: %d", plumbv1.MaxRecentTicks, len(got.Status.RecentTicks))
+	}
+	for i, rec := range written.Status.RecentTicks[1:] {
+		if rec.Trigger != TriggerDrift || rec.Result != plumbv1.ReasonSucceeded || rec.Changed != 0 {
+			t.Errorf("unchanged tick %d = %+v, want a Succeeded drift check that changed nothing", i+1, rec)
+		}
+		if prev := written.Status.RecentTicks[i]; rec.Start.Before(&prev.Start) {
+			t.Errorf("ticks out of order: %v after %v", rec.Start, prev.Start)
+		}
+	}
+
+	// A tick that fails in Read times Read and nothing after it.
+	pushed(t, w, map[string]string{"deploy/bad.yaml": "a: [unclosed"})
+	got = h.tick(t, key, queue.TriggerTimer)
+	last := got.Status.RecentTicks[len(got.Status.RecentTicks)-1]
+	if len(got.Status.RecentTicks) != plumbv1.MaxRecentTicks {
+		t.Errorf("%d recent ticks, want at most %d", len(got.Status.RecentTicks), plumbv1.MaxRecentTicks)
+	}
+	if last.FailedPhase != "Read" || last.Result == plumbv1.ReasonSucceeded || last.ReadMillis == nil || last.ObserveMillis != nil || last.ApplyMillis != nil {
+		t.Errorf("the failed tick's record = %+v, want a failed Read, timed, and no later phase", last)
+	}
+}

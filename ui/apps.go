@@ -1,0 +1,141 @@
+package ui
+
+import (
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/appview"
+)
+
+// appRow is one App as the Apps page shows it (and the live stream sends
+// it: the JSON names are the page's).
+type appRow struct {
+	Namespace    string `json:"namespace"`
+	Name         string `json:"name"`
+	Ready        string `json:"ready"`
+	Healthy      string `json:"healthy"`
+	Revision     string `json:"revision"`
+	RevisionURL  string `json:"revisionURL,omitempty"`
+	LastTick     string `json:"lastTick"`
+	FailingPhase string `json:"failingPhase,omitempty"`
+	Drift        int32  `json:"drift"`
+	DriftBy      string `json:"driftBy,omitempty"`
+	Suspended    bool   `json:"suspended,omitempty"`
+	Message      string `json:"message,omitempty"`
+	// SyncHandled is status.lastHandledSyncRequest, which the App page
+	// follows after a Sync.
+	SyncHandled string `json:"syncHandled,omitempty"`
+}
+
+func rowOf(app *plumbv1.App, now time.Time) appRow {
+	row := appRow{Namespace: app.Namespace, Name: app.Name, Ready: conditionStatus(app, plumbv1.ConditionReady), Healthy: conditionStatus(app, plumbv1.ConditionHealthy),
+		Revision: appview.ShortRevision(app.Status.LastAppliedRevision), LastTick: appview.Age(app.Status.LastTickTime, now),
+		FailingPhase: appview.FailingPhase(app), Message: readyMessage(app), Suspended: app.Spec.Suspend,
+		RevisionURL: commitURL(app.Spec.Source.URL, app.Status.LastAppliedRevision), SyncHandled: app.Status.LastHandledSyncRequest}
+	row.Drift = appview.DriftCount(app)
+	if d := app.Status.Drift; d != nil {
+		var managers []string
+		for _, o := range d.Objects {
+			for _, m := range o.Managers {
+				if !slices.Contains(managers, m) {
+					managers = append(managers, m)
+				}
+			}
+		}
+		row.DriftBy = appview.Printable(strings.Join(managers, ", "))
+	}
+	return row
+}
+
+// The status filter's values.
+var statusFilters = []string{"all", "ready", "failing", "drifted", "suspended"}
+
+// matches reports whether the row passes the page's filters.
+func (row appRow) matches(status, query string) bool {
+	switch status {
+	case "ready":
+		if row.Ready != "True" {
+			return false
+		}
+	case "failing":
+		if row.FailingPhase == "" {
+			return false
+		}
+	case "drifted":
+		if row.Drift == 0 {
+			return false
+		}
+	case "suspended":
+		if !row.Suspended {
+			return false
+		}
+	}
+	return query == "" || strings.Contains(strings.ToLower(row.Namespace+" "+row.Name+" "+row.Message), strings.ToLower(query))
+}
+
+type appsPage struct {
+	Namespace, Status, Query, Error string
+	Statuses                        []string
+	Total, Ready, Failing, Drifted  int
+	Apps                            []appRow
+}
+
+func (s *Server) apps(w http.ResponseWriter, r *http.Request, viewer *Viewer) {
+	q := r.URL.Query()
+	page := appsPage{Namespace: q.Get("namespace"), Status: q.Get("status"), Query: q.Get("q"), Statuses: statusFilters}
+	if !slices.Contains(statusFilters, page.Status) {
+		page.Status = "all"
+	}
+	list := &plumbv1.AppList{}
+	var opts []client.ListOption
+	if page.Namespace != "" {
+		opts = append(opts, client.InNamespace(page.Namespace))
+	}
+	if err := viewer.Client.List(r.Context(), list, opts...); err != nil {
+		page.Error = "The Apps could not be listed with your rights: " + appview.Printable(err.Error())
+	}
+	now := s.opts.Now()
+	for i := range list.Items {
+		row := rowOf(&list.Items[i], now)
+		if !row.matches(page.Status, page.Query) {
+			continue
+		}
+		page.Total++
+		if row.Ready == "True" {
+			page.Ready++
+		}
+		if row.FailingPhase != "" {
+			page.Failing++
+		}
+		if row.Drift > 0 {
+			page.Drifted++
+		}
+		page.Apps = append(page.Apps, row)
+	}
+	sort.Slice(page.Apps, func(i, j int) bool {
+		return page.Apps[i].Namespace+"/"+page.Apps[i].Name < page.Apps[j].Namespace+"/"+page.Apps[j].Name
+	})
+	s.render(w, http.StatusOK, "apps.html", page)
+}
+
+func conditionStatus(app *plumbv1.App, condition string) string {
+	if c := apimeta.FindStatusCondition(app.Status.Conditions, condition); c != nil {
+		return string(c.Status)
+	}
+	return "Unknown"
+}
+
+func readyMessage(app *plumbv1.App) string {
+	c := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
+	if c == nil {
+		return ""
+	}
+	return appview.OneLine(c.Message)
+}

@@ -1,0 +1,191 @@
+// Package ui is plumb's web dashboard: server-rendered pages (Go's
+// html/template, assets embedded) about Apps, read and changed with the
+// identity of the person using it (their kubeconfig under `plumb ui`), so
+// that the API server's RBAC decides what they see and may do. It holds no
+// state of its own.
+//
+// It serves the Apps page (every App's Ready, Healthy, revision, last
+// tick, failing phase and drift, with counts and filters) and the App page
+// (phases, the recent ticks' timeline, the inventory tree, drift, the diff
+// the next tick would apply, Events), with the actions Sync, Suspend and
+// Resume. It sends a strict Content-Security-Policy, makes no request to
+// any other origin, refuses cross-origin writes (CSRF) and, on loopback,
+// any Host but its own (DNS rebinding).
+package ui
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/reconcile"
+)
+
+//go:embed templates/*.html
+var templates embed.FS
+
+//go:embed static
+var static embed.FS
+
+// contentSecurityPolicy allows the page's own stylesheet and nothing else:
+// no script, no frame, no other origin.
+const contentSecurityPolicy = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+
+// Viewer is whom a request acts for: its clients act with their rights.
+type Viewer struct {
+	// Name says who they are, in messages.
+	Name string
+	// Client reads and writes Apps and reads Events, as them.
+	Client client.Client
+	// Preview previews an App as them, for the App page's diff (nil: the
+	// page shows none). Previews run one at a time.
+	Preview func(ctx context.Context, app *plumbv1.App) (*reconcile.Preview, error)
+}
+
+// Identity tells whom a request acts for.
+type Identity interface {
+	// ViewerOf is the viewer of r, or an error that refuses r (an
+	// *HTTPError says with which status).
+	ViewerOf(r *http.Request) (*Viewer, error)
+}
+
+// Local is the Identity of `plumb ui`: every request acts as the one
+// viewer (the kubeconfig's user).
+type Local struct{ Viewer *Viewer }
+
+// ViewerOf is the one viewer.
+func (l Local) ViewerOf(*http.Request) (*Viewer, error) { return l.Viewer, nil }
+
+// HTTPError is an error with the HTTP status it answers a request with.
+type HTTPError struct {
+	Status  int
+	Message string
+}
+
+func (e *HTTPError) Error() string { return e.Message }
+
+// Options configure a Server.
+type Options struct {
+	// Identity tells whom each request acts for.
+	Identity Identity
+	// AllowedHosts, when set, are the only Host headers answered (a page
+	// served on loopback must not be reachable through another name that
+	// resolves there: DNS rebinding).
+	AllowedHosts []string
+	// PreviewTimeout bounds the App page's diff (default 60s).
+	PreviewTimeout time.Duration
+	// Now is the clock for ages (default time.Now).
+	Now func() time.Time
+	Log *zap.Logger
+}
+
+// Server serves the dashboard.
+type Server struct {
+	opts     Options
+	pages    *template.Template
+	previews sync.Mutex // previews share a Git cache folder: one at a time
+}
+
+// New makes a Server.
+func New(opts Options) (*Server, error) {
+	if opts.Identity == nil {
+		return nil, errors.New("ui: no Identity")
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.PreviewTimeout == 0 {
+		opts.PreviewTimeout = time.Minute
+	}
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	pages, err := template.New("").Funcs(template.FuncMap{"lower": strings.ToLower}).ParseFS(templates, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	return &Server{opts: opts, pages: pages}, nil
+}
+
+// Handler is the dashboard's HTTP handler.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	assets, _ := fs.Sub(static, "static")
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(assets)))
+	mux.HandleFunc("GET /{$}", s.withViewer(s.apps))
+	mux.HandleFunc("GET /apps/{namespace}/{name}", s.withViewer(s.app))
+	mux.HandleFunc("POST /apps/{namespace}/{name}/sync", s.withViewer(s.sync))
+	mux.HandleFunc("POST /apps/{namespace}/{name}/suspend", s.withViewer(s.suspend))
+	mux.HandleFunc("POST /apps/{namespace}/{name}/resume", s.withViewer(s.resume))
+	return s.secure(http.NewCrossOriginProtection().Handler(mux))
+}
+
+// secure sets the headers every answer carries and refuses a Host that
+// is not allowed.
+func (s *Server) secure(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", contentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Cache-Control", "no-store")
+		if len(s.opts.AllowedHosts) > 0 && !allowedHost(s.opts.AllowedHosts, r.Host) {
+			http.Error(w, "this dashboard answers only to "+strings.Join(s.opts.AllowedHosts, ", "), http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func allowedHost(allowed []string, host string) bool {
+	for _, a := range allowed {
+		if strings.EqualFold(a, host) {
+			return true
+		}
+	}
+	return false
+}
+
+// viewerKey is the request context's key of its Viewer.
+type viewerKey struct{}
+
+// withViewer runs h for the request's viewer, or refuses the request.
+func (s *Server) withViewer(h func(http.ResponseWriter, *http.Request, *Viewer)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		viewer, err := s.opts.Identity.ViewerOf(r)
+		if err != nil {
+			status := http.StatusForbidden
+			var httpErr *HTTPError
+			if errors.As(err, &httpErr) {
+				status = httpErr.Status
+			}
+			http.Error(w, err.Error(), status)
+			return
+		}
+		h(w, r, viewer)
+	}
+}
+
+// render writes a page, or a plain error when its template fails.
+func (s *Server) render(w http.ResponseWriter, status int, name string, data any) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	var b strings.Builder
+	if err := s.pages.ExecuteTemplate(&b, name, data); err != nil {
+		s.opts.Log.Error("Rendering a page failed", zap.String("page", name), zap.Error(err))
+		http.Error(w, "rendering the page failed", http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(b.String()))
+}

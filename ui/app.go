@@ -24,6 +24,7 @@ import (
 
 // appPage is the App page.
 type appPage struct {
+	Head            head
 	Namespace, Name string
 	// Found says the App was read; Error says why not, or why an action
 	// failed.
@@ -119,6 +120,7 @@ func (s *Server) app(w http.ResponseWriter, r *http.Request, viewer *Viewer) {
 func (s *Server) renderApp(w http.ResponseWriter, r *http.Request, viewer *Viewer, page *appPage, status int) {
 	key := keyOf(r)
 	page.Namespace, page.Name = key.Namespace, key.Name
+	page.Head = head{Title: "App " + key.Namespace + "/" + key.Name, Page: "app", Namespace: key.Namespace, Name: key.Name}
 	app := &plumbv1.App{}
 	if err := viewer.Client.Get(r.Context(), key, app); err != nil {
 		page.Error = joinErrors(page.Error, refusal("read App "+key.String(), err))
@@ -151,13 +153,7 @@ func (s *Server) renderApp(w http.ResponseWriter, r *http.Request, viewer *Viewe
 	page.Drift = driftOf(app, events, now)
 	if page.Sync != nil {
 		page.Sync.Handled = syncrequest.Answers(app.Status.LastHandledSyncRequest, page.Sync.Request, page.Sync.Previous)
-		if page.Sync.Handled {
-			outcome, err := appview.Outcome(app)
-			page.Sync.Outcome, page.Sync.Failed = appview.OneLine(outcome), err != nil
-			if err != nil {
-				page.Sync.Outcome = appview.OneLine(err.Error())
-			}
-		}
+		page.Sync.Outcome, page.Sync.Failed = page.Row.SyncOutcome, page.Row.SyncFailed
 	}
 	page.Diff = s.diffOf(r.Context(), viewer, app)
 	s.render(w, status, "app.html", page)

@@ -32,6 +32,10 @@ type appRow struct {
 	// SyncHandled is status.lastHandledSyncRequest, which the App page
 	// follows after a Sync.
 	SyncHandled string `json:"syncHandled,omitempty"`
+	// SyncOutcome is what the tick that handled it did (appview.Outcome);
+	// SyncFailed says it did not converge the App.
+	SyncOutcome string `json:"syncOutcome,omitempty"`
+	SyncFailed  bool   `json:"syncFailed,omitempty"`
 }
 
 func rowOf(app *plumbv1.App, now time.Time) appRow {
@@ -40,6 +44,13 @@ func rowOf(app *plumbv1.App, now time.Time) appRow {
 		FailingPhase: appview.FailingPhase(app), Message: readyMessage(app), Suspended: app.Spec.Suspend,
 		RevisionURL: commitURL(app.Spec.Source.URL, app.Status.LastAppliedRevision), SyncHandled: app.Status.LastHandledSyncRequest}
 	row.Drift = appview.DriftCount(app)
+	if row.SyncHandled != "" {
+		outcome, err := appview.Outcome(app)
+		if err != nil {
+			outcome = err.Error()
+		}
+		row.SyncOutcome, row.SyncFailed = appview.OneLine(outcome), err != nil
+	}
 	if d := app.Status.Drift; d != nil {
 		var managers []string
 		for _, o := range d.Objects {
@@ -81,6 +92,7 @@ func (row appRow) matches(status, query string) bool {
 }
 
 type appsPage struct {
+	Head                            head
 	Namespace, Status, Query, Error string
 	Statuses                        []string
 	Total, Ready, Failing, Drifted  int
@@ -122,6 +134,7 @@ func (s *Server) apps(w http.ResponseWriter, r *http.Request, viewer *Viewer) {
 	sort.Slice(page.Apps, func(i, j int) bool {
 		return page.Apps[i].Namespace+"/"+page.Apps[i].Name < page.Apps[j].Namespace+"/"+page.Apps[j].Name
 	})
+	page.Head = head{Title: "Apps", Page: "apps", Namespace: page.Namespace, Status: page.Status, Query: page.Query}
 	s.render(w, http.StatusOK, "apps.html", page)
 }
 

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -37,9 +38,10 @@ var templates embed.FS
 //go:embed static
 var static embed.FS
 
-// contentSecurityPolicy allows the page's own stylesheet and nothing else:
-// no script, no frame, no other origin.
-const contentSecurityPolicy = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+// contentSecurityPolicy allows the dashboard's own stylesheet and script
+// (no inline one), its own live stream, and nothing else: no other
+// origin, no frame, no plugin.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
 // Viewer is whom a request acts for: its clients act with their rights.
 type Viewer struct {
@@ -50,6 +52,11 @@ type Viewer struct {
 	// Preview previews an App as them, for the App page's diff (nil: the
 	// page shows none). Previews run one at a time.
 	Preview func(ctx context.Context, app *plumbv1.App) (*reconcile.Preview, error)
+	// MayRead says whether they may read the Apps of a namespace: the live
+	// stream carries only those. nil means every App the stream's
+	// informer holds (it reads with their own identity). An Identity that
+	// serves many people answers from its own cache of access reviews.
+	MayRead func(ctx context.Context, namespace string) (bool, error)
 }
 
 // Identity tells whom a request acts for.
@@ -82,6 +89,12 @@ type Options struct {
 	// served on loopback must not be reachable through another name that
 	// resolves there: DNS rebinding).
 	AllowedHosts []string
+	// Apps is the cache whose App informer feeds the live stream (nil: no
+	// live updates). The caller starts it.
+	Apps cache.Cache
+	// MaxStreams and MaxStreamsPerViewer bound the open live streams
+	// (defaults DefaultMaxStreams and DefaultMaxStreamsPerViewer).
+	MaxStreams, MaxStreamsPerViewer int
 	// PreviewTimeout bounds the App page's diff (default 60s).
 	PreviewTimeout time.Duration
 	// Now is the clock for ages (default time.Now).
@@ -94,6 +107,7 @@ type Server struct {
 	opts     Options
 	pages    *template.Template
 	previews sync.Mutex // previews share a Git cache folder: one at a time
+	hub      hub
 }
 
 // New makes a Server.
@@ -110,11 +124,23 @@ func New(opts Options) (*Server, error) {
 	if opts.Log == nil {
 		opts.Log = zap.NewNop()
 	}
+	if opts.MaxStreams == 0 {
+		opts.MaxStreams = DefaultMaxStreams
+	}
+	if opts.MaxStreamsPerViewer == 0 {
+		opts.MaxStreamsPerViewer = DefaultMaxStreamsPerViewer
+	}
 	pages, err := template.New("").Funcs(template.FuncMap{"lower": strings.ToLower}).ParseFS(templates, "templates/*.html")
 	if err != nil {
 		return nil, err
 	}
-	return &Server{opts: opts, pages: pages}, nil
+	s := &Server{opts: opts, pages: pages}
+	if opts.Apps != nil {
+		if err := s.watchApps(context.Background(), opts.Apps); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // Handler is the dashboard's HTTP handler.
@@ -124,6 +150,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(assets)))
 	mux.HandleFunc("GET /{$}", s.withViewer(s.apps))
 	mux.HandleFunc("GET /apps/{namespace}/{name}", s.withViewer(s.app))
+	mux.HandleFunc("GET /events", s.withViewer(s.events))
 	mux.HandleFunc("POST /apps/{namespace}/{name}/sync", s.withViewer(s.sync))
 	mux.HandleFunc("POST /apps/{namespace}/{name}/suspend", s.withViewer(s.suspend))
 	mux.HandleFunc("POST /apps/{namespace}/{name}/resume", s.withViewer(s.resume))
@@ -157,8 +184,9 @@ func allowedHost(allowed []string, host string) bool {
 	return false
 }
 
-// viewerKey is the request context's key of its Viewer.
-type viewerKey struct{}
+// head is what the layout's head needs: the title, and the page and its
+// filters for the live script.
+type head struct{ Title, Page, Namespace, Name, Status, Query string }
 
 // withViewer runs h for the request's viewer, or refuses the request.
 func (s *Server) withViewer(h func(http.ResponseWriter, *http.Request, *Viewer)) http.HandlerFunc {

@@ -12,6 +12,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 
 	"github.com/plumb-dev/plumb/preview"
 	"github.com/plumb-dev/plumb/ui"
@@ -68,23 +73,30 @@ plumb opens no browser: it prints the URL. It answers only to the address it ser
 			if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
 				allowed = append(allowed, net.JoinHostPort("localhost", port), net.JoinHostPort("127.0.0.1", port), net.JoinHostPort("::1", port))
 			}
+			ctx, stop := signal.NotifyContext(contextOf(cmd), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			apps, scope, err := liveApps(ctx, cluster, c)
+			if err != nil {
+				return err
+			}
 			server, err := ui.New(ui.Options{
 				Identity:     ui.Local{Viewer: &ui.Viewer{Name: "you", Client: c, Preview: previewer.Preview}},
 				AllowedHosts: allowed,
+				Apps:         apps,
 			})
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(contextOf(cmd), syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
+			go func() { _ = apps.Start(ctx) }()
 			srv := &http.Server{Handler: server.Handler(), ReadHeaderTimeout: 10 * time.Second}
+			srv.RegisterOnShutdown(server.Close)
 			go func() {
 				<-ctx.Done()
 				shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
 				_ = srv.Shutdown(shutdown)
 			}()
-			fmt.Fprintf(cmd.OutOrStdout(), "Serving the dashboard at http://%s/ (Ctrl-C stops)\n", listener.Addr())
+			fmt.Fprintf(cmd.OutOrStdout(), "Serving the dashboard at http://%s/ (Ctrl-C stops); live updates: %s\n", listener.Addr(), scope)
 			if err := srv.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
@@ -93,4 +105,34 @@ plumb opens no browser: it prints the URL. It answers only to the address it ser
 	}
 	cmd.Flags().StringVar(&addr, "addr", addr, "address to serve the dashboard on (keep it on loopback: it acts with your rights)")
 	return cmd
+}
+
+// liveApps is the cache whose App informer feeds the dashboard's live
+// stream, read with the user's identity: every namespace's Apps when they
+// may list them all, else those of the kubeconfig's namespace (-n).
+func liveApps(ctx context.Context, cluster *clusterFlags, c client.Client) (cache.Cache, string, error) {
+	cfg, err := cluster.restConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Group: plumbv1.GroupVersion.Group, Resource: "apps", Verb: "watch"}}}
+	if err := c.Create(ctx, review); err != nil {
+		return nil, "", fmt.Errorf("asking the API server whether you may watch Apps: %s", apiMessage(err))
+	}
+	opts := cache.Options{Scheme: c.Scheme()}
+	scope := "Apps of every namespace"
+	if !review.Status.Allowed {
+		ns, err := cluster.namespace()
+		if err != nil {
+			return nil, "", err
+		}
+		opts.DefaultNamespaces = map[string]cache.Config{ns: {}}
+		scope = "Apps of namespace " + ns + " (you may not watch Apps in every namespace; -n picks another)"
+	}
+	apps, err := cache.New(cfg, opts)
+	if err != nil {
+		return nil, "", err
+	}
+	return apps, scope, nil
 }

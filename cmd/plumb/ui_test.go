@@ -10,12 +10,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -120,6 +124,74 @@ func click[S, N chromedp.Selectable](t *testing.T, ctx context.Context, sel S, n
 	}
 }
 
+// waitText polls the text of sel, without reloading the page, until it
+// holds want (a minute at most).
+func waitText[S chromedp.Selectable](t *testing.T, ctx context.Context, sel S, want string) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		got, err := chromedp.Run(ctx, chromedp.Text(sel, chromedp.AtLeast(0)))
+		if err != nil {
+			return false, nil
+		}
+		last = got
+		return strings.Contains(got, want), nil
+	})
+	if err != nil {
+		t.Fatalf("%v never showed %q (last: %q)", sel, want, last)
+	}
+}
+
+// eventStream is a live stream read in the background.
+type eventStream struct {
+	mu    sync.Mutex
+	bytes []byte
+}
+
+// readStream opens url as an event stream and reads it until the test
+// ends.
+func readStream(t *testing.T, url string) *eventStream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("GET %s: %s %q", url, resp.Status, resp.Header.Get("Content-Type"))
+	}
+	s := &eventStream{}
+	go func() {
+		defer resp.Body.Close()
+		buf := make([]byte, 4096)
+		for {
+			n, err := resp.Body.Read(buf)
+			s.mu.Lock()
+			s.bytes = append(s.bytes, buf[:n]...)
+			s.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// until waits until the stream holds want, and returns what it read.
+func (s *eventStream) until(t *testing.T, want string) string {
+	t.Helper()
+	var got string
+	eventually(t, "the live stream sends "+want, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		got = string(s.bytes)
+		return strings.Contains(got, want)
+	})
+	return got
+}
+
 // fetch fetches url and returns its status and body.
 func fetch(t *testing.T, url string) (int, string) {
 	t.Helper()
@@ -202,14 +274,24 @@ func TestTheDashboard(t *testing.T) {
 		screenshot(t, ctx, "apps")
 	})
 
-	t.Run("a drift made with kubectl shows with the manager's name", func(t *testing.T) {
+	t.Run("a drift made with kubectl appears live, with the manager's name, in no Secret's value", func(t *testing.T) {
+		open(t, ctx, url+"?namespace="+ns, rowID)
+		waitText(t, ctx, chromedp.ID("live-state"), "live")
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[int]("window.plumbTestMarker = 42")); err != nil {
+			t.Fatal(err)
+		}
+		stream := readStream(t, url+"events")
 		kubectl(t, "patch", "configmap", "web", "-n", ns, "--type", "merge", "-p", `{"data":{"greeting":"hi"}}`)
 		kubectl(t, "patch", "secret", "web-token", "-n", ns, "--type", "merge", "-p", `{"stringData":{"password":"`+driftedSecretValue+`"}}`)
-		w.waitFor("web", "two drifted objects", func(app *plumbv1.App) bool { return app.Status.Drift != nil && app.Status.Drift.Count == 2 })
-		open(t, ctx, url+"?namespace="+ns+"&status=drifted", rowID)
-		if drift := text(t, ctx, chromedp.CSS("#app-"+ns+"-web .drift")); drift != "2 by kubectl-patch" {
-			t.Errorf("the drift cell = %q, want 2 by kubectl-patch", drift)
+		waitText(t, ctx, chromedp.CSS("#app-"+ns+"-web .drift"), "2 by kubectl-patch")
+		if marker, err := chromedp.Run(ctx, chromedp.Evaluate[int]("window.plumbTestMarker || 0")); err != nil || marker != 42 {
+			t.Errorf("the page was reloaded (marker %d, %v): the drift must arrive live", marker, err)
 		}
+		if drifted := text(t, ctx, chromedp.ID("count-drifted")); drifted != "1" {
+			t.Errorf("the drifted count = %q, want 1", drifted)
+		}
+		bytes := stream.until(t, `"drift":2`)
+		noSecret(t, "the live stream", bytes)
 		_, body := fetch(t, url+"?namespace="+ns)
 		noSecret(t, "the Apps page", body)
 	})
@@ -251,12 +333,7 @@ func TestTheDashboard(t *testing.T) {
 		if err != nil || request == "" {
 			t.Fatalf("the page names no sync request: %q %v", request, err)
 		}
-		eventually(t, "the page shows the sync handled", func() bool {
-			if err := chromedp.Do(ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("sync-state"))); err != nil {
-				return false
-			}
-			return strings.HasPrefix(text(t, ctx, chromedp.ID("sync-state")), "Sync handled")
-		})
+		waitText(t, ctx, chromedp.ID("sync-state"), "Sync handled: ") // live: the page is not reloaded
 		if got := w.app("web").Status.LastHandledSyncRequest; got == before || got != request {
 			t.Errorf("lastHandledSyncRequest = %q, want the page's request %q", got, request)
 		}
@@ -323,6 +400,55 @@ func TestTheDashboard(t *testing.T) {
 		}
 	})
 
+	t.Run("many tabs share one stream and all update live", func(t *testing.T) {
+		const tabs = 8 // more than a browser's 6 connections per origin, and than the 4 streams a viewer may open
+		var contexts []context.Context
+		for i := 0; i < tabs; i++ {
+			tab, cancel := chromedp.NewContext(ctx)
+			t.Cleanup(cancel)
+			open(t, tab, url+"?namespace="+ns, rowID)
+			contexts = append(contexts, tab)
+		}
+		patchWeb(t, w, `{"spec":{"suspend":true}}`)
+		for i, tab := range contexts {
+			waitText(t, tab, rowID, "suspended")
+			if state := text(t, tab, chromedp.ID("live-state")); state != "live" {
+				t.Errorf("tab %d: updates %q, want live", i, state)
+			}
+		}
+		patchWeb(t, w, `{"spec":{"suspend":false}}`)
+	})
+
+	t.Run("a javascript: URL is never a live link", func(t *testing.T) {
+		// The API server refuses such a source URL (the CRD's pattern); a
+		// message can still hold one, and does here: the folder is missing.
+		refused := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "refused"}, Spec: plumbv1.AppSpec{
+			Source: plumbv1.Source{URL: "javascript:alert(1)//github.com/acme/shop", Ref: plumbv1.GitRef{Branch: "main"}}}}
+		if err := w.k8s.Create(context.Background(), refused); err == nil || !strings.Contains(err.Error(), "spec.source.url") {
+			t.Errorf("an App with a javascript: source URL: %v, want the API server's refusal", err)
+		}
+		w.createApp("hostile", "javascript:alert(1)", nil)
+		w.waitFor("hostile", "its Read failed", func(app *plumbv1.App) bool {
+			return strings.Contains(readyMessage(app), "javascript:")
+		})
+		for _, page := range []string{url + "?namespace=" + ns, url + "apps/" + ns + "/hostile"} {
+			open(t, ctx, page, chromedp.ID("main"))
+			waitText(t, ctx, chromedp.ID("main"), "javascript:alert(1)")
+			links, err := chromedp.Run(ctx, chromedp.Evaluate[[]string]("Array.from(document.querySelectorAll('[href],[src],[action]')).map(e => e.getAttribute('href') || e.getAttribute('src') || e.getAttribute('action'))"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, link := range links {
+				if strings.HasPrefix(strings.ToLower(strings.TrimSpace(link)), "javascript:") {
+					t.Errorf("%s links to %q", page, link)
+				}
+			}
+		}
+		if err := w.k8s.Delete(context.Background(), w.app("hostile")); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("cross-origin posts and foreign Host names are refused", func(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, appURL+"/sync", nil)
 		req.Header.Set("Origin", "http://evil.example")
@@ -350,4 +476,21 @@ func TestTheDashboard(t *testing.T) {
 			t.Errorf("a request for Host %s: %d, want 421", req.Host, resp.StatusCode)
 		}
 	})
+}
+
+// patchWeb merge-patches App web of the world as its admin.
+func patchWeb(t *testing.T, w *world, patch string) {
+	t.Helper()
+	app := w.app("web")
+	if err := w.k8s.Patch(context.Background(), app, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readyMessage is the message of the App's Ready condition.
+func readyMessage(app *plumbv1.App) string {
+	if c := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady); c != nil {
+		return c.Message
+	}
+	return ""
 }

@@ -1,0 +1,232 @@
+// plumb's live updates (Server-Sent Events from /events).
+//
+// One tab per browser holds the stream: a Web Lock elects it, and it shares
+// what it receives with the dashboard's other tabs over a BroadcastChannel,
+// so that open tabs do not use up the browser's few connections to the
+// dashboard. When that tab closes, another takes the lock and the stream.
+// A lost stream is reopened with an exponential backoff (1 s doubling to
+// 30 s, with jitter). Rows are built with textContent: nothing the server
+// sends is ever parsed as HTML, and a link is made only of an https URL
+// that the server built.
+(function () {
+  'use strict';
+  var body = document.body;
+  var page = body.dataset.page;
+  if (!page) { return; }
+  var rows = new Map();
+  var liveState = '';
+  var channel = ('BroadcastChannel' in window) ? new BroadcastChannel('plumb-live') : null;
+  var leader = false;
+
+  function keyOf(r) { return r.namespace + '/' + r.name; }
+
+  function handle(m) {
+    switch (m.type) {
+      case 'snapshot':
+        rows = new Map();
+        m.data.forEach(function (r) { rows.set(keyOf(r), r); });
+        break;
+      case 'app':
+        rows.set(keyOf(m.data), m.data);
+        break;
+      case 'delete':
+        rows.delete(keyOf(m.data));
+        break;
+      case 'state':
+        liveState = m.data;
+        var el = document.getElementById('live-state');
+        if (el) { el.textContent = m.data; }
+        return;
+      default:
+        return;
+    }
+    if (page === 'apps') { renderApps(); } else if (page === 'app') { renderApp(); }
+  }
+
+  function broadcast(m) {
+    handle(m);
+    if (channel) { channel.postMessage(m); }
+  }
+
+  if (channel) {
+    channel.onmessage = function (e) {
+      var m = e.data;
+      if (m.type === 'hello') {
+        if (leader) {
+          channel.postMessage({ type: 'snapshot', data: Array.from(rows.values()) });
+          channel.postMessage({ type: 'state', data: liveState });
+        }
+        return;
+      }
+      if (!leader) { handle(m); }
+    };
+  }
+
+  function lead() {
+    leader = true;
+    var delay = 1000;
+    function connect() {
+      broadcast({ type: 'state', data: 'connecting…' });
+      var source = new EventSource('/events');
+      source.addEventListener('open', function () {
+        delay = 1000;
+        broadcast({ type: 'state', data: 'live' });
+      });
+      ['snapshot', 'app', 'delete'].forEach(function (type) {
+        source.addEventListener(type, function (e) {
+          var data;
+          try { data = JSON.parse(e.data); } catch (err) { return; }
+          broadcast({ type: type, data: data });
+        });
+      });
+      source.onerror = function () {
+        source.close();
+        var wait = delay * (0.5 + Math.random());
+        delay = Math.min(delay * 2, 30000);
+        broadcast({ type: 'state', data: 'offline: reconnecting in ' + Math.max(1, Math.round(wait / 1000)) + ' s' });
+        setTimeout(connect, wait);
+      };
+    }
+    connect();
+    return new Promise(function () {}); // the lock is held until this tab closes
+  }
+
+  if (navigator.locks && channel) {
+    navigator.locks.request('plumb-live', lead);
+    channel.postMessage({ type: 'hello' });
+  } else {
+    lead();
+  }
+
+  // --- the Apps page ---
+
+  function statusClass(s) { return (s === 'True' || s === 'False') ? s : 'Unknown'; }
+
+  function cell(label, text, cls) {
+    var td = document.createElement('td');
+    td.dataset.label = label;
+    td.textContent = text;
+    if (cls) { td.className = cls; }
+    return td;
+  }
+
+  function matches(r, namespace, status, query) {
+    if (namespace && r.namespace !== namespace) { return false; }
+    if (status === 'ready' && r.ready !== 'True') { return false; }
+    if (status === 'failing' && !r.failingPhase) { return false; }
+    if (status === 'drifted' && !r.drift) { return false; }
+    if (status === 'suspended' && !r.suspended) { return false; }
+    if (!query) { return true; }
+    return (r.namespace + ' ' + r.name + ' ' + (r.message || '')).toLowerCase().indexOf(query.toLowerCase()) >= 0;
+  }
+
+  function renderApps() {
+    var tbody = document.querySelector('#apps tbody');
+    if (!tbody) { return; }
+    var namespace = body.dataset.namespace || '';
+    var status = body.dataset.status || 'all';
+    var query = body.dataset.query || '';
+    var shown = Array.from(rows.values()).filter(function (r) { return matches(r, namespace, status, query); });
+    shown.sort(function (a, b) { return keyOf(a) < keyOf(b) ? -1 : keyOf(a) > keyOf(b) ? 1 : 0; });
+    var counts = { apps: 0, ready: 0, failing: 0, drifted: 0 };
+    var fragment = document.createDocumentFragment();
+    shown.forEach(function (r) {
+      counts.apps++;
+      if (r.ready === 'True') { counts.ready++; }
+      if (r.failingPhase) { counts.failing++; }
+      if (r.drift) { counts.drifted++; }
+      var tr = document.createElement('tr');
+      tr.id = 'app-' + r.namespace + '-' + r.name;
+      tr.appendChild(cell('Namespace', r.namespace));
+      var name = cell('Name', '');
+      var a = document.createElement('a');
+      a.href = '/apps/' + encodeURIComponent(r.namespace) + '/' + encodeURIComponent(r.name);
+      a.textContent = r.name;
+      name.appendChild(a);
+      if (r.suspended) {
+        var tag = document.createElement('span');
+        tag.className = 'tag';
+        tag.textContent = 'suspended';
+        name.appendChild(document.createTextNode(' '));
+        name.appendChild(tag);
+      }
+      tr.appendChild(name);
+      tr.appendChild(cell('Ready', r.ready, statusClass(r.ready)));
+      tr.appendChild(cell('Healthy', r.healthy, statusClass(r.healthy)));
+      var revision = cell('Revision', '');
+      if (r.revisionURL && r.revisionURL.indexOf('https://') === 0) {
+        var link = document.createElement('a');
+        link.href = r.revisionURL;
+        link.textContent = r.revision;
+        revision.appendChild(link);
+      } else {
+        revision.textContent = r.revision;
+      }
+      tr.appendChild(revision);
+      tr.appendChild(cell('Last tick', r.lastTick));
+      tr.appendChild(cell('Failing phase', r.failingPhase || ''));
+      tr.appendChild(cell('Drift', String(r.drift) + (r.driftBy ? ' by ' + r.driftBy : ''), 'drift'));
+      tr.appendChild(cell('Message', r.message || '', 'message'));
+      fragment.appendChild(tr);
+    });
+    if (shown.length === 0) {
+      var empty = document.createElement('tr');
+      var td = document.createElement('td');
+      td.colSpan = 9;
+      td.textContent = 'No Apps' + (namespace ? ' in namespace ' + namespace : '') + '.';
+      empty.appendChild(td);
+      fragment.appendChild(empty);
+    }
+    tbody.replaceChildren(fragment);
+    Object.keys(counts).forEach(function (k) {
+      var el = document.getElementById('count-' + k);
+      if (el) { el.textContent = String(counts[k]); }
+    });
+  }
+
+  // --- the App page ---
+
+  var first = null;
+
+  // instant splits an RFC 3339 time into milliseconds and the nanoseconds
+  // beyond them, so that two sync-request values compare as times.
+  function instant(v) {
+    var m = /^(.*T\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$/.exec(v || '');
+    if (!m) { return null; }
+    var fraction = ((m[2] || '') + '000000000').slice(0, 9);
+    return [Date.parse(m[1] + m[3]) + Number(fraction.slice(0, 3)), Number(fraction.slice(3))];
+  }
+
+  // answers is syncrequest.Answers: handled is the request, or a later one
+  // that moved on from previous.
+  function answers(handled, request, previous) {
+    if (handled === request) { return true; }
+    if (!handled || handled === previous) { return false; }
+    var h = instant(handled), r = instant(request);
+    if (!h || !r) { return false; }
+    return h[0] > r[0] || (h[0] === r[0] && h[1] >= r[1]);
+  }
+
+  function renderApp() {
+    var r = rows.get(body.dataset.namespace + '/' + body.dataset.name);
+    if (!r) { return; }
+    var set = function (id, text, cls) {
+      var el = document.getElementById(id);
+      if (!el) { return; }
+      el.textContent = text;
+      if (cls) { el.className = cls; }
+    };
+    set('live-ready', r.ready, statusClass(r.ready));
+    set('live-healthy', r.healthy, statusClass(r.healthy));
+    set('live-last-tick', r.lastTick + ' ago');
+    var progress = document.getElementById('sync-progress');
+    if (progress && progress.dataset.handled !== 'true' && answers(r.syncHandled, progress.dataset.request, progress.dataset.previous)) {
+      progress.dataset.handled = 'true';
+      set('sync-state', 'Sync handled: ' + r.syncOutcome, r.syncFailed ? 'False' : 'True');
+    }
+    var signature = [r.ready, r.healthy, r.revision, r.drift, r.failingPhase, r.suspended].join('|');
+    if (first === null) { first = signature; return; }
+    var changed = document.getElementById('app-changed');
+    if (changed && signature !== first) { changed.hidden = false; }
+  }
+})();

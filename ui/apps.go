@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"sort"
@@ -105,17 +106,13 @@ func (s *Server) apps(w http.ResponseWriter, r *http.Request, viewer *Viewer) {
 	if !slices.Contains(statusFilters, page.Status) {
 		page.Status = "all"
 	}
-	list := &plumbv1.AppList{}
-	var opts []client.ListOption
-	if page.Namespace != "" {
-		opts = append(opts, client.InNamespace(page.Namespace))
-	}
-	if err := viewer.Client.List(r.Context(), list, opts...); err != nil {
+	list, err := s.listApps(r.Context(), viewer, page.Namespace)
+	if err != nil {
 		page.Error = "The Apps could not be listed with your rights: " + appview.Printable(err.Error())
 	}
 	now := s.opts.Now()
-	for i := range list.Items {
-		row := rowOf(&list.Items[i], now)
+	for i := range list {
+		row := rowOf(&list[i], now)
 		if !row.matches(page.Status, page.Query) {
 			continue
 		}
@@ -151,4 +148,30 @@ func readyMessage(app *plumbv1.App) string {
 		return ""
 	}
 	return appview.OneLine(c.Message)
+}
+
+// listApps lists the Apps the viewer may read: of one namespace, as them;
+// of every namespace, from the live stream's cache filtered as their
+// stream is (no List per page view), or as them when there is no cache.
+func (s *Server) listApps(ctx context.Context, viewer *Viewer, namespace string) ([]plumbv1.App, error) {
+	list := &plumbv1.AppList{}
+	if namespace != "" || s.opts.Apps == nil {
+		var opts []client.ListOption
+		if namespace != "" {
+			opts = append(opts, client.InNamespace(namespace))
+		}
+		err := viewer.Client.List(ctx, list, opts...)
+		return list.Items, err
+	}
+	if err := s.opts.Apps.List(ctx, list); err != nil {
+		return nil, err
+	}
+	may := s.mayRead(ctx, viewer)
+	out := list.Items[:0]
+	for _, app := range list.Items {
+		if may(app.Namespace) {
+			out = append(out, app)
+		}
+	}
+	return out, nil
 }

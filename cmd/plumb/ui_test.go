@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,11 +29,12 @@ import (
 	"github.com/plumb-dev/plumb/localcluster"
 )
 
-// startUI runs plumb ui with kubeconfig and returns the URL it prints.
-func startUI(t *testing.T, kubeconfig string) string {
+// startUI runs plumb ui with kubeconfig (and more flags) and returns the
+// URL it prints.
+func startUI(t *testing.T, kubeconfig string, flags ...string) string {
 	t.Helper()
 	addr := localcluster.FreeAddrsForTest(t, 1)[0]
-	cmd := exec.Command(plumbBinary, "ui", "--addr", addr, "--kubeconfig", kubeconfig)
+	cmd := exec.Command(plumbBinary, append([]string{"ui", "--addr", addr, "--kubeconfig", kubeconfig}, flags...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -152,10 +155,20 @@ type eventStream struct {
 // ends.
 func readStream(t *testing.T, url string) *eventStream {
 	t.Helper()
+	return readStreamWith(t, http.DefaultClient, url, nil)
+}
+
+// readStreamWith opens url with c and headers as an event stream and
+// reads it until the test ends.
+func readStreamWith(t *testing.T, c *http.Client, url string, headers map[string]string) *eventStream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := http.DefaultClient.Do(req)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -493,4 +506,118 @@ func readyMessage(app *plumbv1.App) string {
 		return c.Message
 	}
 	return ""
+}
+
+// TestTheDashboardBehindAProxy: plumb ui --proxy believes the user headers
+// only on connections from the proxy's address, refuses requests without
+// them and names Kubernetes reserves; a user allowed to read only
+// namespace A sees no App of namespace B, in pages or in the live stream.
+func TestTheDashboardBehindAProxy(t *testing.T) {
+	w := newWorld(t, "cli-ui-proxy")
+	a := w.ns
+	commit := w.push("first", map[string]string{"web/configmap.yaml": configMap(a, "web", map[string]string{"greeting": "hello"})})
+	w.createApp("web", "web", nil)
+	w.waitReady("web", commit)
+	ctx := context.Background()
+	other := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "cli-ui-proxy-b-"}}
+	if err := w.k8s.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.k8s.Delete(context.Background(), other) })
+	b := other.Name
+	hidden := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: b, Name: "hidden"}, Spec: plumbv1.AppSpec{Suspend: true,
+		Source: plumbv1.Source{URL: "https://git.example/hidden.git", Ref: plumbv1.GitRef{Branch: "main"}}}}
+	if err := w.k8s.Create(ctx, hidden); err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: a, Name: "alice"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{plumbv1.GroupVersion.Group}, Resources: []string{"apps"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}},
+	}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: a, Name: "alice"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "alice"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}}}
+	for _, obj := range []client.Object{role, binding} {
+		if err := w.k8s.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The proxy connects from 127.0.0.2; anyone else from 127.0.0.1.
+	url := startUI(t, cluster.KubeconfigPath, "--proxy", "--trusted-proxy", "127.0.0.2")
+	fromProxy := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext}}
+	request := func(t *testing.T, c *http.Client, path string, headers map[string]string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, url+path, nil)
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	alice := map[string]string{"X-Forwarded-User": "alice", "X-Forwarded-Groups": "developers"}
+
+	t.Run("only the proxy's requests with a user are served", func(t *testing.T) {
+		for _, tc := range []struct {
+			what    string
+			client  *http.Client
+			headers map[string]string
+			want    int
+		}{
+			{"forged headers from an address that is not the proxy's", http.DefaultClient, alice, http.StatusForbidden},
+			{"the proxy's request without the user header", fromProxy, nil, http.StatusUnauthorized},
+			{"the proxy's request naming system:masters", fromProxy, map[string]string{"X-Forwarded-User": "alice", "X-Forwarded-Groups": "system:masters"}, http.StatusForbidden},
+			{"the proxy's request naming a system: user", fromProxy, map[string]string{"X-Forwarded-User": "system:admin"}, http.StatusForbidden},
+			{"the proxy's request for alice", fromProxy, alice, http.StatusOK},
+		} {
+			for _, path := range []string{"", "apps/" + a + "/web", "events"} {
+				if tc.want == http.StatusOK && path == "events" {
+					continue // a stream: read below
+				}
+				if status, body := request(t, tc.client, path, tc.headers); status != tc.want {
+					t.Errorf("%s, /%s: %d, want %d: %s", tc.what, path, status, tc.want, body)
+				}
+			}
+		}
+	})
+
+	t.Run("a user of namespace A sees nothing of namespace B", func(t *testing.T) {
+		eventually(t, "alice's Role in force", func() bool {
+			status, _ := request(t, fromProxy, "apps/"+a+"/web", alice)
+			return status == http.StatusOK
+		})
+		status, body := request(t, fromProxy, "", alice)
+		if status != http.StatusOK || !strings.Contains(body, "app-"+a+"-web") || strings.Contains(body, b) {
+			t.Errorf("alice's Apps page (%d) must list %s/web and nothing of %s:\n%s", status, a, b, body)
+		}
+		if status, body := request(t, fromProxy, "apps/"+b+"/hidden", alice); status != http.StatusForbidden || !strings.Contains(body, "Your Kubernetes rights do not let you read App "+b+"/hidden") {
+			t.Errorf("alice's App page of %s/hidden: %d, want 403 and a refusal:\n%s", b, status, body)
+		}
+		if _, body := request(t, fromProxy, "?namespace="+b, alice); !strings.Contains(body, "could not be listed with your rights") {
+			t.Errorf("alice's Apps page of namespace %s says no refusal:\n%s", b, body)
+		}
+		s := readStreamWith(t, fromProxy, url+"events", alice)
+		s.until(t, "event: snapshot")
+		// A change in B, then one in A: the stream's one watch delivers them
+		// in order, so once A's arrives, B's would have.
+		for _, change := range []struct {
+			key   types.NamespacedName
+			patch string
+		}{{types.NamespacedName{Namespace: b, Name: "hidden"}, `{"metadata":{"annotations":{"test/touched":"yes"}}}`},
+			{types.NamespacedName{Namespace: a, Name: "web"}, `{"spec":{"suspend":true}}`}} {
+			app := &plumbv1.App{}
+			app.Namespace, app.Name = change.key.Namespace, change.key.Name
+			if err := w.k8s.Patch(ctx, app, client.RawPatch(types.MergePatchType, []byte(change.patch))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := s.until(t, `"suspended":true`)
+		if !strings.Contains(got, `"namespace":"`+a+`"`) || strings.Contains(got, b) {
+			t.Errorf("alice's stream must carry %s's App and nothing of %s:\n%s", a, b, got)
+		}
+	})
 }

@@ -1,0 +1,232 @@
+package ui
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/reconcile"
+)
+
+// ProxyOptions configure a Proxy.
+type ProxyOptions struct {
+	// Config is the dashboard's own identity. It reads nothing for a
+	// viewer: it impersonates them (it needs impersonate on users and
+	// groups, and create on subjectaccessreviews).
+	Config *rest.Config
+	// Scheme and Mapper make the viewers' clients (one mapper for all).
+	Scheme *runtime.Scheme
+	Mapper meta.RESTMapper
+	// UserHeader and GroupsHeader name the headers that the proxy sets to
+	// the person it authenticated (default X-Forwarded-User and
+	// X-Forwarded-Groups; groups are comma-separated, or the header is
+	// repeated).
+	UserHeader, GroupsHeader string
+	// TrustedProxies are the addresses the proxy connects from: only
+	// their requests' headers are believed.
+	TrustedProxies []netip.Prefix
+	// TrustClientCertificates believes a request made over TLS with a
+	// client certificate the server verified (against the CA it was given:
+	// mutual TLS with the proxy).
+	TrustClientCertificates bool
+	// NewPreview makes the preview of one viewer from their impersonating
+	// config, with their own Git cache folder (nil: no diff on the App
+	// page).
+	NewPreview func(cfg *rest.Config, gitCacheDir string) (func(context.Context, *plumbv1.App) (*reconcile.Preview, error), error)
+	// GitCacheDir holds one folder per viewer for their previews' clones:
+	// no viewer is served a clone fetched with another's rights.
+	GitCacheDir string
+	// MaxViewers bounds the viewers whose clients are kept (default 256).
+	MaxViewers int
+}
+
+// Proxy is the Identity of a dashboard behind an authenticating proxy
+// (oauth2-proxy, for instance): each request acts, by impersonation, for
+// the person the proxy's headers name, and those headers are believed
+// only on a connection from the proxy itself (an allow-listed source
+// address or a verified client certificate): any pod of the cluster could
+// otherwise reach the dashboard with forged headers.
+type Proxy struct {
+	opts ProxyOptions
+	self client.Client // the dashboard's own identity, for access reviews
+
+	mu      sync.Mutex
+	viewers map[string]*proxyViewer // by user and groups
+	reviews map[string]review       // by user, groups and namespace
+}
+
+type proxyViewer struct {
+	viewer  *Viewer
+	lastUse time.Time
+}
+
+type review struct {
+	allowed bool
+	until   time.Time
+}
+
+// reviewTTL is how long an access review's answer is reused.
+const reviewTTL = 30 * time.Second
+
+// NewProxy makes a Proxy.
+func NewProxy(opts ProxyOptions) (*Proxy, error) {
+	if len(opts.TrustedProxies) == 0 && !opts.TrustClientCertificates {
+		return nil, fmt.Errorf("ui: a proxy identity trusts no proxy: give the proxy's addresses or require its client certificate")
+	}
+	if opts.UserHeader == "" {
+		opts.UserHeader = "X-Forwarded-User"
+	}
+	if opts.GroupsHeader == "" {
+		opts.GroupsHeader = "X-Forwarded-Groups"
+	}
+	if opts.MaxViewers == 0 {
+		opts.MaxViewers = 256
+	}
+	self, err := client.New(opts.Config, client.Options{Scheme: opts.Scheme, Mapper: opts.Mapper})
+	if err != nil {
+		return nil, fmt.Errorf("ui: the dashboard's own client: %w", err)
+	}
+	return &Proxy{opts: opts, self: self, viewers: map[string]*proxyViewer{}, reviews: map[string]review{}}, nil
+}
+
+// fromProxy reports whether r came over a connection from the proxy.
+func (p *Proxy) fromProxy(r *http.Request) bool {
+	if p.opts.TrustClientCertificates && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+		return true
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	addr = addr.Unmap()
+	for _, prefix := range p.opts.TrustedProxies {
+		if prefix.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// ViewerOf is the person the proxy's headers name, on a request from the
+// proxy; any other request is refused.
+func (p *Proxy) ViewerOf(r *http.Request) (*Viewer, error) {
+	if !p.fromProxy(r) {
+		return nil, &HTTPError{Status: http.StatusForbidden, Message: "this dashboard serves only through its authenticating proxy"}
+	}
+	user := strings.TrimSpace(r.Header.Get(p.opts.UserHeader))
+	if user == "" || len(r.Header.Values(p.opts.UserHeader)) != 1 {
+		return nil, &HTTPError{Status: http.StatusUnauthorized, Message: "the proxy named no user (header " + p.opts.UserHeader + ")"}
+	}
+	var groups []string
+	for _, value := range r.Header.Values(p.opts.GroupsHeader) {
+		for _, g := range strings.Split(value, ",") {
+			if g = strings.TrimSpace(g); g != "" && !slices.Contains(groups, g) {
+				groups = append(groups, g)
+			}
+		}
+	}
+	slices.Sort(groups)
+	// Kubernetes reserves the system: prefix for its own users and groups
+	// (system:masters is every right): a proxy's identity provider must
+	// not be able to name one.
+	for _, name := range append([]string{user}, groups...) {
+		if strings.HasPrefix(name, "system:") {
+			return nil, &HTTPError{Status: http.StatusForbidden, Message: "the proxy named " + strconv.Quote(name) + ": names beginning with system: are Kubernetes' own, and the dashboard does not act as them"}
+		}
+	}
+	return p.viewer(user, groups)
+}
+
+// viewer is the cached Viewer of user and groups, made on first use.
+func (p *Proxy) viewer(user string, groups []string) (*Viewer, error) {
+	id := user + "\x00" + strings.Join(groups, "\x00")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if v, ok := p.viewers[id]; ok {
+		v.lastUse = time.Now()
+		return v.viewer, nil
+	}
+	cfg := rest.CopyConfig(p.opts.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	c, err := client.New(cfg, client.Options{Scheme: p.opts.Scheme, Mapper: p.opts.Mapper})
+	if err != nil {
+		return nil, fmt.Errorf("a client acting as %s: %w", user, err)
+	}
+	v := &Viewer{Name: user, Client: c}
+	if p.opts.NewPreview != nil {
+		sum := sha256.Sum256([]byte(id))
+		dir := p.opts.GitCacheDir + "/" + hex.EncodeToString(sum[:12])
+		if v.Preview, err = p.opts.NewPreview(cfg, dir); err != nil {
+			return nil, err
+		}
+	}
+	v.MayRead = func(ctx context.Context, namespace string) (bool, error) {
+		return p.mayRead(ctx, user, groups, namespace)
+	}
+	if len(p.viewers) >= p.opts.MaxViewers {
+		p.evictOldest()
+	}
+	p.viewers[id] = &proxyViewer{viewer: v, lastUse: time.Now()}
+	return v, nil
+}
+
+func (p *Proxy) evictOldest() {
+	var oldest string
+	var at time.Time
+	for id, v := range p.viewers {
+		if oldest == "" || v.lastUse.Before(at) {
+			oldest, at = id, v.lastUse
+		}
+	}
+	delete(p.viewers, oldest)
+}
+
+// mayRead asks the API server whether user and groups may list the Apps
+// of namespace (a SubjectAccessReview by the dashboard's identity), and
+// keeps the answer for reviewTTL.
+func (p *Proxy) mayRead(ctx context.Context, user string, groups []string, namespace string) (bool, error) {
+	id := user + "\x00" + strings.Join(groups, "\x00") + "\x00\x00" + namespace
+	now := time.Now()
+	p.mu.Lock()
+	if r, ok := p.reviews[id]; ok && now.Before(r.until) {
+		p.mu.Unlock()
+		return r.allowed, nil
+	}
+	p.mu.Unlock()
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Group: plumbv1.GroupVersion.Group, Resource: "apps", Verb: "list"}}}
+	if err := p.self.Create(ctx, sar); err != nil {
+		return false, fmt.Errorf("reviewing whether %s may list the Apps of %s: %w", user, namespace, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.reviews) > 10000 {
+		for k, r := range p.reviews {
+			if !now.Before(r.until) {
+				delete(p.reviews, k)
+			}
+		}
+	}
+	p.reviews[id] = review{allowed: sar.Status.Allowed, until: now.Add(reviewTTL)}
+	return sar.Status.Allowed, nil
+}

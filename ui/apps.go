@@ -18,13 +18,16 @@ import (
 // appRow is one App as the Apps page shows it (and the live stream sends
 // it: the JSON names are the page's).
 type appRow struct {
-	Namespace    string `json:"namespace"`
-	Name         string `json:"name"`
-	Ready        string `json:"ready"`
-	Healthy      string `json:"healthy"`
-	Revision     string `json:"revision"`
-	RevisionURL  string `json:"revisionURL,omitempty"`
-	LastTick     string `json:"lastTick"`
+	Namespace   string `json:"namespace"`
+	Name        string `json:"name"`
+	Ready       string `json:"ready"`
+	Healthy     string `json:"healthy"`
+	Revision    string `json:"revision"`
+	RevisionURL string `json:"revisionURL,omitempty"`
+	LastTick    string `json:"lastTick"`
+	// LastTickAt is when the last tick ended (Unix milliseconds; 0: none),
+	// for the page to age it itself between changes.
+	LastTickAt   int64  `json:"lastTickAt,omitempty"`
 	FailingPhase string `json:"failingPhase,omitempty"`
 	Drift        int32  `json:"drift"`
 	DriftBy      string `json:"driftBy,omitempty"`
@@ -45,6 +48,9 @@ func rowOf(app *plumbv1.App, now time.Time) appRow {
 		FailingPhase: appview.FailingPhase(app), Message: readyMessage(app), Suspended: app.Spec.Suspend,
 		RevisionURL: commitURL(app.Spec.Source.URL, app.Status.LastAppliedRevision), SyncHandled: app.Status.LastHandledSyncRequest}
 	row.Drift = appview.DriftCount(app)
+	if t := app.Status.LastTickTime; t != nil {
+		row.LastTickAt = t.UnixMilli()
+	}
 	if row.SyncHandled != "" {
 		outcome, err := appview.Outcome(app)
 		if err != nil {

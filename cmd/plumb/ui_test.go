@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	_ "embed"
 	"encoding/base64"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -127,9 +129,35 @@ func click[S, N chromedp.Selectable](t *testing.T, ctx context.Context, sel S, n
 	}
 }
 
+// axeSource is axe-core, vendored (testdata/axe).
+//
+//go:embed testdata/axe/axe.min.js
+var axeSource string
+
+// accessible runs axe-core's WCAG 2.1 A and AA rules on the page open in
+// ctx and fails the test with every violation.
+func accessible(t *testing.T, ctx context.Context, page string) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](axeSource)); err != nil {
+		t.Fatalf("loading axe-core into %s: %v", page, err)
+	}
+	type violation struct {
+		ID, Impact, Help string
+		Nodes            []string
+	}
+	violations, err := chromedp.Run(ctx, chromedp.Evaluate[[]violation](`axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']}})
+		.then(r => r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map(n => n.target.join(' ') + ': ' + n.failureSummary)})))`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("axe-core on %s: %v", page, err)
+	}
+	for _, v := range violations {
+		t.Errorf("%s: accessibility violation %s (%s): %s\n  %s", page, v.ID, v.Impact, v.Help, strings.Join(v.Nodes, "\n  "))
+	}
+}
+
 // waitText polls the text of sel, without reloading the page, until it
-// holds want (a minute at most).
-func waitText[S chromedp.Selectable](t *testing.T, ctx context.Context, sel S, want string) {
+// holds every one of wants (a minute at most).
+func waitText[S chromedp.Selectable](t *testing.T, ctx context.Context, sel S, wants ...string) {
 	t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
@@ -138,10 +166,15 @@ func waitText[S chromedp.Selectable](t *testing.T, ctx context.Context, sel S, w
 			return false, nil
 		}
 		last = got
-		return strings.Contains(got, want), nil
+		for _, want := range wants {
+			if !strings.Contains(got, want) {
+				return false, nil
+			}
+		}
+		return true, nil
 	})
 	if err != nil {
-		t.Fatalf("%v never showed %q (last: %q)", sel, want, last)
+		t.Fatalf("%v never showed %q (last: %q)", sel, wants, last)
 	}
 }
 
@@ -275,16 +308,10 @@ func TestTheDashboard(t *testing.T) {
 			t.Errorf("Content-Security-Policy %q, want default-src 'none'", csp)
 		}
 		open(t, ctx, url+"?namespace="+ns, rowID)
-		row := text(t, ctx, rowID)
-		for _, want := range []string{ns, "web", "True", "main@sha1:" + commit[:7], "Applied revision main@sha1:" + commit} {
-			if !strings.Contains(row, want) {
-				t.Errorf("the App's row lacks %q: %q", want, row)
-			}
-		}
-		if ready := text(t, ctx, chromedp.ID("count-ready")); ready != "1" {
-			t.Errorf("the Ready count = %q, want 1", ready)
-		}
+		waitText(t, ctx, rowID, ns, "web", "True", "main@sha1:"+commit[:7], "Applied revision main@sha1:"+commit)
+		waitText(t, ctx, chromedp.ID("count-ready"), "1")
 		screenshot(t, ctx, "apps")
+		accessible(t, ctx, "the Apps page")
 	})
 
 	t.Run("a drift made with kubectl appears live, with the manager's name, in no Secret's value", func(t *testing.T) {
@@ -333,14 +360,28 @@ func TestTheDashboard(t *testing.T) {
 			}
 		}
 		screenshot(t, ctx, "app")
+		accessible(t, ctx, "the App page")
 		_, body := fetch(t, appURL)
 		noSecret(t, "the App page", body)
 	})
 
-	t.Run("Sync from the page brings a tick that the page shows handled", func(t *testing.T) {
+	t.Run("Sync from the page, by keyboard, brings a tick that the page shows handled live", func(t *testing.T) {
 		before := w.app("web").Status.LastHandledSyncRequest
 		open(t, ctx, appURL, chromedp.ID("sync"))
-		click(t, ctx, chromedp.ID("sync"), chromedp.ID("sync-progress"))
+		// By keyboard: Tab until the Sync button has the focus, then Enter.
+		focused := ""
+		for i := 0; i < 30 && focused != "sync"; i++ {
+			if err := chromedp.Do(ctx, chromedp.KeyEvent(kb.Tab)); err != nil {
+				t.Fatal(err)
+			}
+			focused, _ = chromedp.Run(ctx, chromedp.Evaluate[string]("document.activeElement.id"))
+		}
+		if focused != "sync" {
+			t.Fatal("30 Tabs never reached the Sync button")
+		}
+		if err := chromedp.Do(ctx, chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(chromedp.ID("sync-progress"))); err != nil {
+			t.Fatalf("Enter on the Sync button: %v", err)
+		}
 		attr, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.ID("sync-progress"), "data-request"))
 		request := attr.Value
 		if err != nil || request == "" {
@@ -355,6 +396,7 @@ func TestTheDashboard(t *testing.T) {
 	t.Run("Suspend asks to confirm; Resume undoes it", func(t *testing.T) {
 		open(t, ctx, appURL, chromedp.ID("suspend"))
 		click(t, ctx, chromedp.ID("suspend"), chromedp.ID("confirm-suspend"))
+		accessible(t, ctx, "the Suspend confirmation")
 		if w.app("web").Spec.Suspend {
 			t.Fatal("the App was suspended before the confirmation")
 		}
@@ -406,6 +448,7 @@ func TestTheDashboard(t *testing.T) {
 			}
 		}
 		screenshot(t, ctx, "refused")
+		accessible(t, ctx, "a refusal")
 		after := w.app("web")
 		if after.Annotations[plumbv1.AnnotationSyncRequestedAt] != before.Annotations[plumbv1.AnnotationSyncRequestedAt] || after.Spec.Suspend {
 			t.Errorf("the refused actions changed the App: sync %q → %q, suspend %v",

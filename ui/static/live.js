@@ -100,6 +100,29 @@
 
   // --- the Apps page ---
 
+  // age is how long ago a time was, as the server writes ages (Kubernetes'
+  // human durations: 45s, 3m20s, 25m, 4h10m, 30h, 3d4h, 20d, 2y).
+  function age(at) {
+    if (!at) { return '-'; }
+    var s = Math.max(0, Math.floor((Date.now() - at) / 1000));
+    var m = Math.floor(s / 60), h = Math.floor(m / 60), d = Math.floor(h / 24);
+    if (s < 120) { return s + 's'; }
+    if (m < 10) { return m + 'm' + (s % 60 ? (s % 60) + 's' : ''); }
+    if (h < 3) { return m + 'm'; }
+    if (h < 8) { return h + 'h' + (m % 60 ? (m % 60) + 'm' : ''); }
+    if (h < 48) { return h + 'h'; }
+    if (d < 8) { return d + 'd' + (h % 24 ? (h % 24) + 'h' : ''); }
+    if (d < 730) { return d + 'd'; }
+    return Math.floor(d / 365) + 'y';
+  }
+
+  // Ages move on between changes.
+  setInterval(function () {
+    document.querySelectorAll('[data-at]').forEach(function (el) {
+      el.textContent = age(Number(el.dataset.at)) + (el.dataset.suffix || '');
+    });
+  }, 10000);
+
   function statusClass(s) { return (s === 'True' || s === 'False') ? s : 'Unknown'; }
 
   function cell(label, text, cls) {
@@ -120,6 +143,45 @@
     return (r.namespace + ' ' + r.name + ' ' + (r.message || '')).toLowerCase().indexOf(query.toLowerCase()) >= 0;
   }
 
+  function rowOf(r, signature) {
+    var tr = document.createElement('tr');
+    tr.id = 'app-' + r.namespace + '-' + r.name;
+    tr.appendChild(cell('Namespace', r.namespace));
+    var name = cell('Name', '');
+    var a = document.createElement('a');
+    a.href = '/apps/' + encodeURIComponent(r.namespace) + '/' + encodeURIComponent(r.name);
+    a.textContent = r.name;
+    name.appendChild(a);
+    if (r.suspended) {
+      var tag = document.createElement('span');
+      tag.className = 'tag';
+      tag.textContent = 'suspended';
+      name.appendChild(document.createTextNode(' '));
+      name.appendChild(tag);
+    }
+    tr.appendChild(name);
+    tr.appendChild(cell('Ready', r.ready, statusClass(r.ready)));
+    tr.appendChild(cell('Healthy', r.healthy, statusClass(r.healthy)));
+    var revision = cell('Revision', '');
+    if (r.revisionURL && r.revisionURL.indexOf('https://') === 0) {
+      var link = document.createElement('a');
+      link.href = r.revisionURL;
+      link.textContent = r.revision;
+      revision.appendChild(link);
+    } else {
+      revision.textContent = r.revision;
+    }
+    tr.appendChild(revision);
+    var tick = cell('Last tick', r.lastTickAt ? age(r.lastTickAt) : r.lastTick);
+    if (r.lastTickAt) { tick.dataset.at = String(r.lastTickAt); }
+    tr.appendChild(tick);
+    tr.appendChild(cell('Failing phase', r.failingPhase || ''));
+    tr.appendChild(cell('Drift', String(r.drift) + (r.driftBy ? ' by ' + r.driftBy : ''), 'drift'));
+    tr.appendChild(cell('Message', r.message || '', 'message'));
+    tr.dataset.signature = signature;
+    return tr;
+  }
+
   function renderApps() {
     var tbody = document.querySelector('#apps tbody');
     if (!tbody) { return; }
@@ -129,55 +191,30 @@
     var shown = Array.from(rows.values()).filter(function (r) { return matches(r, namespace, status, query); });
     shown.sort(function (a, b) { return keyOf(a) < keyOf(b) ? -1 : keyOf(a) > keyOf(b) ? 1 : 0; });
     var counts = { apps: 0, ready: 0, failing: 0, drifted: 0 };
-    var fragment = document.createDocumentFragment();
-    shown.forEach(function (r) {
+    var existing = new Map();
+    Array.from(tbody.children).forEach(function (tr) { if (tr.id) { existing.set(tr.id, tr); } });
+    var wanted = shown.map(function (r) {
       counts.apps++;
       if (r.ready === 'True') { counts.ready++; }
       if (r.failingPhase) { counts.failing++; }
       if (r.drift) { counts.drifted++; }
-      var tr = document.createElement('tr');
-      tr.id = 'app-' + r.namespace + '-' + r.name;
-      tr.appendChild(cell('Namespace', r.namespace));
-      var name = cell('Name', '');
-      var a = document.createElement('a');
-      a.href = '/apps/' + encodeURIComponent(r.namespace) + '/' + encodeURIComponent(r.name);
-      a.textContent = r.name;
-      name.appendChild(a);
-      if (r.suspended) {
-        var tag = document.createElement('span');
-        tag.className = 'tag';
-        tag.textContent = 'suspended';
-        name.appendChild(document.createTextNode(' '));
-        name.appendChild(tag);
-      }
-      tr.appendChild(name);
-      tr.appendChild(cell('Ready', r.ready, statusClass(r.ready)));
-      tr.appendChild(cell('Healthy', r.healthy, statusClass(r.healthy)));
-      var revision = cell('Revision', '');
-      if (r.revisionURL && r.revisionURL.indexOf('https://') === 0) {
-        var link = document.createElement('a');
-        link.href = r.revisionURL;
-        link.textContent = r.revision;
-        revision.appendChild(link);
-      } else {
-        revision.textContent = r.revision;
-      }
-      tr.appendChild(revision);
-      tr.appendChild(cell('Last tick', r.lastTick));
-      tr.appendChild(cell('Failing phase', r.failingPhase || ''));
-      tr.appendChild(cell('Drift', String(r.drift) + (r.driftBy ? ' by ' + r.driftBy : ''), 'drift'));
-      tr.appendChild(cell('Message', r.message || '', 'message'));
-      fragment.appendChild(tr);
+      var signature = JSON.stringify(r);
+      var old = existing.get('app-' + r.namespace + '-' + r.name);
+      // An unchanged row keeps its node (and the focus, if it holds it).
+      return (old && old.dataset.signature === signature) ? old : rowOf(r, signature);
     });
-    if (shown.length === 0) {
+    if (wanted.length === 0) {
       var empty = document.createElement('tr');
       var td = document.createElement('td');
       td.colSpan = 9;
       td.textContent = 'No Apps' + (namespace ? ' in namespace ' + namespace : '') + '.';
       empty.appendChild(td);
-      fragment.appendChild(empty);
+      wanted.push(empty);
     }
-    tbody.replaceChildren(fragment);
+    wanted.forEach(function (tr, i) {
+      if (tbody.children[i] !== tr) { tbody.insertBefore(tr, tbody.children[i] || null); }
+    });
+    while (tbody.children.length > wanted.length) { tbody.removeChild(tbody.lastChild); }
     Object.keys(counts).forEach(function (k) {
       var el = document.getElementById('count-' + k);
       if (el) { el.textContent = String(counts[k]); }
@@ -218,7 +255,9 @@
     };
     set('live-ready', r.ready, statusClass(r.ready));
     set('live-healthy', r.healthy, statusClass(r.healthy));
-    set('live-last-tick', r.lastTick + ' ago');
+    set('live-last-tick', (r.lastTickAt ? age(r.lastTickAt) : r.lastTick) + ' ago');
+    var lastTick = document.getElementById('live-last-tick');
+    if (lastTick && r.lastTickAt) { lastTick.dataset.at = String(r.lastTickAt); lastTick.dataset.suffix = ' ago'; }
     var progress = document.getElementById('sync-progress');
     if (progress && progress.dataset.handled !== 'true' && answers(r.syncHandled, progress.dataset.request, progress.dataset.previous)) {
       progress.dataset.handled = 'true';

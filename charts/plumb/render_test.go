@@ -96,6 +96,17 @@ var valueSets = map[string]string{
 	"monitoring":     "metrics: {serviceMonitor: {enabled: true, labels: {release: prometheus}}, prometheusRule: {enabled: true}}",
 	"networkPolicy":  "networkPolicy: {enabled: true, webhookFrom: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: ingress-nginx}}}]}",
 	"existingSecret": "replicas: 1\nimage: {digest: 'sha256:" + strings.Repeat("ab", 32) + "'}\nwebhook: {providers: [github, gitea], secret: {existingSecret: my-hooks}}",
+	"dashboard": `dashboard:
+  enabled: true
+  proxyContainers:
+    - name: oauth2-proxy
+      image: quay.io/oauth2-proxy/oauth2-proxy:v7.6.0
+      args: [--http-address=0.0.0.0:4180, --upstream=http://127.0.0.1:9400, --provider=github, --email-domain=*,
+        --pass-user-headers=true, --set-xauthrequest=false, --client-id=plumb, --client-secret-file=/etc/oauth2-proxy/client-secret,
+        --cookie-secret-file=/etc/oauth2-proxy/cookie-secret]
+      ports: [{name: http, containerPort: 4180}]
+      securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}`,
+	"dashboardTLS": "dashboard: {enabled: true, addr: ':9443', trustedProxies: [], tls: {secretName: dashboard-tls, clientCASecretName: proxy-ca}, service: {targetPort: 9443}}",
 	"everything": `controller: {workers: 8, logLevel: debug, logEncoding: console, appLabelSelector: "shard=a", defaultServiceAccount: deployer,
   noCrossNamespace: true, notificationBlockedCIDRs: [169.254.0.0/16], extraArgs: ["--pprof-addr=127.0.0.1:6060"],
   readLimits: {maxRepositoryFiles: 11, maxRepositoryBytes: 12, maxFileBytes: 13, maxObjects: 14},
@@ -476,6 +487,89 @@ func TestEveryValueReachesTheRenderedObjects(t *testing.T) {
 	}
 }
 
+// The dashboard is off by default; on, it runs plumb ui --proxy trusting
+// only its proxy, with a ServiceAccount that may impersonate, review
+// access and watch Apps and nothing else, in pods no controller selector
+// takes; without a way to trust its proxy it does not render.
+func TestTheDashboardIsOffByDefaultAndTrustsOnlyItsProxy(t *testing.T) {
+	objects, _, err := render(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objects {
+		if strings.Contains(o.GetName(), "dashboard") {
+			t.Errorf("the defaults render %s %s", o.GetKind(), o.GetName())
+		}
+	}
+	objects, _, err = render(t, values(t, valueSets["dashboard"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := find(objects, "Deployment", "plumb-dashboard")
+	if d == nil {
+		t.Fatalf("no dashboard Deployment in %v", kinds(objects))
+	}
+	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	dashArgs, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	for _, want := range []string{"ui", "--proxy", "--addr=127.0.0.1:9400", "--trusted-proxy=127.0.0.1/32", "--user-header=X-Forwarded-User", "--groups-header=X-Forwarded-Groups"} {
+		if !slices.Contains(dashArgs, want) {
+			t.Errorf("the dashboard's args %v lack %s", dashArgs, want)
+		}
+	}
+	if len(containers) != 2 || containers[1].(map[string]any)["name"] != "oauth2-proxy" {
+		t.Errorf("the proxy container is not in the dashboard's pod: %v", containers)
+	}
+	selector, _, _ := unstructured.NestedStringMap(d.Object, "spec", "selector", "matchLabels")
+	controllerSelector, _, _ := unstructured.NestedStringMap(find(objects, "Deployment", "plumb").Object, "spec", "selector", "matchLabels")
+	if selector["app.kubernetes.io/name"] == controllerSelector["app.kubernetes.io/name"] {
+		t.Errorf("the dashboard's pods %v would be selected by the controller's Services and budget (%v)", selector, controllerSelector)
+	}
+	role := find(objects, "ClusterRole", "plumb-dashboard")
+	if role == nil {
+		t.Fatal("no dashboard ClusterRole")
+	}
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	var got []string
+	for _, r := range rules {
+		rule := r.(map[string]any)
+		for _, res := range rule["resources"].([]any) {
+			for _, verb := range rule["verbs"].([]any) {
+				got = append(got, fmt.Sprint(verb, " ", res))
+			}
+		}
+	}
+	slices.Sort(got)
+	want := []string{"create selfsubjectaccessreviews", "create subjectaccessreviews", "get apps", "impersonate groups", "impersonate users", "list apps", "watch apps"}
+	if !slices.Equal(got, want) {
+		t.Errorf("the dashboard may %v, want exactly %v", got, want)
+	}
+	service := find(objects, "Service", "plumb-dashboard")
+	if ports, _, _ := unstructured.NestedSlice(service.Object, "spec", "ports"); fmt.Sprint(ports[0].(map[string]any)["targetPort"]) != "4180" {
+		t.Errorf("the dashboard's Service targets %v, want the proxy's port 4180", ports)
+	}
+
+	objects, _, err = render(t, values(t, valueSets["dashboardTLS"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	containers, _, _ = unstructured.NestedSlice(find(objects, "Deployment", "plumb-dashboard").Object, "spec", "template", "spec", "containers")
+	dashArgs, _, _ = unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	for _, want := range []string{"--tls-cert-file=/etc/plumb/dashboard-tls/tls.crt", "--client-ca-file=/etc/plumb/dashboard-client-ca/ca.crt"} {
+		if !slices.Contains(dashArgs, want) {
+			t.Errorf("the mutual-TLS dashboard's args %v lack %s", dashArgs, want)
+		}
+	}
+	for _, a := range dashArgs {
+		if strings.HasPrefix(a, "--trusted-proxy") {
+			t.Errorf("the mutual-TLS dashboard trusts an address: %s", a)
+		}
+	}
+
+	if _, _, err := render(t, values(t, "dashboard: {enabled: true, trustedProxies: []}")); err == nil || !strings.Contains(err.Error(), "believes user headers only from its proxy") {
+		t.Errorf("a dashboard trusting no proxy: %v, want the chart's refusal", err)
+	}
+}
+
 // The pod's annotations never carry a hash of secrets that values give.
 func TestGivenWebhookSecretsStayOutOfThePodTemplate(t *testing.T) {
 	first, _, err := render(t, values(t, "webhook: {secret: {values: {github: first-secret}}}"))
@@ -589,9 +683,21 @@ func TestThePodPassesTheRestrictedPodSecurityLevel(t *testing.T) {
 	if _, err := clients.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "plumb"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	objects, _, err := render(t, nil)
+	if _, err := clients.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "plumb-dashboard"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	objects, _, err := render(t, values(t, "dashboard: {enabled: true}"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	dashboard, _, _ := unstructured.NestedMap(find(objects, "Deployment", "plumb-dashboard").Object, "spec", "template")
+	dashboardPod := &unstructured.Unstructured{Object: dashboard}
+	dashboardPod.SetAPIVersion("v1")
+	dashboardPod.SetKind("Pod")
+	dashboardPod.SetNamespace(ns)
+	dashboardPod.SetName("plumb-dashboard-restricted-check")
+	if err := clients.dryRun(ctx, dashboardPod); err != nil {
+		t.Errorf("the dashboard's pod under Pod Security level restricted: %v", err)
 	}
 	template, _, _ := unstructured.NestedMap(find(objects, "Deployment", "plumb").Object, "spec", "template")
 	pod := &unstructured.Unstructured{Object: template}

@@ -585,8 +585,28 @@ func TestTheDashboardBehindAProxy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The dashboard runs as a ServiceAccount with the rights the chart's
+	// ClusterRole gives it (charts/plumb pins the same list), no more.
+	dashboardRole := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: a + "-dashboard"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"users", "groups"}, Verbs: []string{"impersonate"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews", "selfsubjectaccessreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{plumbv1.GroupVersion.Group}, Resources: []string{"apps"}, Verbs: []string{"get", "list", "watch"}},
+	}}
+	dashboardBinding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: a + "-dashboard"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: dashboardRole.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: a, Name: "dashboard"}}}
+	for _, obj := range []client.Object{dashboardRole, dashboardBinding} {
+		if err := w.k8s.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.k8s.Delete(context.Background(), obj) })
+	}
+	dashboardKubeconfig := w.kubeconfigOf("dashboard")
+	eventually(t, "the dashboard's ClusterRole in force", func() bool {
+		return w.plumbWith(dashboardKubeconfig, "get", "apps", "-A").code == 0
+	})
 	// The proxy connects from 127.0.0.2; anyone else from 127.0.0.1.
-	url := startUI(t, cluster.KubeconfigPath, "--proxy", "--trusted-proxy", "127.0.0.2")
+	url := startUI(t, dashboardKubeconfig, "--proxy", "--trusted-proxy", "127.0.0.2")
 	fromProxy := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext}}
 	request := func(t *testing.T, c *http.Client, path string, headers map[string]string) (int, string) {
 		t.Helper()

@@ -143,3 +143,9 @@ true
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
+
+{{/* The dashboard's pods: a name of their own, so that no selector of the controller's takes them. */}}
+{{- define "plumb.dashboardSelectorLabels" -}}
+app.kubernetes.io/name: plumb-dashboard
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+{{- end -}}

@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"bufio"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,7 +41,7 @@ func TestDemoGivesAWorkingKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 	t.Cleanup(func() { _ = demo.Process.Kill() })
 
 	// Read the narrative until "Ready", in the background, with a deadline.
-	type narrative struct{ kubeconfig, path string }
+	type narrative struct{ kubeconfig, path, dashboard string }
 	ready := make(chan narrative, 1)
 	rest := make(chan []string, 1)
 	go func() {
@@ -54,6 +56,9 @@ func TestDemoGivesAWorkingKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 			}
 			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "export PATH="); ok {
 				got.path = strings.TrimSuffix(v, ":$PATH")
+			}
+			if _, v, ok := strings.Cut(line, "Serving the dashboard at "); ok {
+				got.dashboard = strings.Fields(v)[0]
 			}
 			if strings.HasSuffix(line, "] Ready") {
 				ready <- got
@@ -108,6 +113,19 @@ func TestDemoGivesAWorkingKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 	plumb.Env = append(os.Environ(), "KUBECONFIG="+got.kubeconfig)
 	if out, err := plumb.CombinedOutput(); err != nil || !strings.Contains(string(out), "shop") {
 		t.Errorf("plumb get apps -A with the demo's exports: %v\n%s", err, out)
+	}
+
+	// The dashboard the demo prints serves the App.
+	if got.dashboard == "" {
+		t.Error("the demo printed no dashboard URL")
+	} else if resp, err := http.Get(got.dashboard); err != nil {
+		t.Errorf("the demo's dashboard %s: %v", got.dashboard, err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `id="app-default-shop"`) {
+			t.Errorf("the demo's dashboard %s: %s, want the App shop listed:\n%s", got.dashboard, resp.Status, body)
+		}
 	}
 
 	if err := demo.Process.Signal(syscall.SIGINT); err != nil {

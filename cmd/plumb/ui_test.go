@@ -31,11 +31,18 @@ import (
 	"github.com/plumb-dev/plumb/localcluster"
 )
 
-// startUI runs plumb ui with kubeconfig (and more flags) and returns the
-// URL it prints.
+// startUI runs plumb ui with kubeconfig (and more flags) on a free
+// loopback address and returns the URL it prints.
 func startUI(t *testing.T, kubeconfig string, flags ...string) string {
 	t.Helper()
-	addr := localcluster.FreeAddrsForTest(t, 1)[0]
+	url, _ := startUIAt(t, localcluster.FreeAddrsForTest(t, 1)[0], kubeconfig, flags...)
+	return url
+}
+
+// startUIAt runs plumb ui on addr and returns the URL it prints and a
+// function that stops it (the test's end stops it too).
+func startUIAt(t *testing.T, addr, kubeconfig string, flags ...string) (string, func()) {
+	t.Helper()
 	cmd := exec.Command(plumbBinary, append([]string{"ui", "--addr", addr, "--kubeconfig", kubeconfig}, flags...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -44,7 +51,9 @@ func startUI(t *testing.T, kubeconfig string, flags ...string) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var once sync.Once
+	stop := func() { once.Do(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) }
+	t.Cleanup(stop)
 	url := make(chan string, 1)
 	go func() {
 		scanner := bufio.NewScanner(stdout)
@@ -57,10 +66,10 @@ func startUI(t *testing.T, kubeconfig string, flags ...string) string {
 	}()
 	select {
 	case u := <-url:
-		return u
+		return u, stop
 	case <-time.After(time.Minute):
 		t.Fatal("plumb ui printed no URL within a minute")
-		return ""
+		return "", stop
 	}
 }
 
@@ -281,7 +290,9 @@ func TestTheDashboard(t *testing.T) {
 	})
 	w.createApp("web", "web", func(app *plumbv1.App) { app.Spec.DriftPolicy = plumbv1.DriftPolicyAlert })
 	w.waitReady("web", commit)
-	url := startUI(t, cluster.KubeconfigPath)
+	addr := localcluster.FreeAddrsForTest(t, 1)[0]
+	url, stopUI := startUIAt(t, addr, cluster.KubeconfigPath)
+	parent := t
 	appURL := url + "apps/" + ns + "/web"
 	ctx := browser(t)
 	rowID := chromedp.ID("app-" + ns + "-web")
@@ -304,8 +315,14 @@ func TestTheDashboard(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
-			t.Errorf("Content-Security-Policy %q, want default-src 'none'", csp)
+		csp := resp.Header.Get("Content-Security-Policy")
+		for _, want := range []string{"default-src 'none'", "script-src 'self';", "connect-src 'self';", "form-action 'self'", "frame-ancestors 'none'"} {
+			if !strings.Contains(csp, want) {
+				t.Errorf("Content-Security-Policy %q lacks %s", csp, want)
+			}
+		}
+		if strings.Contains(csp, "unsafe") || strings.Contains(csp, "http") {
+			t.Errorf("Content-Security-Policy %q allows inline code or another origin", csp)
 		}
 		open(t, ctx, url+"?namespace="+ns, rowID)
 		waitText(t, ctx, rowID, ns, "web", "True", "main@sha1:"+commit[:7], "Applied revision main@sha1:"+commit)
@@ -330,10 +347,17 @@ func TestTheDashboard(t *testing.T) {
 		if drifted := text(t, ctx, chromedp.ID("count-drifted")); drifted != "1" {
 			t.Errorf("the drifted count = %q, want 1", drifted)
 		}
+		screenshot(t, ctx, "apps-drifted")
 		bytes := stream.until(t, `"drift":2`)
 		noSecret(t, "the live stream", bytes)
 		_, body := fetch(t, url+"?namespace="+ns)
 		noSecret(t, "the Apps page", body)
+		// The status filter.
+		for status, listed := range map[string]bool{"drifted": true, "ready": true, "failing": false, "suspended": false} {
+			if _, body := fetch(t, url+"?namespace="+ns+"&status="+status); strings.Contains(body, `id="app-`+ns+`-web"`) != listed {
+				t.Errorf("status filter %s: the drifted, Ready App listed %v, want %v", status, !listed, listed)
+			}
+		}
 	})
 
 	t.Run("the App page shows the phases, ticks, drift and the diff after a new commit", func(t *testing.T) {
@@ -358,6 +382,12 @@ func TestTheDashboard(t *testing.T) {
 			if !strings.Contains(diff, want) {
 				t.Errorf("the diff lacks %q:\n%s", want, diff)
 			}
+		}
+		if inventory := text(t, ctx, chromedp.ID("inventory")); !strings.Contains(inventory, "ConfigMap") || !strings.Contains(inventory, "web-token") {
+			t.Errorf("the inventory lacks the App's objects: %q", inventory)
+		}
+		if events := text(t, ctx, chromedp.ID("events")); !strings.Contains(events, "DriftDetected") {
+			t.Errorf("the Events lack DriftDetected: %q", events)
 		}
 		screenshot(t, ctx, "app")
 		accessible(t, ctx, "the App page")
@@ -475,6 +505,50 @@ func TestTheDashboard(t *testing.T) {
 		patchWeb(t, w, `{"spec":{"suspend":false}}`)
 	})
 
+	t.Run("a viewer's streams are bounded", func(t *testing.T) {
+		// With no page of the browser open, the viewer may open 4 streams,
+		// and the fifth is refused with a Retry-After.
+		if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+			t.Fatal(err)
+		}
+		var accepted int
+		var retryAfter string
+		eventually(t, "4 streams accepted and the fifth refused", func() bool {
+			var streams []*http.Response
+			defer func() {
+				for _, r := range streams {
+					r.Body.Close()
+				}
+			}()
+			accepted, retryAfter = 0, ""
+			for range 6 {
+				resp, err := http.Get(url + "events")
+				if err != nil {
+					t.Fatal(err)
+				}
+				streams = append(streams, resp)
+				if resp.StatusCode == http.StatusTooManyRequests {
+					retryAfter = resp.Header.Get("Retry-After")
+					break
+				}
+				accepted++
+			}
+			return accepted == 4 && retryAfter != ""
+		})
+	})
+
+	t.Run("the page reconnects when plumb ui comes back", func(t *testing.T) {
+		open(t, ctx, url+"?namespace="+ns, rowID)
+		waitText(t, ctx, chromedp.ID("live-state"), "live")
+		stopUI()
+		waitText(t, ctx, chromedp.ID("live-state"), "offline: reconnecting")
+		startUIAt(parent, addr, cluster.KubeconfigPath) // serves the later subtests too
+		waitText(t, ctx, chromedp.ID("live-state"), "live")
+		patchWeb(t, w, `{"spec":{"suspend":true}}`)
+		waitText(t, ctx, rowID, "suspended")
+		patchWeb(t, w, `{"spec":{"suspend":false}}`)
+	})
+
 	t.Run("a javascript: URL is never a live link", func(t *testing.T) {
 		// The API server refuses such a source URL (the CRD's pattern); a
 		// message can still hold one, and does here: the folder is missing.
@@ -505,7 +579,10 @@ func TestTheDashboard(t *testing.T) {
 		}
 	})
 
-	t.Run("cross-origin posts and foreign Host names are refused", func(t *testing.T) {
+	t.Run("cross-origin posts, foreign Host names and every interface are refused", func(t *testing.T) {
+		if r := w.plumb("ui", "--addr", "0.0.0.0:0"); r.code == 0 || !strings.Contains(r.stderr, "serves every interface") {
+			t.Errorf("plumb ui on every interface: want a refusal\n%s", r)
+		}
 		req, _ := http.NewRequest(http.MethodPost, appURL+"/sync", nil)
 		req.Header.Set("Origin", "http://evil.example")
 		req.Header.Set("Sec-Fetch-Site", "cross-site")

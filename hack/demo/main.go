@@ -8,6 +8,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"os/signal"
 	"path"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -143,9 +145,15 @@ func run(ctx context.Context, w io.Writer, exitWhenDone bool) (err error) {
 	if err := s.tell(ctx, first); err != nil {
 		return err
 	}
+	dashboard, stopDashboard, err := startDashboard(s.plumbBin, cluster.KubeconfigPath)
+	if err != nil {
+		return err
+	}
+	defer stopDashboard()
+	n.say("Serving the dashboard at %s (plumb ui, with the demo's kubeconfig)", dashboard)
 
 	fmt.Fprintf(w, `
-Everything keeps running. Look from another shell:
+Everything keeps running. Open the dashboard at %s in a browser, or look from another shell:
 
   export KUBECONFIG=%s
   export PATH=%s:%s:$PATH
@@ -154,7 +162,7 @@ Everything keeps running. Look from another shell:
   kubectl get deploy,svc,cm -n shop
   curl -s http://%s/metrics | head
 
-`, cluster.KubeconfigPath, filepath.Dir(s.plumbBin), cluster.Binaries.Dir, metricsAddr)
+`, dashboard, cluster.KubeconfigPath, filepath.Dir(s.plumbBin), cluster.Binaries.Dir, metricsAddr)
 	n.say("Ready")
 	if exitWhenDone {
 		return nil
@@ -162,6 +170,50 @@ Everything keeps running. Look from another shell:
 	n.say("Press Ctrl-C to stop")
 	<-ctx.Done()
 	return nil
+}
+
+// startDashboard runs plumb ui with kubeconfig on a free loopback port and
+// returns the URL it serves, once it serves it.
+func startDashboard(plumbBin, kubeconfig string) (string, func(), error) {
+	addrs, err := localcluster.FreeAddrs(1)
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(plumbBin, "ui", "--addr", addrs[0], "--kubeconfig", kubeconfig)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("starting plumb ui: %w", err)
+	}
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		_ = cmd.Wait()
+	}
+	url := make(chan string, 1)
+	go func() {
+		scanner := bufio.NewScanner(stdout)
+		for scanner.Scan() {
+			if _, rest, ok := strings.Cut(scanner.Text(), "Serving the dashboard at "); ok {
+				url <- strings.Fields(rest)[0]
+			}
+		}
+		close(url)
+	}()
+	select {
+	case u, ok := <-url:
+		if !ok {
+			stop()
+			return "", nil, fmt.Errorf("plumb ui stopped before serving: %s", stderr.String())
+		}
+		return u, stop, nil
+	case <-time.After(time.Minute):
+		stop()
+		return "", nil, fmt.Errorf("plumb ui did not serve within a minute: %s", stderr.String())
+	}
 }
 
 // seedRepository pushes examples/shop under deploy/ as the first commit.

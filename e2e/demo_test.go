@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,13 @@ import (
 	"testing"
 	"time"
 )
+
+// sessionClient is an HTTP client that keeps cookies: the dashboard's URL
+// holds a session token, which it trades for a cookie.
+func sessionClient() *http.Client {
+	jar, _ := cookiejar.New(nil)
+	return &http.Client{Jar: jar, Timeout: time.Minute}
+}
 
 // buildCommand compiles one of the repository's main packages for the test.
 func buildCommand(t *testing.T, pkg string) string {
@@ -118,12 +126,12 @@ func TestDemoGivesAWorkingKubeconfigAndStopsCleanlyOnCtrlC(t *testing.T) {
 	// The dashboard the demo prints serves the App.
 	if got.dashboard == "" {
 		t.Error("the demo printed no dashboard URL")
-	} else if resp, err := http.Get(got.dashboard); err != nil {
+	} else if resp, err := sessionClient().Get(got.dashboard); err != nil {
 		t.Errorf("the demo's dashboard %s: %v", got.dashboard, err)
 	} else {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `id="app-default-shop"`) {
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `id="app-default_shop"`) {
 			t.Errorf("the demo's dashboard %s: %s, want the App shop listed:\n%s", got.dashboard, resp.Status, body)
 		}
 	}

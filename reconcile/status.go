@@ -92,6 +92,11 @@ func (r *Reconciler) writeStatus(ctx context.Context, original, app *plumbv1.App
 	if heartbeat && r.memory.skipWrite(key) {
 		return
 	}
+	// Whatever brought this write (a tick, a re-assessment, a suspended
+	// App), it carries the ticks that earlier writes skipped.
+	if ticks := r.memory.ticksOf(key); ticks != nil {
+		app.Status.RecentTicks = ticks
+	}
 	var patch client.Patch = client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})
 	if heartbeat {
 		// Only the times moved: send them alone rather than compute a patch

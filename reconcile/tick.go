@@ -330,9 +330,9 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 	if err != nil {
 		return nil, err
 	}
-	timer.done(PhaseObserve)
 	revision := result.Revision.String()
 	app.Status.LastAttemptedRevision = revision
+	timer.revision = revision
 	log = log.With(zap.String("revision", revision))
 	if result.HistoryRewritten {
 		r.Events.Eventf(app, corev1.EventTypeWarning, "HistoryRewritten",
@@ -362,6 +362,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 	}
 
 	// Observe.
+	timer.done(PhaseObserve)
 	live, err := r.observe(ctx, key, app, desired, kinds, log.With(zap.String("phase", string(PhaseObserve))))
 	if err != nil {
 		return nil, err

@@ -19,6 +19,8 @@ type phaseTimer struct {
 	phase      Phase // the phase under way
 	phaseStart time.Time
 	millis     map[Phase]int64
+	// revision is what the tick's Read read ("" until it has).
+	revision string
 }
 
 func (r *Reconciler) newPhaseTimer(start time.Time) *phaseTimer {
@@ -34,17 +36,19 @@ func (t *phaseTimer) done(next Phase) {
 	t.phase, t.phaseStart = next, now
 }
 
-// record is the tick's TickRecord once it ended with err: the phase that
-// failed is timed until now.
+// record is the tick's TickRecord once it ended with err: the phase under
+// way is timed until now (a failure the tick reports as a later phase's,
+// such as the refusal of an empty render, which is Apply's, happens while
+// it is still Read's turn).
 func (t *phaseTimer) record(app *plumbv1.App, trigger string, changes *fluxssa.ChangeSet, err error) plumbv1.TickRecord {
 	now := t.r.now()
-	rec := plumbv1.TickRecord{Start: metav1.NewTime(t.start), Trigger: trigger, Revision: app.Status.LastAttemptedRevision,
+	rec := plumbv1.TickRecord{Start: metav1.NewTime(t.start), Trigger: trigger, Revision: t.revision,
 		Result: plumbv1.ReasonSucceeded, TotalMillis: now.Sub(t.start).Milliseconds()}
 	var waiting *dependencyWait
 	var phaseErr *PhaseError
 	switch {
 	case errors.As(err, &waiting):
-		rec.Result = "Waiting"
+		rec.Result = TickWaiting
 	case errors.As(err, &phaseErr):
 		rec.Result, rec.FailedPhase = phaseErr.Reason, phaseName(phaseErr.Phase)
 		if phaseErr.Detail != "" {
@@ -70,6 +74,9 @@ func (t *phaseTimer) record(app *plumbv1.App, trigger string, changes *fluxssa.C
 	}
 	return rec
 }
+
+// TickWaiting is the result of a tick that waits for its dependsOn.
+const TickWaiting = "Waiting"
 
 // phaseName is a phase as status.recentTicks names it: Read, Observe,
 // Diff or Apply.
@@ -107,3 +114,24 @@ func (m *memory) addTick(key types.NamespacedName, fromStatus []plumbv1.TickReco
 	}
 	return out
 }
+
+// ticksOf is a copy of the App's remembered ticks (nil when this process
+// remembers none).
+func (m *memory) ticksOf(key types.NamespacedName) []plumbv1.TickRecord {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.app(key)
+	if a.ticks == nil {
+		return nil
+	}
+	out := make([]plumbv1.TickRecord, len(a.ticks))
+	for i := range a.ticks {
+		a.ticks[i].DeepCopyInto(&out[i])
+	}
+	return out
+}
+
+// Every status write carries the remembered ticks, and at most
+// heartbeatEvery ticks in a row go unwritten: the list's MaxRecentTicks
+// hold them all. (This fails to compile should heartbeatEvery exceed it.)
+var _ = [plumbv1.MaxRecentTicks - heartbeatEvery]struct{}{}

@@ -1,7 +1,12 @@
 package reconcile
 
 import (
+	"context"
+	"strings"
 	"testing"
+
+	"fmt"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -56,14 +61,76 @@ func TestRecentTicks(t *testing.T) {
 		}
 	}
 
-	// A tick that fails in Read times Read and nothing after it.
+	// A write that a tick did not bring (the App suspended) carries the
+	// ticks that the heartbeat left unwritten.
+	// An unchanged tick that goes unwritten (one of the next few: all but
+	// the heartbeat's).
+	var unwritten *plumbv1.App
+	var remembered []plumbv1.TickRecord
+	for range heartbeatEvery {
+		unwritten = h.tick(t, key, queue.TriggerTimer)
+		if remembered = h.r.memory.ticksOf(key); summary(unwritten.Status.RecentTicks) != summary(remembered) {
+			break
+		}
+	}
+	if summary(unwritten.Status.RecentTicks) == summary(remembered) {
+		t.Fatalf("%d unchanged ticks in a row were all written: the heartbeat writes only every %dth", heartbeatEvery, heartbeatEvery)
+	}
+	suspend := client.MergeFrom(unwritten.DeepCopy())
+	unwritten.Spec.Suspend = true
+	if err := admin(t).Patch(context.Background(), unwritten, suspend); err != nil {
+		t.Fatal(err)
+	}
+	appCached(t, h, key, true)
+	got = h.tick(t, key, queue.TriggerEvent)
+	if !got.Spec.Suspend || summary(got.Status.RecentTicks) != summary(remembered) {
+		t.Errorf("the suspended App's status write carries ticks\n%s\nwant the remembered, the unwritten one last:\n%s", summary(got.Status.RecentTicks), summary(remembered))
+	}
+	resume := client.MergeFrom(got.DeepCopy())
+	got.Spec.Suspend = false
+	if err := admin(t).Patch(context.Background(), got, resume); err != nil {
+		t.Fatal(err)
+	}
+	appCached(t, h, key, false)
+
+	// A tick that fails in Read times Read and nothing after it, and names
+	// no revision (it read none).
 	pushed(t, w, map[string]string{"deploy/bad.yaml": "a: [unclosed"})
 	got = h.tick(t, key, queue.TriggerTimer)
 	last := got.Status.RecentTicks[len(got.Status.RecentTicks)-1]
 	if len(got.Status.RecentTicks) != plumbv1.MaxRecentTicks {
 		t.Errorf("%d recent ticks, want at most %d", len(got.Status.RecentTicks), plumbv1.MaxRecentTicks)
 	}
-	if last.FailedPhase != "Read" || last.Result == plumbv1.ReasonSucceeded || last.ReadMillis == nil || last.ObserveMillis != nil || last.ApplyMillis != nil {
-		t.Errorf("the failed tick's record = %+v, want a failed Read, timed, and no later phase", last)
+	if last.FailedPhase != "Read" || last.Result == plumbv1.ReasonSucceeded || last.ReadMillis == nil || last.ObserveMillis != nil || last.ApplyMillis != nil || last.Revision != "" {
+		t.Errorf("the failed tick's record = %+v, want a failed Read, timed, no later phase and no revision", last)
 	}
+
+	// One refused after its Read (an empty render, which the prune guard
+	// refuses: an Apply failure) names the revision and times no Observe.
+	empty := pushed(t, w, map[string]string{"deploy/bad.yaml": "", "deploy/cm.yaml": "", "deploy/README.md": "Nothing here yet.\n"})
+	got = h.tick(t, key, queue.TriggerTimer)
+	last = got.Status.RecentTicks[len(got.Status.RecentTicks)-1]
+	if last.FailedPhase != "Apply" || !strings.HasSuffix(last.Revision, empty) || last.ReadMillis == nil || last.ObserveMillis != nil || last.DiffMillis != nil {
+		t.Errorf("the refused empty render's record = %+v, want a failed Apply at %s, only Read timed", last, empty)
+	}
+}
+
+// appCached waits until the harness's App cache holds the App with
+// spec.suspend as given.
+func appCached(t *testing.T, h *harness, key types.NamespacedName, suspended bool) {
+	t.Helper()
+	eventually(t, func() bool {
+		app := &plumbv1.App{}
+		return h.r.Client.Get(context.Background(), key, app) == nil && app.Spec.Suspend == suspended
+	})
+}
+
+// summary is the ticks as status keeps them (times to the second), one
+// per line.
+func summary(ticks []plumbv1.TickRecord) string {
+	var b strings.Builder
+	for _, rec := range ticks {
+		fmt.Fprintf(&b, "%d %s %s %d\n", rec.Start.Unix(), rec.Trigger, rec.Result, rec.TotalMillis)
+	}
+	return b.String()
 }

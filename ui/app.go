@@ -110,7 +110,10 @@ func keyOf(r *http.Request) types.NamespacedName {
 func (s *Server) app(w http.ResponseWriter, r *http.Request, viewer *Viewer) {
 	page := appPage{Confirm: r.URL.Query().Get("confirm") == "suspend", Notice: notices[r.URL.Query().Get("done")]}
 	if request := r.URL.Query().Get("sync"); request != "" {
-		page.Sync = &syncView{Request: request, Previous: r.URL.Query().Get("previous")}
+		// Only a time (as Sync writes it) is followed: the page shows it.
+		if _, err := time.Parse(time.RFC3339Nano, request); err == nil {
+			page.Sync = &syncView{Request: request, Previous: r.URL.Query().Get("previous")}
+		}
 	}
 	s.renderApp(w, r, viewer, &page, http.StatusOK)
 }
@@ -120,7 +123,7 @@ func (s *Server) app(w http.ResponseWriter, r *http.Request, viewer *Viewer) {
 func (s *Server) renderApp(w http.ResponseWriter, r *http.Request, viewer *Viewer, page *appPage, status int) {
 	key := keyOf(r)
 	page.Namespace, page.Name = key.Namespace, key.Name
-	page.Head = head{Title: "App " + key.Namespace + "/" + key.Name, Page: "app", Namespace: key.Namespace, Name: key.Name}
+	page.Head = head{Title: "App " + key.Namespace + "/" + key.Name, Page: "app", Namespace: key.Namespace, Name: key.Name, Viewer: viewer.Key}
 	app := &plumbv1.App{}
 	if err := viewer.Client.Get(r.Context(), key, app); err != nil {
 		page.Error = joinErrors(page.Error, refusal("read App "+key.String(), err))
@@ -194,7 +197,8 @@ func ticksOf(app *plumbv1.App, now time.Time) []tickView {
 		t := ticks[i]
 		start := t.Start
 		v := tickView{Start: appview.Age(&start, now) + " ago", Trigger: appview.Printable(t.Trigger), Result: appview.Printable(t.Result),
-			Revision: appview.ShortRevision(t.Revision), Total: millis(t.TotalMillis), Failed: t.Result != plumbv1.ReasonSucceeded, Changed: t.Changed}
+			Revision: appview.ShortRevision(t.Revision), Total: millis(t.TotalMillis), Changed: t.Changed,
+			Failed: t.Result != plumbv1.ReasonSucceeded && t.Result != reconcile.TickWaiting}
 		x := 0.0
 		var parts []string
 		for _, p := range []struct {
@@ -272,10 +276,15 @@ func (s *Server) diffOf(ctx context.Context, viewer *Viewer, app *plumbv1.App) d
 	if viewer.Preview == nil {
 		return diffView{}
 	}
-	s.previews.Lock()
-	defer s.previews.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, s.opts.PreviewTimeout)
 	defer cancel()
+	slot := s.previewSlot(viewer.Name)
+	select {
+	case slot <- struct{}{}:
+		defer func() { <-slot }()
+	case <-ctx.Done():
+		return diffView{Shown: true, Error: "Another preview of yours is still running (previews share your Git folder, one at a time): reload in a moment."}
+	}
 	p, err := viewer.Preview(ctx, app.DeepCopy())
 	if err != nil {
 		var phaseErr *reconcile.PhaseError
@@ -327,4 +336,16 @@ func joinErrors(a, b string) string {
 		return b
 	}
 	return a + " " + b
+}
+
+// previewSlot is the viewer's preview slot (a channel of one).
+func (s *Server) previewSlot(viewer string) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	slot := s.slots[viewer]
+	if slot == nil {
+		slot = make(chan struct{}, 1)
+		s.slots[viewer] = slot
+	}
+	return slot
 }

@@ -137,7 +137,7 @@ func (s *Server) apps(w http.ResponseWriter, r *http.Request, viewer *Viewer) {
 	sort.Slice(page.Apps, func(i, j int) bool {
 		return page.Apps[i].Namespace+"/"+page.Apps[i].Name < page.Apps[j].Namespace+"/"+page.Apps[j].Name
 	})
-	page.Head = head{Title: "Apps", Page: "apps", Namespace: page.Namespace, Status: page.Status, Query: page.Query}
+	page.Head = head{Title: "Apps", Page: "apps", Namespace: page.Namespace, Status: page.Status, Query: page.Query, Viewer: viewer.Key}
 	s.render(w, http.StatusOK, "apps.html", page)
 }
 
@@ -156,6 +156,9 @@ func readyMessage(app *plumbv1.App) string {
 	return appview.OneLine(c.Message)
 }
 
+// cacheWait bounds a wait for the live stream's cache to sync.
+const cacheWait = 10 * time.Second
+
 // listApps lists the Apps the viewer may read: of one namespace, as them;
 // of every namespace, from the live stream's cache filtered as their
 // stream is (no List per page view), or as them when there is no cache.
@@ -169,8 +172,12 @@ func (s *Server) listApps(ctx context.Context, viewer *Viewer, namespace string)
 		err := viewer.Client.List(ctx, list, opts...)
 		return list.Items, err
 	}
-	if err := s.opts.Apps.List(ctx, list); err != nil {
-		return nil, err
+	cached, cancel := context.WithTimeout(ctx, cacheWait)
+	defer cancel()
+	if err := s.opts.Apps.List(cached, list); err != nil {
+		// The cache has not synced (or cannot): ask as the viewer.
+		err := viewer.Client.List(ctx, list)
+		return list.Items, err
 	}
 	may := s.mayRead(ctx, viewer)
 	out := list.Items[:0]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -41,7 +42,22 @@ const (
 	keepAlive = 25 * time.Second
 	// retryMillis is the reconnection delay the stream tells EventSource.
 	retryMillis = 2000
+	// writeTimeout bounds one write to a stream: a client that stops
+	// reading loses its stream (and its slot).
+	writeTimeout = 10 * time.Second
+	// maxStreamAge ends a stream after a while: the browser opens a new
+	// one, which the Identity (and the proxy in front) checks afresh.
+	maxStreamAge = 10 * time.Minute
+	// mayReadTTL is how long a stream reuses a "may read" answer.
+	mayReadTTL = 30 * time.Second
 )
+
+// snapshot is the first event of a stream: the rows, and the namespaces
+// the stream covers (nil: every namespace).
+type snapshot struct {
+	Scope []string `json:"scope"`
+	Rows  []appRow `json:"rows"`
+}
 
 // change is one App that changed, or (App nil) one that was deleted.
 type change struct {
@@ -180,7 +196,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, viewer *Viewer) 
 	// Joined before the snapshot is listed: no change is missed between
 	// the two (one listed and sent again is harmless).
 	list := &plumbv1.AppList{}
-	if err := s.opts.Apps.List(r.Context(), list); err != nil {
+	cached, cancel := context.WithTimeout(r.Context(), cacheWait)
+	defer cancel()
+	if err := s.opts.Apps.List(cached, list); err != nil {
 		http.Error(w, "the live stream's App cache: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
@@ -197,31 +215,36 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, viewer *Viewer) 
 			rows = append(rows, rowOf(&list.Items[i], now))
 		}
 	}
+	write := func(text string) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if _, err := io.WriteString(w, text); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
 	send := func(event string, data any) bool {
 		payload, err := json.Marshal(data)
 		if err != nil {
 			s.opts.Log.Error("Encoding a live event failed", zap.Error(err))
 			return false
 		}
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, payload); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
+		return write("event: " + event + "\ndata: " + string(payload) + "\n\n")
 	}
-	if _, err := fmt.Fprintf(w, "retry: %s\n\n", strconv.Itoa(retryMillis)); err != nil {
-		return
-	}
-	if !send("snapshot", rows) {
+	if !write("retry: "+strconv.Itoa(retryMillis)+"\n\n") || !send("snapshot", snapshot{Scope: s.opts.AppsNamespaces, Rows: rows}) {
 		return
 	}
 	ping := time.NewTicker(keepAlive)
 	defer ping.Stop()
+	end := time.NewTimer(maxStreamAge)
+	defer end.Stop()
 	for {
 		select {
 		case <-r.Context().Done():
 			return
+		case <-end.C:
+			return // the page reconnects, and is let in afresh
 		case <-ping.C:
-			if _, err := fmt.Fprint(w, ": ping\n\n"); err != nil || rc.Flush() != nil {
+			if !write(": ping\n\n") {
 				return
 			}
 		case c, ok := <-st.changes:
@@ -242,7 +265,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, viewer *Viewer) 
 }
 
 // mayRead is whether the viewer may read the Apps of a namespace, as the
-// Identity says (asked once per namespace per minute of a stream).
+// Identity says (asked once per namespace per mayReadTTL of a stream).
 func (s *Server) mayRead(ctx context.Context, viewer *Viewer) func(namespace string) bool {
 	if viewer.MayRead == nil {
 		return func(string) bool { return true }
@@ -262,7 +285,7 @@ func (s *Server) mayRead(ctx context.Context, viewer *Viewer) func(namespace str
 			s.opts.Log.Info("Asking whether a viewer may read a namespace's Apps failed", zap.String("viewer", viewer.Name), zap.String("namespace", namespace), zap.Error(err))
 			ok = false // unknown is no
 		}
-		answers[namespace] = answer{ok: ok, until: now.Add(time.Minute)}
+		answers[namespace] = answer{ok: ok, until: now.Add(mayReadTTL)}
 		return ok
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/reconcile"
 )
 
 // ProxyOptions configure a Proxy.
@@ -41,14 +42,21 @@ type ProxyOptions struct {
 	// TrustedProxies are the addresses the proxy connects from: only
 	// their requests' headers are believed.
 	TrustedProxies []netip.Prefix
-	// TrustClientCertificates believes a request made over TLS with a
+	// ClientCertNames, when set, believes a request made over TLS with a
 	// client certificate the server verified (against the CA it was given:
-	// mutual TLS with the proxy).
-	TrustClientCertificates bool
+	// mutual TLS with the proxy) whose common name or a DNS name is one of
+	// these: a CA that signs other workloads' certificates too (a mesh's,
+	// cert-manager's) must not make them the proxy.
+	ClientCertNames []string
+	// UserPrefix and GroupsPrefix are put before the names the proxy
+	// gives (as the API server's --oidc-username-prefix does), so that a
+	// login of the proxy's identity provider cannot be a user or group
+	// that RBAC means for another authenticator.
+	UserPrefix, GroupsPrefix string
 	// NewPreview makes the preview of one viewer from their impersonating
 	// config, with their own Git cache folder (nil: no diff on the App
 	// page).
-	NewPreview func(cfg *rest.Config, gitCacheDir string) (func(context.Context, *plumbv1.App) (*reconcile.Preview, error), error)
+	NewPreview func(cfg *rest.Config, gitCacheDir string) (PreviewFunc, error)
 	// GitCacheDir holds one folder per viewer for their previews' clones:
 	// no viewer is served a clone fetched with another's rights.
 	GitCacheDir string
@@ -74,6 +82,7 @@ type Proxy struct {
 type proxyViewer struct {
 	viewer  *Viewer
 	lastUse time.Time
+	gitDir  string // their previews' clones
 }
 
 type review struct {
@@ -81,12 +90,16 @@ type review struct {
 	until   time.Time
 }
 
-// reviewTTL is how long an access review's answer is reused.
-const reviewTTL = 30 * time.Second
+// reviewTTL is how long an access review's answer is reused; maxReviews
+// bounds how many are kept.
+const (
+	reviewTTL  = 30 * time.Second
+	maxReviews = 10000
+)
 
 // NewProxy makes a Proxy.
 func NewProxy(opts ProxyOptions) (*Proxy, error) {
-	if len(opts.TrustedProxies) == 0 && !opts.TrustClientCertificates {
+	if len(opts.TrustedProxies) == 0 && len(opts.ClientCertNames) == 0 {
 		return nil, fmt.Errorf("ui: a proxy identity trusts no proxy: give the proxy's addresses or require its client certificate")
 	}
 	if opts.UserHeader == "" {
@@ -107,8 +120,13 @@ func NewProxy(opts ProxyOptions) (*Proxy, error) {
 
 // fromProxy reports whether r came over a connection from the proxy.
 func (p *Proxy) fromProxy(r *http.Request) bool {
-	if p.opts.TrustClientCertificates && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
-		return true
+	if len(p.opts.ClientCertNames) > 0 && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+		leaf := r.TLS.VerifiedChains[0][0]
+		for _, name := range append([]string{leaf.Subject.CommonName}, leaf.DNSNames...) {
+			if name != "" && slices.Contains(p.opts.ClientCertNames, name) {
+				return true
+			}
+		}
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
@@ -146,6 +164,10 @@ func (p *Proxy) ViewerOf(r *http.Request) (*Viewer, error) {
 		}
 	}
 	slices.Sort(groups)
+	user = p.opts.UserPrefix + user
+	for i := range groups {
+		groups[i] = p.opts.GroupsPrefix + groups[i]
+	}
 	// Kubernetes reserves the system: prefix for its own users and groups
 	// (system:masters is every right): a proxy's identity provider must
 	// not be able to name one.
@@ -172,10 +194,12 @@ func (p *Proxy) viewer(user string, groups []string) (*Viewer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("a client acting as %s: %w", user, err)
 	}
-	v := &Viewer{Name: user, Client: c}
+	sum := sha256.Sum256([]byte(id))
+	key := hex.EncodeToString(sum[:12])
+	v := &Viewer{Name: user, Groups: groups, Key: key, Client: c}
+	dir := ""
 	if p.opts.NewPreview != nil {
-		sum := sha256.Sum256([]byte(id))
-		dir := p.opts.GitCacheDir + "/" + hex.EncodeToString(sum[:12])
+		dir = filepath.Join(p.opts.GitCacheDir, key)
 		if v.Preview, err = p.opts.NewPreview(cfg, dir); err != nil {
 			return nil, err
 		}
@@ -186,7 +210,7 @@ func (p *Proxy) viewer(user string, groups []string) (*Viewer, error) {
 	if len(p.viewers) >= p.opts.MaxViewers {
 		p.evictOldest()
 	}
-	p.viewers[id] = &proxyViewer{viewer: v, lastUse: time.Now()}
+	p.viewers[id] = &proxyViewer{viewer: v, lastUse: time.Now(), gitDir: dir}
 	return v, nil
 }
 
@@ -197,6 +221,11 @@ func (p *Proxy) evictOldest() {
 		if oldest == "" || v.lastUse.Before(at) {
 			oldest, at = id, v.lastUse
 		}
+	}
+	if dir := p.viewers[oldest].gitDir; dir != "" {
+		// A preview of theirs under way may still be cloning: it fails,
+		// and their next page view makes the folder again.
+		_ = os.RemoveAll(dir)
 	}
 	delete(p.viewers, oldest)
 }
@@ -213,18 +242,24 @@ func (p *Proxy) mayRead(ctx context.Context, user string, groups []string, names
 		return r.allowed, nil
 	}
 	p.mu.Unlock()
-	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups,
+	// An impersonated request is in system:authenticated too: the review
+	// must count what that group may do.
+	reviewGroups := append(slices.Clone(groups), "system:authenticated")
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: reviewGroups,
 		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Group: plumbv1.GroupVersion.Group, Resource: "apps", Verb: "list"}}}
 	if err := p.self.Create(ctx, sar); err != nil {
 		return false, fmt.Errorf("reviewing whether %s may list the Apps of %s: %w", user, namespace, err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.reviews) > 10000 {
+	if len(p.reviews) > maxReviews {
 		for k, r := range p.reviews {
 			if !now.Before(r.until) {
 				delete(p.reviews, k)
 			}
+		}
+		if len(p.reviews) > maxReviews {
+			p.reviews = map[string]review{} // all fresh: ask again
 		}
 	}
 	p.reviews[id] = review{allowed: sar.Status.Allowed, until: now.Add(reviewTTL)}

@@ -15,7 +15,10 @@ package ui
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"html/template"
 	"io/fs"
@@ -45,19 +48,28 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 
 // Viewer is whom a request acts for: its clients act with their rights.
 type Viewer struct {
-	// Name says who they are, in messages.
-	Name string
+	// Name says who they are, in messages; Groups are their groups, when
+	// an Identity knows them.
+	Name   string
+	Groups []string
 	// Client reads and writes Apps and reads Events, as them.
 	Client client.Client
 	// Preview previews an App as them, for the App page's diff (nil: the
 	// page shows none). Previews run one at a time.
-	Preview func(ctx context.Context, app *plumbv1.App) (*reconcile.Preview, error)
+	Preview PreviewFunc
+	// Key names them in the browser (the live script's lock and channel,
+	// so that two people's tabs in one browser never share a stream); not
+	// a secret.
+	Key string
 	// MayRead says whether they may read the Apps of a namespace: the live
 	// stream carries only those. nil means every App the stream's
 	// informer holds (it reads with their own identity). An Identity that
 	// serves many people answers from its own cache of access reviews.
 	MayRead func(ctx context.Context, namespace string) (bool, error)
 }
+
+// PreviewFunc previews an App: what its next tick would do.
+type PreviewFunc func(ctx context.Context, app *plumbv1.App) (*reconcile.Preview, error)
 
 // Identity tells whom a request acts for.
 type Identity interface {
@@ -97,6 +109,14 @@ type Options struct {
 	MaxStreams, MaxStreamsPerViewer int
 	// PreviewTimeout bounds the App page's diff (default 60s).
 	PreviewTimeout time.Duration
+	// AppsNamespaces are the namespaces Apps holds ("" or nil: every
+	// namespace): a page of another namespace is not updated live.
+	AppsNamespaces []string
+	// Token, when set, is the secret that the printed URL carries: a
+	// browser that opens it gets a session cookie, and every request
+	// without that cookie is refused (under `plumb ui`, other users of the
+	// machine can reach its loopback port too).
+	Token string
 	// Now is the clock for ages (default time.Now).
 	Now func() time.Time
 	Log *zap.Logger
@@ -104,10 +124,12 @@ type Options struct {
 
 // Server serves the dashboard.
 type Server struct {
-	opts     Options
-	pages    *template.Template
-	previews sync.Mutex // previews share a Git cache folder: one at a time
-	hub      hub
+	opts  Options
+	pages *template.Template
+	hub   hub
+
+	mu    sync.Mutex
+	slots map[string]chan struct{} // one preview at a time per viewer (they share a Git folder)
 }
 
 // New makes a Server.
@@ -134,7 +156,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, pages: pages}
+	s := &Server{opts: opts, pages: pages, slots: map[string]chan struct{}{}}
 	if opts.Apps != nil {
 		if err := s.watchApps(context.Background(), opts.Apps); err != nil {
 			return nil, err
@@ -154,7 +176,45 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /apps/{namespace}/{name}/sync", s.withViewer(s.sync))
 	mux.HandleFunc("POST /apps/{namespace}/{name}/suspend", s.withViewer(s.suspend))
 	mux.HandleFunc("POST /apps/{namespace}/{name}/resume", s.withViewer(s.resume))
-	return s.secure(http.NewCrossOriginProtection().Handler(mux))
+	return s.secure(http.NewCrossOriginProtection().Handler(s.session(mux)))
+}
+
+// sessionCookie is the name of the cookie of a browser that opened the
+// printed URL: its own per token, since a browser keeps one set of cookies
+// for every port of a host (two plumb ui on 127.0.0.1 must not share one).
+func sessionCookie(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return "plumb-ui-" + hex.EncodeToString(sum[:6])
+}
+
+// session lets through only requests of a browser that opened the URL
+// with the token (when there is one): that request gets the cookie, and
+// is sent on to the same page without the token in its URL.
+func (s *Server) session(next http.Handler) http.Handler {
+	if s.opts.Token == "" {
+		return next
+	}
+	cookie := sessionCookie(s.opts.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if token := r.URL.Query().Get("token"); token != "" && r.Method == http.MethodGet {
+			if subtle.ConstantTimeCompare([]byte(token), []byte(s.opts.Token)) != 1 {
+				http.Error(w, "this is not the URL plumb ui printed: open that one", http.StatusUnauthorized)
+				return
+			}
+			http.SetCookie(w, &http.Cookie{Name: cookie, Value: s.opts.Token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			clean := *r.URL
+			q := clean.Query()
+			q.Del("token")
+			clean.RawQuery = q.Encode()
+			http.Redirect(w, r, clean.RequestURI(), http.StatusSeeOther)
+			return
+		}
+		if c, err := r.Cookie(cookie); err != nil || subtle.ConstantTimeCompare([]byte(c.Value), []byte(s.opts.Token)) != 1 {
+			http.Error(w, "open the URL plumb ui printed (it holds this session's token)", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // secure sets the headers every answer carries and refuses a Host that
@@ -171,6 +231,13 @@ func (s *Server) secure(next http.Handler) http.Handler {
 			http.Error(w, "this dashboard answers only to "+strings.Join(s.opts.AllowedHosts, ", "), http.StatusMisdirectedRequest)
 			return
 		}
+		// Another site may make the browser load a page (a link), but not
+		// fetch one, an asset or the stream as a resource of its own: that
+		// would start previews, or open streams, as the viewer.
+		if r.Header.Get("Sec-Fetch-Site") == "cross-site" && (r.Header.Get("Sec-Fetch-Mode") != "navigate" || r.Method != http.MethodGet) {
+			http.Error(w, "the dashboard is not a resource of other sites", http.StatusForbidden)
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -184,9 +251,9 @@ func allowedHost(allowed []string, host string) bool {
 	return false
 }
 
-// head is what the layout's head needs: the title, and the page and its
-// filters for the live script.
-type head struct{ Title, Page, Namespace, Name, Status, Query string }
+// head is what the layout's head needs: the title, and the page, its
+// filters and its viewer's key for the live script.
+type head struct{ Title, Page, Namespace, Name, Status, Query, Viewer string }
 
 // withViewer runs h for the request's viewer, or refuses the request.
 func (s *Server) withViewer(h func(http.ResponseWriter, *http.Request, *Viewer)) http.HandlerFunc {

@@ -101,12 +101,12 @@ var valueSets = map[string]string{
   proxyContainers:
     - name: oauth2-proxy
       image: quay.io/oauth2-proxy/oauth2-proxy:v7.6.0
-      args: [--http-address=0.0.0.0:4180, --upstream=http://127.0.0.1:9400, --provider=github, --email-domain=*,
+      args: [--http-address=0.0.0.0:4180, --upstream=http://127.0.0.1:9400, --provider=github, --github-org=acme, --email-domain=*,
         --pass-user-headers=true, --set-xauthrequest=false, --client-id=plumb, --client-secret-file=/etc/oauth2-proxy/client-secret,
         --cookie-secret-file=/etc/oauth2-proxy/cookie-secret]
       ports: [{name: http, containerPort: 4180}]
       securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}`,
-	"dashboardTLS": "dashboard: {enabled: true, addr: ':9443', trustedProxies: [], tls: {secretName: dashboard-tls, clientCASecretName: proxy-ca}, service: {targetPort: 9443}}",
+	"dashboardTLS": "dashboard: {enabled: true, addr: ':9443', trustedProxies: [], tls: {secretName: dashboard-tls, clientCASecretName: proxy-ca, clientCertNames: [oauth2-proxy.auth.svc]}, service: {targetPort: 9443}}",
 	"everything": `controller: {workers: 8, logLevel: debug, logEncoding: console, appLabelSelector: "shard=a", defaultServiceAccount: deployer,
   noCrossNamespace: true, notificationBlockedCIDRs: [169.254.0.0/16], extraArgs: ["--pprof-addr=127.0.0.1:6060"],
   readLimits: {maxRepositoryFiles: 11, maxRepositoryBytes: 12, maxFileBytes: 13, maxObjects: 14},
@@ -511,7 +511,8 @@ func TestTheDashboardIsOffByDefaultAndTrustsOnlyItsProxy(t *testing.T) {
 	}
 	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
 	dashArgs, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
-	for _, want := range []string{"ui", "--proxy", "--addr=127.0.0.1:9400", "--trusted-proxy=127.0.0.1/32", "--user-header=X-Forwarded-User", "--groups-header=X-Forwarded-Groups"} {
+	for _, want := range []string{"ui", "--proxy", "--addr=127.0.0.1:9400", "--trusted-proxy=127.0.0.1/32", "--user-header=X-Forwarded-User", "--groups-header=X-Forwarded-Groups",
+		"--user-prefix=dashboard:", "--groups-prefix=dashboard:"} {
 		if !slices.Contains(dashArgs, want) {
 			t.Errorf("the dashboard's args %v lack %s", dashArgs, want)
 		}
@@ -554,7 +555,7 @@ func TestTheDashboardIsOffByDefaultAndTrustsOnlyItsProxy(t *testing.T) {
 	}
 	containers, _, _ = unstructured.NestedSlice(find(objects, "Deployment", "plumb-dashboard").Object, "spec", "template", "spec", "containers")
 	dashArgs, _, _ = unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
-	for _, want := range []string{"--tls-cert-file=/etc/plumb/dashboard-tls/tls.crt", "--client-ca-file=/etc/plumb/dashboard-client-ca/ca.crt"} {
+	for _, want := range []string{"--tls-cert-file=/etc/plumb/dashboard-tls/tls.crt", "--client-ca-file=/etc/plumb/dashboard-client-ca/ca.crt", "--client-cert-name=oauth2-proxy.auth.svc"} {
 		if !slices.Contains(dashArgs, want) {
 			t.Errorf("the mutual-TLS dashboard's args %v lack %s", dashArgs, want)
 		}
@@ -567,6 +568,19 @@ func TestTheDashboardIsOffByDefaultAndTrustsOnlyItsProxy(t *testing.T) {
 
 	if _, _, err := render(t, values(t, "dashboard: {enabled: true, trustedProxies: []}")); err == nil || !strings.Contains(err.Error(), "believes user headers only from its proxy") {
 		t.Errorf("a dashboard trusting no proxy: %v, want the chart's refusal", err)
+	}
+	if _, _, err := render(t, values(t, "dashboard: {enabled: true, tls: {secretName: a, clientCASecretName: b}}")); err == nil || !strings.Contains(err.Error(), "clientCertNames") {
+		t.Errorf("a dashboard trusting a whole CA: %v, want the chart's refusal", err)
+	}
+	// It previews as the controller ticks: with its lockdown.
+	objects, _, err = render(t, values(t, "dashboard: {enabled: true}\ncontroller: {defaultServiceAccount: deployer, noCrossNamespace: true}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	containers, _, _ = unstructured.NestedSlice(find(objects, "Deployment", "plumb-dashboard").Object, "spec", "template", "spec", "containers")
+	dashArgs, _, _ = unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	if !slices.Contains(dashArgs, "--default-service-account=deployer") || !slices.Contains(dashArgs, "--no-cross-namespace") {
+		t.Errorf("the dashboard's args %v lack the controller's lockdown", dashArgs)
 	}
 }
 

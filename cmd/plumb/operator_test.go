@@ -43,6 +43,8 @@ type world struct {
 	repo *gittest.Workdir
 	url  string
 	log  string
+	// controller is the controller's process.
+	controller *os.Process
 }
 
 // newWorld makes the namespace (prefix and a random suffix) and the
@@ -95,6 +97,7 @@ func (w *world) startController() {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	w.controller = cmd.Process
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); logFile.Close(); close(exited) }()
 	t.Cleanup(func() {

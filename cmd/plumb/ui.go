@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -34,7 +36,11 @@ type uiFlags struct {
 	proxy                     bool
 	trustedProxies            []string
 	userHeader, groupsHeader  string
+	userPrefix, groupsPrefix  string
 	tlsCert, tlsKey, clientCA string
+	clientCertNames           []string
+	// the controller's lockdown, for previews
+	policy reconcile.Policy
 }
 
 func newUICommand(cluster *clusterFlags) *cobra.Command {
@@ -45,8 +51,11 @@ func newUICommand(cluster *clusterFlags) *cobra.Command {
 		Long: `Serve plumb's web dashboard. Every page is read, and every action (Sync, Suspend, Resume)
 made, with your kubeconfig's identity, so the API server's RBAC decides what you see and may
 do. The App page's diff is the preview plumb diff shows. plumb opens no browser: it prints
-the URL. It answers only to the address it serves on (and localhost, on loopback), so that
-no other site's name can reach it.
+the URL, which holds a session token (other users of this machine can reach its port too):
+a browser that opens it gets a session cookie, and a request without it is refused.
+PLUMB_UI_TOKEN sets the token (to keep the URL across restarts). It serves only on a
+loopback address, and answers only to that address and localhost, so that no other site's
+name can reach it.
 
 With --proxy it serves many people from inside the cluster, behind an authenticating proxy
 (oauth2-proxy, for instance): each request acts, by impersonation, for the user and groups
@@ -70,7 +79,12 @@ subjectaccessreviews, and list and watch on Apps.`,
 	flags.StringVar(&f.groupsHeader, "groups-header", "X-Forwarded-Groups", "with --proxy: the header naming the user's groups (comma-separated)")
 	flags.StringVar(&f.tlsCert, "tls-cert-file", "", "serve HTTPS with this certificate (and --tls-key-file)")
 	flags.StringVar(&f.tlsKey, "tls-key-file", "", "the key of --tls-cert-file")
-	flags.StringVar(&f.clientCA, "client-ca-file", "", "with --proxy and TLS: believe the headers of connections whose client certificate this CA signed (mutual TLS with the proxy)")
+	flags.StringVar(&f.clientCA, "client-ca-file", "", "with --proxy and TLS: believe the headers of connections whose client certificate this CA signed and --client-cert-name names (mutual TLS with the proxy)")
+	flags.StringSliceVar(&f.clientCertNames, "client-cert-name", nil, "with --client-ca-file: the proxy's certificate's common name or DNS name (repeatable)")
+	flags.StringVar(&f.userPrefix, "user-prefix", "", "with --proxy: put before the user the proxy names (as the API server's --oidc-username-prefix), so that its logins are no other authenticator's users")
+	flags.StringVar(&f.groupsPrefix, "groups-prefix", "", "with --proxy: put before each group the proxy names (as --oidc-groups-prefix)")
+	flags.BoolVar(&f.policy.NoCrossNamespace, "no-cross-namespace", false, "preview (the App page's diff) as a controller run with --no-cross-namespace ticks")
+	flags.StringVar(&f.policy.DefaultServiceAccount, "default-service-account", "", "preview as a controller run with --default-service-account ticks")
 	return cmd
 }
 
@@ -87,6 +101,9 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 	}
 	if f.clientCA != "" && (!f.proxy || f.tlsCert == "") {
 		return errors.New("--client-ca-file needs --proxy and --tls-cert-file: it names the proxy's certificates")
+	}
+	if (f.clientCA == "") != (len(f.clientCertNames) == 0) {
+		return errors.New("--client-ca-file and --client-cert-name go together: a CA may sign other workloads' certificates too, so the proxy's own name is needed")
 	}
 	c, err := cluster.appsClient()
 	if err != nil {
@@ -105,8 +122,8 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 		return err
 	}
 	defer os.RemoveAll(cacheDir)
-	newPreview := func(cfg *rest.Config, dir string) (func(context.Context, *plumbv1.App) (*reconcile.Preview, error), error) {
-		previewer, err := preview.New(preview.Options{Config: cfg, GitCacheDir: dir, RenderCommand: []string{self, renderSandboxCommand}})
+	newPreview := func(cfg *rest.Config, dir string) (ui.PreviewFunc, error) {
+		previewer, err := preview.New(preview.Options{Config: cfg, GitCacheDir: dir, Policy: f.policy, RenderCommand: []string{self, renderSandboxCommand}})
 		if err != nil {
 			return nil, err
 		}
@@ -115,11 +132,14 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 
 	ctx, stop := signal.NotifyContext(contextOf(cmd), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	apps, scope, err := liveApps(ctx, cluster, c)
+	apps, namespaces, scope, err := liveApps(ctx, cluster, c)
 	if err != nil {
 		return err
 	}
-	opts := ui.Options{Apps: apps}
+	opts := ui.Options{AppsNamespaces: namespaces}
+	if apps != nil {
+		opts.Apps = apps
+	}
 	var tlsConfig *tls.Config
 	if f.tlsCert != "" {
 		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -144,7 +164,8 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 			}
 		}
 		identity, err := ui.NewProxy(ui.ProxyOptions{Config: cfg, Scheme: c.Scheme(), Mapper: c.RESTMapper(),
-			UserHeader: f.userHeader, GroupsHeader: f.groupsHeader, TrustedProxies: trusted, TrustClientCertificates: f.clientCA != "",
+			UserHeader: f.userHeader, GroupsHeader: f.groupsHeader, UserPrefix: f.userPrefix, GroupsPrefix: f.groupsPrefix,
+			TrustedProxies: trusted, ClientCertNames: f.clientCertNames,
 			NewPreview: newPreview, GitCacheDir: cacheDir})
 		if err != nil {
 			return fmt.Errorf("--proxy: %w (give --trusted-proxy or --client-ca-file)", err)
@@ -155,7 +176,12 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 		if err != nil {
 			return err
 		}
-		opts.Identity = ui.Local{Viewer: &ui.Viewer{Name: "you", Client: c, Preview: previewApp}}
+		opts.Identity = ui.Local{Viewer: &ui.Viewer{Name: "you", Key: "local", Client: c, Preview: previewApp}}
+		if opts.Token = os.Getenv("PLUMB_UI_TOKEN"); opts.Token == "" {
+			if opts.Token, err = randomToken(); err != nil {
+				return err
+			}
+		}
 	}
 
 	listener, err := net.Listen("tcp", f.addr)
@@ -163,6 +189,10 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 		return fmt.Errorf("listening on %s: %w (pick another with --addr)", f.addr, err)
 	}
 	_, port, _ = net.SplitHostPort(listener.Addr().String())
+	if tcp, ok := listener.Addr().(*net.TCPAddr); !f.proxy && (!ok || !tcp.IP.IsLoopback()) {
+		listener.Close()
+		return fmt.Errorf("--addr %s is not a loopback address: plumb ui acts with your rights, so anyone who reaches it would too (serve it on 127.0.0.1, or behind an authenticating proxy with --proxy)", f.addr)
+	}
 	if !f.proxy {
 		opts.AllowedHosts = []string{net.JoinHostPort(host, port)}
 		if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
@@ -173,7 +203,9 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 	if err != nil {
 		return err
 	}
-	go func() { _ = apps.Start(ctx) }()
+	if apps != nil {
+		go func() { _ = apps.Start(ctx) }()
+	}
 	srv := &http.Server{Handler: server.Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig}
 	srv.RegisterOnShutdown(server.Close)
 	go func() {
@@ -189,7 +221,11 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 	if f.proxy {
 		mode = " behind an authenticating proxy (" + f.userHeader + " believed from " + strings.Join(append(f.trustedProxies, clientCAName(f.clientCA)...), ", ") + ")"
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "Serving the dashboard at %s://%s/%s (Ctrl-C stops); live updates: %s\n", scheme, listener.Addr(), mode, scope)
+	query := ""
+	if opts.Token != "" {
+		query = "?token=" + opts.Token
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "Serving the dashboard at %s://%s/%s%s (Ctrl-C stops); live updates: %s\n", scheme, listener.Addr(), query, mode, scope)
 	if tlsConfig != nil {
 		err = srv.ServeTLS(listener, f.tlsCert, f.tlsKey)
 	} else {
@@ -229,29 +265,47 @@ func parsePrefixes(values []string) ([]netip.Prefix, error) {
 // stream, read with the identity the dashboard runs as: every namespace's
 // Apps when it may watch them all, else those of the kubeconfig's
 // namespace (-n).
-func liveApps(ctx context.Context, cluster *clusterFlags, c client.Client) (cache.Cache, string, error) {
+func liveApps(ctx context.Context, cluster *clusterFlags, c client.Client) (cache.Cache, []string, string, error) {
 	cfg, err := cluster.restConfig()
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
 		ResourceAttributes: &authorizationv1.ResourceAttributes{Group: plumbv1.GroupVersion.Group, Resource: "apps", Verb: "watch"}}}
 	if err := c.Create(ctx, review); err != nil {
-		return nil, "", fmt.Errorf("asking the API server whether you may watch Apps: %s", apiMessage(err))
+		return nil, nil, "", fmt.Errorf("asking the API server whether you may watch Apps: %s", apiMessage(err))
 	}
 	opts := cache.Options{Scheme: c.Scheme(), Mapper: c.RESTMapper()}
 	scope := "Apps of every namespace"
+	var namespaces []string
 	if !review.Status.Allowed {
 		ns, err := cluster.namespace()
 		if err != nil {
-			return nil, "", err
+			return nil, nil, "", err
+		}
+		review.Spec.ResourceAttributes.Namespace = ns
+		if err := c.Create(ctx, review); err != nil {
+			return nil, nil, "", fmt.Errorf("asking the API server whether you may watch Apps in %s: %s", ns, apiMessage(err))
+		}
+		if !review.Status.Allowed {
+			return nil, nil, "none (you may watch Apps neither in every namespace nor in " + ns + "; -n picks another)", nil
 		}
 		opts.DefaultNamespaces = map[string]cache.Config{ns: {}}
+		namespaces = []string{ns}
 		scope = "Apps of namespace " + ns + " (you may not watch Apps in every namespace; -n picks another)"
 	}
 	apps, err := cache.New(cfg, opts)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
-	return apps, scope, nil
+	return apps, namespaces, scope, nil
+}
+
+// randomToken is the secret of a plumb ui session.
+func randomToken() (string, error) {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
 }

@@ -8,11 +8,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,19 +33,36 @@ import (
 	"github.com/plumb-dev/plumb/localcluster"
 )
 
-// startUI runs plumb ui with kubeconfig (and more flags) on a free
-// loopback address and returns the URL it prints.
-func startUI(t *testing.T, kubeconfig string, flags ...string) string {
-	t.Helper()
-	url, _ := startUIAt(t, localcluster.FreeAddrsForTest(t, 1)[0], kubeconfig, flags...)
-	return url
+// dashboard is a running plumb ui.
+type dashboard struct {
+	// url is its base URL (ending in /); login is the URL it printed,
+	// with its session token (proxy mode has none: login is url).
+	url, login string
+	// client holds the session's cookie.
+	client *http.Client
+	stop   func()
 }
 
-// startUIAt runs plumb ui on addr and returns the URL it prints and a
-// function that stops it (the test's end stops it too).
-func startUIAt(t *testing.T, addr, kubeconfig string, flags ...string) (string, func()) {
+// startUI runs plumb ui with kubeconfig (and more flags) on a free
+// loopback address.
+func startUI(t *testing.T, kubeconfig string, flags ...string) *dashboard {
+	t.Helper()
+	return startUIAt(t, localcluster.FreeAddrsForTest(t, 1)[0], kubeconfig, flags...)
+}
+
+// startUIAt runs plumb ui on addr (with the session token token, when
+// not "") until stop or the test's end, and opens a session.
+func startUIAt(t *testing.T, addr, kubeconfig string, flags ...string) *dashboard {
+	t.Helper()
+	return startUIWith(t, addr, kubeconfig, "", flags...)
+}
+
+func startUIWith(t *testing.T, addr, kubeconfig, token string, flags ...string) *dashboard {
 	t.Helper()
 	cmd := exec.Command(plumbBinary, append([]string{"ui", "--addr", addr, "--kubeconfig", kubeconfig}, flags...)...)
+	if token != "" {
+		cmd.Env = append(os.Environ(), "PLUMB_UI_TOKEN="+token)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -64,13 +83,20 @@ func startUIAt(t *testing.T, addr, kubeconfig string, flags ...string) (string, 
 		}
 		_, _ = io.Copy(io.Discard, stdout)
 	}()
+	var login string
 	select {
-	case u := <-url:
-		return u, stop
+	case login = <-url:
 	case <-time.After(time.Minute):
 		t.Fatal("plumb ui printed no URL within a minute")
-		return "", stop
 	}
+	jar, _ := cookiejar.New(nil)
+	d := &dashboard{url: strings.SplitN(login, "?", 2)[0], login: login, client: &http.Client{Jar: jar, Timeout: time.Minute}, stop: stop}
+	resp, err := d.client.Get(login)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return d
 }
 
 // browser is a headless Chromium (Debian's, installed by make browser).
@@ -83,7 +109,7 @@ func browser(t *testing.T) context.Context {
 	allocator, cancelAllocator := chromedp.NewExecAllocator(context.Background(),
 		append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.Headless, chromedp.WindowSize(390, 844))...)
 	ctx, cancel := chromedp.NewContext(allocator)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 10*time.Minute)
 	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAllocator() })
 	return ctx
 }
@@ -187,17 +213,31 @@ func waitText[S chromedp.Selectable](t *testing.T, ctx context.Context, sel S, w
 	}
 }
 
+// waitExact polls the text of sel until it is want.
+func waitExact[S chromedp.Selectable](t *testing.T, ctx context.Context, sel S, want string) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		got, err := chromedp.Run(ctx, chromedp.Text(sel, chromedp.AtLeast(0)))
+		last = got
+		return err == nil && strings.TrimSpace(got) == want, nil
+	})
+	if err != nil {
+		t.Fatalf("%v never was %q (last: %q)", sel, want, last)
+	}
+}
+
 // eventStream is a live stream read in the background.
 type eventStream struct {
 	mu    sync.Mutex
 	bytes []byte
 }
 
-// readStream opens url as an event stream and reads it until the test
+// readStream opens url with c as an event stream and reads it until the test
 // ends.
-func readStream(t *testing.T, url string) *eventStream {
+func readStream(t *testing.T, c *http.Client, url string) *eventStream {
 	t.Helper()
-	return readStreamWith(t, http.DefaultClient, url, nil)
+	return readStreamWith(t, c, url, nil)
 }
 
 // readStreamWith opens url with c and headers as an event stream and
@@ -247,10 +287,10 @@ func (s *eventStream) until(t *testing.T, want string) string {
 	return got
 }
 
-// fetch fetches url and returns its status and body.
-func fetch(t *testing.T, url string) (int, string) {
+// fetch fetches url with c and returns its status and body.
+func fetch(t *testing.T, c *http.Client, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := c.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,11 +331,13 @@ func TestTheDashboard(t *testing.T) {
 	w.createApp("web", "web", func(app *plumbv1.App) { app.Spec.DriftPolicy = plumbv1.DriftPolicyAlert })
 	w.waitReady("web", commit)
 	addr := localcluster.FreeAddrsForTest(t, 1)[0]
-	url, stopUI := startUIAt(t, addr, cluster.KubeconfigPath)
+	const token = "the-dashboard-test-session-token-0123456789"
+	ui := startUIWith(t, addr, cluster.KubeconfigPath, token)
+	url, stopUI := ui.url, ui.stop
 	parent := t
 	appURL := url + "apps/" + ns + "/web"
 	ctx := browser(t)
-	rowID := chromedp.ID("app-" + ns + "-web")
+	rowID := chromedp.ID("app-" + ns + "_web")
 
 	// noSecret fails if a page's bytes hold a Secret value, plain or base64.
 	noSecret := func(t *testing.T, where, body string) {
@@ -310,7 +352,14 @@ func TestTheDashboard(t *testing.T) {
 	}
 
 	t.Run("the Apps page lists the App with its real status", func(t *testing.T) {
-		resp, err := http.Get(url)
+		if status, _ := fetch(t, http.DefaultClient, url); status != http.StatusUnauthorized {
+			t.Errorf("a request without the session: %d, want 401", status)
+		}
+		if status, _ := fetch(t, http.DefaultClient, url+"?token=not-the-token"); status != http.StatusUnauthorized {
+			t.Errorf("a request with another token: %d, want 401", status)
+		}
+		open(t, ctx, ui.login, rowID) // the printed URL: the browser's session
+		resp, err := ui.client.Get(url)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -333,14 +382,14 @@ func TestTheDashboard(t *testing.T) {
 
 	t.Run("a drift made with kubectl appears live, with the manager's name, in no Secret's value", func(t *testing.T) {
 		open(t, ctx, url+"?namespace="+ns, rowID)
-		waitText(t, ctx, chromedp.ID("live-state"), "live")
+		waitExact(t, ctx, chromedp.ID("live-state"), "live")
 		if _, err := chromedp.Run(ctx, chromedp.Evaluate[int]("window.plumbTestMarker = 42")); err != nil {
 			t.Fatal(err)
 		}
-		stream := readStream(t, url+"events")
+		stream := readStream(t, ui.client, url+"events")
 		kubectl(t, "patch", "configmap", "web", "-n", ns, "--type", "merge", "-p", `{"data":{"greeting":"hi"}}`)
 		kubectl(t, "patch", "secret", "web-token", "-n", ns, "--type", "merge", "-p", `{"stringData":{"password":"`+driftedSecretValue+`"}}`)
-		waitText(t, ctx, chromedp.CSS("#app-"+ns+"-web .drift"), "2 by kubectl-patch")
+		waitText(t, ctx, chromedp.CSS("#app-"+ns+"_web .drift"), "2 by kubectl-patch")
 		if marker, err := chromedp.Run(ctx, chromedp.Evaluate[int]("window.plumbTestMarker || 0")); err != nil || marker != 42 {
 			t.Errorf("the page was reloaded (marker %d, %v): the drift must arrive live", marker, err)
 		}
@@ -350,11 +399,11 @@ func TestTheDashboard(t *testing.T) {
 		screenshot(t, ctx, "apps-drifted")
 		bytes := stream.until(t, `"drift":2`)
 		noSecret(t, "the live stream", bytes)
-		_, body := fetch(t, url+"?namespace="+ns)
+		_, body := fetch(t, ui.client, url+"?namespace="+ns)
 		noSecret(t, "the Apps page", body)
 		// The status filter.
 		for status, listed := range map[string]bool{"drifted": true, "ready": true, "failing": false, "suspended": false} {
-			if _, body := fetch(t, url+"?namespace="+ns+"&status="+status); strings.Contains(body, `id="app-`+ns+`-web"`) != listed {
+			if _, body := fetch(t, ui.client, url+"?namespace="+ns+"&status="+status); strings.Contains(body, `id="app-`+ns+`_web"`) != listed {
 				t.Errorf("status filter %s: the drifted, Ready App listed %v, want %v", status, !listed, listed)
 			}
 		}
@@ -391,7 +440,7 @@ func TestTheDashboard(t *testing.T) {
 		}
 		screenshot(t, ctx, "app")
 		accessible(t, ctx, "the App page")
-		_, body := fetch(t, appURL)
+		_, body := fetch(t, ui.client, appURL)
 		noSecret(t, "the App page", body)
 	})
 
@@ -409,6 +458,13 @@ func TestTheDashboard(t *testing.T) {
 		if focused != "sync" {
 			t.Fatal("30 Tabs never reached the Sync button")
 		}
+		// The controller is frozen until the page shows the request
+		// waiting: then the handled sync can only arrive live.
+		if err := w.controller.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		resume := func() { _ = w.controller.Signal(syscall.SIGCONT) }
+		t.Cleanup(resume)
 		if err := chromedp.Do(ctx, chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(chromedp.ID("sync-progress"))); err != nil {
 			t.Fatalf("Enter on the Sync button: %v", err)
 		}
@@ -417,7 +473,17 @@ func TestTheDashboard(t *testing.T) {
 		if err != nil || request == "" {
 			t.Fatalf("the page names no sync request: %q %v", request, err)
 		}
-		waitText(t, ctx, chromedp.ID("sync-state"), "Sync handled: ") // live: the page is not reloaded
+		if state := text(t, ctx, chromedp.ID("sync-state")); !strings.HasPrefix(state, "Sync requested at") {
+			t.Fatalf("the page says %q while the controller is frozen, want the request waiting", state)
+		}
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[int]("window.plumbTestMarker = 7")); err != nil {
+			t.Fatal(err)
+		}
+		resume()
+		waitText(t, ctx, chromedp.ID("sync-state"), "Sync handled: ")
+		if marker, err := chromedp.Run(ctx, chromedp.Evaluate[int]("window.plumbTestMarker || 0")); err != nil || marker != 7 {
+			t.Errorf("the page was reloaded (marker %d, %v): the handled sync must arrive live", marker, err)
+		}
 		if got := w.app("web").Status.LastHandledSyncRequest; got == before || got != request {
 			t.Errorf("lastHandledSyncRequest = %q, want the page's request %q", got, request)
 		}
@@ -453,9 +519,11 @@ func TestTheDashboard(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		viewerURL := startUI(t, w.kubeconfigOf("viewer"))
+		viewer := startUI(t, w.kubeconfigOf("viewer"))
+		viewerURL := viewer.url
+		open(t, ctx, viewer.login, chromedp.ID("main"))
 		eventually(t, "the viewer's Role in force", func() bool {
-			status, _ := fetch(t, viewerURL+"apps/"+ns+"/web")
+			status, _ := fetch(t, viewer.client, viewerURL+"apps/"+ns+"/web")
 			return status == http.StatusOK
 		})
 		before := w.app("web")
@@ -522,7 +590,7 @@ func TestTheDashboard(t *testing.T) {
 			}()
 			accepted, retryAfter = 0, ""
 			for range 6 {
-				resp, err := http.Get(url + "events")
+				resp, err := ui.client.Get(url + "events")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -539,11 +607,11 @@ func TestTheDashboard(t *testing.T) {
 
 	t.Run("the page reconnects when plumb ui comes back", func(t *testing.T) {
 		open(t, ctx, url+"?namespace="+ns, rowID)
-		waitText(t, ctx, chromedp.ID("live-state"), "live")
+		waitExact(t, ctx, chromedp.ID("live-state"), "live")
 		stopUI()
 		waitText(t, ctx, chromedp.ID("live-state"), "offline: reconnecting")
-		startUIAt(parent, addr, cluster.KubeconfigPath) // serves the later subtests too
-		waitText(t, ctx, chromedp.ID("live-state"), "live")
+		startUIWith(parent, addr, cluster.KubeconfigPath, token) // the same session; it serves the later subtests too
+		waitExact(t, ctx, chromedp.ID("live-state"), "live")
 		patchWeb(t, w, `{"spec":{"suspend":true}}`)
 		waitText(t, ctx, rowID, "suspended")
 		patchWeb(t, w, `{"spec":{"suspend":false}}`)
@@ -583,11 +651,14 @@ func TestTheDashboard(t *testing.T) {
 		if r := w.plumb("ui", "--addr", "0.0.0.0:0"); r.code == 0 || !strings.Contains(r.stderr, "serves every interface") {
 			t.Errorf("plumb ui on every interface: want a refusal\n%s", r)
 		}
+		if r := w.plumb("ui", "--addr", net.JoinHostPort(nonLoopbackAddress(t), "0")); r.code == 0 || !strings.Contains(r.stderr, "is not a loopback address") {
+			t.Errorf("plumb ui on a non-loopback address: want a refusal\n%s", r)
+		}
 		req, _ := http.NewRequest(http.MethodPost, appURL+"/sync", nil)
 		req.Header.Set("Origin", "http://evil.example")
 		req.Header.Set("Sec-Fetch-Site", "cross-site")
 		before := w.app("web").Annotations[plumbv1.AnnotationSyncRequestedAt]
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := ui.client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -600,7 +671,7 @@ func TestTheDashboard(t *testing.T) {
 		}
 		req, _ = http.NewRequest(http.MethodGet, url, nil)
 		req.Host = "rebound.evil.example"
-		resp, err = http.DefaultClient.Do(req)
+		resp, err = ui.client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -683,8 +754,8 @@ func TestTheDashboardBehindAProxy(t *testing.T) {
 		return w.plumbWith(dashboardKubeconfig, "get", "apps", "-A").code == 0
 	})
 	// The proxy connects from 127.0.0.2; anyone else from 127.0.0.1.
-	url := startUI(t, dashboardKubeconfig, "--proxy", "--trusted-proxy", "127.0.0.2")
-	fromProxy := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext}}
+	url := startUI(t, dashboardKubeconfig, "--proxy", "--trusted-proxy", "127.0.0.2").url
+	fromProxy := &http.Client{Timeout: time.Minute, Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext}}
 	request := func(t *testing.T, c *http.Client, path string, headers map[string]string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodGet, url+path, nil)
@@ -731,7 +802,7 @@ func TestTheDashboardBehindAProxy(t *testing.T) {
 			return status == http.StatusOK
 		})
 		status, body := request(t, fromProxy, "", alice)
-		if status != http.StatusOK || !strings.Contains(body, "app-"+a+"-web") || strings.Contains(body, b) {
+		if status != http.StatusOK || !strings.Contains(body, "app-"+a+"_web") || strings.Contains(body, b) {
 			t.Errorf("alice's Apps page (%d) must list %s/web and nothing of %s:\n%s", status, a, b, body)
 		}
 		if status, body := request(t, fromProxy, "apps/"+b+"/hidden", alice); status != http.StatusForbidden || !strings.Contains(body, "Your Kubernetes rights do not let you read App "+b+"/hidden") {
@@ -760,4 +831,20 @@ func TestTheDashboardBehindAProxy(t *testing.T) {
 			t.Errorf("alice's stream must carry %s's App and nothing of %s:\n%s", a, b, got)
 		}
 	})
+}
+
+// nonLoopbackAddress is an address of this machine that is not loopback.
+func nonLoopbackAddress(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if ip, ok := a.(*net.IPNet); ok && !ip.IP.IsLoopback() && ip.IP.To4() != nil {
+			return ip.IP.String()
+		}
+	}
+	t.Fatalf("this machine has no non-loopback IPv4 address to check that plumb ui refuses one (addresses: %v)", addrs)
+	return ""
 }

@@ -15,16 +15,24 @@
   if (!page) { return; }
   var rows = new Map();
   var liveState = '';
-  var channel = ('BroadcastChannel' in window) ? new BroadcastChannel('plumb-live') : null;
+  var scope = null; // the namespaces the stream covers (null: every one)
+  // The lock and channel are the viewer's own: two people's tabs in one
+  // browser (behind a proxy) never share a stream.
+  var name = 'plumb-live-' + (body.dataset.viewer || 'local');
+  var channel = ('BroadcastChannel' in window) ? new BroadcastChannel(name) : null;
   var leader = false;
 
   function keyOf(r) { return r.namespace + '/' + r.name; }
+
+  // rowID is a row's id: no namespace or name holds "_", so it is unique.
+  function rowID(r) { return 'app-' + r.namespace + '_' + r.name; }
 
   function handle(m) {
     switch (m.type) {
       case 'snapshot':
         rows = new Map();
-        m.data.forEach(function (r) { rows.set(keyOf(r), r); });
+        scope = m.data.scope || null;
+        (m.data.rows || []).forEach(function (r) { rows.set(keyOf(r), r); });
         break;
       case 'app':
         rows.set(keyOf(m.data), m.data);
@@ -40,6 +48,13 @@
       default:
         return;
     }
+    // A page of a namespace the stream does not cover keeps what the
+    // server rendered.
+    if (scope && body.dataset.namespace && scope.indexOf(body.dataset.namespace) < 0) {
+      var el = document.getElementById('live-state');
+      if (el) { el.textContent = 'not live: the stream covers ' + scope.join(', '); }
+      return;
+    }
     if (page === 'apps') { renderApps(); } else if (page === 'app') { renderApp(); }
   }
 
@@ -53,7 +68,7 @@
       var m = e.data;
       if (m.type === 'hello') {
         if (leader) {
-          channel.postMessage({ type: 'snapshot', data: Array.from(rows.values()) });
+          channel.postMessage({ type: 'snapshot', data: { scope: scope, rows: Array.from(rows.values()) } });
           channel.postMessage({ type: 'state', data: liveState });
         }
         return;
@@ -68,8 +83,9 @@
     function connect() {
       broadcast({ type: 'state', data: 'connecting…' });
       var source = new EventSource('/events');
+      var opened = 0;
       source.addEventListener('open', function () {
-        delay = 1000;
+        opened = Date.now();
         broadcast({ type: 'state', data: 'live' });
       });
       ['snapshot', 'app', 'delete'].forEach(function (type) {
@@ -81,6 +97,10 @@
       });
       source.onerror = function () {
         source.close();
+        // A stream that lived a while ended normally (the server ends them
+        // after some minutes): reconnect soon. One that failed at once, or
+        // soon after it opened, backs off further each time.
+        if (opened && Date.now() - opened > 30000) { delay = 1000; }
         var wait = delay * (0.5 + Math.random());
         delay = Math.min(delay * 2, 30000);
         broadcast({ type: 'state', data: 'offline: reconnecting in ' + Math.max(1, Math.round(wait / 1000)) + ' s' });
@@ -145,7 +165,7 @@
 
   function rowOf(r, signature) {
     var tr = document.createElement('tr');
-    tr.id = 'app-' + r.namespace + '-' + r.name;
+    tr.id = rowID(r);
     tr.appendChild(cell('Namespace', r.namespace));
     var name = cell('Name', '');
     var a = document.createElement('a');
@@ -199,7 +219,7 @@
       if (r.failingPhase) { counts.failing++; }
       if (r.drift) { counts.drifted++; }
       var signature = JSON.stringify(r);
-      var old = existing.get('app-' + r.namespace + '-' + r.name);
+      var old = existing.get(rowID(r));
       // An unchanged row keeps its node (and the focus, if it holds it).
       return (old && old.dataset.signature === signature) ? old : rowOf(r, signature);
     });

@@ -123,7 +123,7 @@ func (s *Server) app(w http.ResponseWriter, r *http.Request, viewer *Viewer) {
 func (s *Server) renderApp(w http.ResponseWriter, r *http.Request, viewer *Viewer, page *appPage, status int) {
 	key := keyOf(r)
 	page.Namespace, page.Name = key.Namespace, key.Name
-	page.Head = head{Title: "App " + key.Namespace + "/" + key.Name, Page: "app", Namespace: key.Namespace, Name: key.Name, Viewer: viewer.Key}
+	page.Head = head{Title: "App " + key.Namespace + "/" + key.Name, Page: "app", Namespace: key.Namespace, Name: key.Name, Viewer: viewer.Key, Live: s.opts.Apps != nil}
 	app := &plumbv1.App{}
 	if err := viewer.Client.Get(r.Context(), key, app); err != nil {
 		page.Error = joinErrors(page.Error, refusal("read App "+key.String(), err))
@@ -276,15 +276,17 @@ func (s *Server) diffOf(ctx context.Context, viewer *Viewer, app *plumbv1.App) d
 	if viewer.Preview == nil {
 		return diffView{}
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.PreviewTimeout)
-	defer cancel()
-	slot := s.previewSlot(viewer.Name)
+	waiting, stopWaiting := context.WithTimeout(ctx, s.opts.PreviewTimeout)
+	defer stopWaiting()
+	slot := s.previewSlot(viewer.Key)
 	select {
 	case slot <- struct{}{}:
 		defer func() { <-slot }()
-	case <-ctx.Done():
+	case <-waiting.Done():
 		return diffView{Shown: true, Error: "Another preview of yours is still running (previews share your Git folder, one at a time): reload in a moment."}
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.PreviewTimeout) // from when it starts
+	defer cancel()
 	p, err := viewer.Preview(ctx, app.DeepCopy())
 	if err != nil {
 		var phaseErr *reconcile.PhaseError

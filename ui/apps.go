@@ -137,7 +137,7 @@ func (s *Server) apps(w http.ResponseWriter, r *http.Request, viewer *Viewer) {
 	sort.Slice(page.Apps, func(i, j int) bool {
 		return page.Apps[i].Namespace+"/"+page.Apps[i].Name < page.Apps[j].Namespace+"/"+page.Apps[j].Name
 	})
-	page.Head = head{Title: "Apps", Page: "apps", Namespace: page.Namespace, Status: page.Status, Query: page.Query, Viewer: viewer.Key}
+	page.Head = head{Title: "Apps", Page: "apps", Namespace: page.Namespace, Status: page.Status, Query: page.Query, Viewer: viewer.Key, Live: s.opts.Apps != nil}
 	s.render(w, http.StatusOK, "apps.html", page)
 }
 

@@ -208,13 +208,20 @@ func (p *Proxy) viewer(user string, groups []string) (*Viewer, error) {
 		return p.mayRead(ctx, user, groups, namespace)
 	}
 	if len(p.viewers) >= p.opts.MaxViewers {
-		p.evictOldest()
+		if dir := p.evictOldest(); dir != "" {
+			// Not under p.mu: a large folder would stall every request. A
+			// preview of theirs under way may still be cloning there: it
+			// fails, and their next page view makes the folder again.
+			go func() { _ = os.RemoveAll(dir) }()
+		}
 	}
 	p.viewers[id] = &proxyViewer{viewer: v, lastUse: time.Now(), gitDir: dir}
 	return v, nil
 }
 
-func (p *Proxy) evictOldest() {
+// evictOldest forgets the viewer used least recently and returns their
+// previews' folder. p.mu is held.
+func (p *Proxy) evictOldest() string {
 	var oldest string
 	var at time.Time
 	for id, v := range p.viewers {
@@ -222,12 +229,9 @@ func (p *Proxy) evictOldest() {
 			oldest, at = id, v.lastUse
 		}
 	}
-	if dir := p.viewers[oldest].gitDir; dir != "" {
-		// A preview of theirs under way may still be cloning: it fails,
-		// and their next page view makes the folder again.
-		_ = os.RemoveAll(dir)
-	}
+	dir := p.viewers[oldest].gitDir
 	delete(p.viewers, oldest)
+	return dir
 }
 
 // mayRead asks the API server whether user and groups may list the Apps

@@ -201,12 +201,17 @@ func (s *Server) session(next http.Handler) http.Handler {
 				http.Error(w, "this is not the URL plumb ui printed: open that one", http.StatusUnauthorized)
 				return
 			}
-			http.SetCookie(w, &http.Cookie{Name: cookie, Value: s.opts.Token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
-			clean := *r.URL
-			q := clean.Query()
+			// Lax, not Strict: the URL may be opened from a link elsewhere (a
+			// terminal, a chat), a cross-site navigation; writes are
+			// same-origin only anyway (CrossOriginProtection).
+			http.SetCookie(w, &http.Cookie{Name: cookie, Value: s.opts.Token, Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode})
+			q := r.URL.Query()
 			q.Del("token")
-			clean.RawQuery = q.Encode()
-			http.Redirect(w, r, clean.RequestURI(), http.StatusSeeOther)
+			to := "/" + strings.TrimLeft(r.URL.Path, "/") // never //other.host
+			if len(q) > 0 {
+				to += "?" + q.Encode()
+			}
+			http.Redirect(w, r, to, http.StatusSeeOther)
 			return
 		}
 		if c, err := r.Cookie(cookie); err != nil || subtle.ConstantTimeCompare([]byte(c.Value), []byte(s.opts.Token)) != 1 {
@@ -253,7 +258,11 @@ func allowedHost(allowed []string, host string) bool {
 
 // head is what the layout's head needs: the title, and the page, its
 // filters and its viewer's key for the live script.
-type head struct{ Title, Page, Namespace, Name, Status, Query, Viewer string }
+type head struct {
+	Title, Page, Namespace, Name, Status, Query, Viewer string
+	// Live says the live stream is served.
+	Live bool
+}
 
 // withViewer runs h for the request's viewer, or refuses the request.
 func (s *Server) withViewer(h func(http.ResponseWriter, *http.Request, *Viewer)) http.HandlerFunc {

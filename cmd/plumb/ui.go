@@ -102,6 +102,9 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 	if f.clientCA != "" && (!f.proxy || f.tlsCert == "") {
 		return errors.New("--client-ca-file needs --proxy and --tls-cert-file: it names the proxy's certificates")
 	}
+	if f.proxy && f.policy.DefaultServiceAccount != "" {
+		return errors.New("--default-service-account cannot be used with --proxy: the dashboard impersonates each user, and Kubernetes impersonates once, so no App could be previewed as that ServiceAccount")
+	}
 	if (f.clientCA == "") != (len(f.clientCertNames) == 0) {
 		return errors.New("--client-ca-file and --client-cert-name go together: a CA may sign other workloads' certificates too, so the proxy's own name is needed")
 	}

@@ -654,6 +654,9 @@ func TestTheDashboard(t *testing.T) {
 		if r := w.plumb("ui", "--addr", net.JoinHostPort(nonLoopbackAddress(t), "0")); r.code == 0 || !strings.Contains(r.stderr, "is not a loopback address") {
 			t.Errorf("plumb ui on a non-loopback address: want a refusal\n%s", r)
 		}
+		if r := w.plumb("ui", "--proxy", "--trusted-proxy", "127.0.0.2", "--default-service-account", "deployer"); r.code == 0 || !strings.Contains(r.stderr, "impersonates once") {
+			t.Errorf("plumb ui --proxy --default-service-account: want a refusal\n%s", r)
+		}
 		req, _ := http.NewRequest(http.MethodPost, appURL+"/sync", nil)
 		req.Header.Set("Origin", "http://evil.example")
 		req.Header.Set("Sec-Fetch-Site", "cross-site")

@@ -13,6 +13,11 @@
   var body = document.body;
   var page = body.dataset.page;
   if (!page) { return; }
+  if (body.dataset.live === 'off') {
+    var off = document.getElementById('live-state');
+    if (off) { off.textContent = 'off (plumb ui has no App informer you may watch)'; }
+    return;
+  }
   var rows = new Map();
   var liveState = '';
   var scope = null; // the namespaces the stream covers (null: every one)
@@ -112,7 +117,7 @@
   }
 
   if (navigator.locks && channel) {
-    navigator.locks.request('plumb-live', lead);
+    navigator.locks.request(name, lead);
     channel.postMessage({ type: 'hello' });
   } else {
     lead();

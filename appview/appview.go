@@ -5,6 +5,7 @@
 package appview
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -16,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -117,9 +119,9 @@ func conditionReason(app *plumbv1.App, condition string) string {
 // FailingPhase is the phase whose last run failed (read, observe, diff or
 // apply), or health when the objects failed their check; "" when none.
 func FailingPhase(app *plumbv1.App) string {
-	for _, p := range phases(app) {
-		if p.status.ConsecutiveFailures > 0 {
-			return p.name
+	for _, p := range Phases(app) {
+		if p.Status.ConsecutiveFailures > 0 {
+			return p.Name
 		}
 	}
 	if c := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady); c != nil && c.Reason == plumbv1.ReasonHealthCheckFailed {
@@ -128,14 +130,27 @@ func FailingPhase(app *plumbv1.App) string {
 	return ""
 }
 
-type namedPhase struct {
-	name   string
-	status plumbv1.PhaseStatus
+// NamedPhase is one phase of an App's status with its name (read,
+// observe, diff or apply).
+type NamedPhase struct {
+	Name   string
+	Status plumbv1.PhaseStatus
 }
 
-func phases(app *plumbv1.App) []namedPhase {
+// Phases are the App's phases in the order a tick runs them.
+func Phases(app *plumbv1.App) []NamedPhase {
 	p := app.Status.Phases
-	return []namedPhase{{"read", p.Read}, {"observe", p.Observe}, {"diff", p.Diff}, {"apply", p.Apply}}
+	return []NamedPhase{{"read", p.Read}, {"observe", p.Observe}, {"diff", p.Diff}, {"apply", p.Apply}}
+}
+
+// APIMessage is the API server's message in err (its Status), or err's
+// text.
+func APIMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Message != "" {
+		return status.Status().Message
+	}
+	return err.Error()
 }
 
 // ShortRevision is a recorded revision with its commit cut to 7 digits
@@ -211,9 +226,9 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 	}
 	line("")
 	line("PHASE\tLAST SUCCESS\tLAST FAILURE\tFAILURES\tREASON\tERROR")
-	for _, p := range phases(app) {
-		line("%s\t%s\t%s\t%d\t%s\t%s", p.name, Age(p.status.LastSuccessTime, now), Age(p.status.LastFailureTime, now),
-			p.status.ConsecutiveFailures, orDash(p.status.Reason), orDash(OneLine(p.status.LastError)))
+	for _, p := range Phases(app) {
+		line("%s\t%s\t%s\t%d\t%s\t%s", p.Name, Age(p.Status.LastSuccessTime, now), Age(p.Status.LastFailureTime, now),
+			p.Status.ConsecutiveFailures, orDash(p.Status.Reason), orDash(OneLine(p.Status.LastError)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

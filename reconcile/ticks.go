@@ -108,9 +108,14 @@ func (m *memory) addTick(key types.NamespacedName, fromStatus []plumbv1.TickReco
 	if n := len(a.ticks); n > plumbv1.MaxRecentTicks {
 		a.ticks = append([]plumbv1.TickRecord{}, a.ticks[n-plumbv1.MaxRecentTicks:]...)
 	}
-	out := make([]plumbv1.TickRecord, len(a.ticks))
-	for i := range a.ticks {
-		a.ticks[i].DeepCopyInto(&out[i])
+	return copyTicks(a.ticks)
+}
+
+// copyTicks is a deep copy of ticks.
+func copyTicks(ticks []plumbv1.TickRecord) []plumbv1.TickRecord {
+	out := make([]plumbv1.TickRecord, len(ticks))
+	for i := range ticks {
+		ticks[i].DeepCopyInto(&out[i])
 	}
 	return out
 }
@@ -124,11 +129,7 @@ func (m *memory) ticksOf(key types.NamespacedName) []plumbv1.TickRecord {
 	if a.ticks == nil {
 		return nil
 	}
-	out := make([]plumbv1.TickRecord, len(a.ticks))
-	for i := range a.ticks {
-		a.ticks[i].DeepCopyInto(&out[i])
-	}
-	return out
+	return copyTicks(a.ticks)
 }
 
 // Every status write carries the remembered ticks, and at most

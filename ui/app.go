@@ -164,16 +164,13 @@ func (s *Server) renderApp(w http.ResponseWriter, r *http.Request, viewer *Viewe
 
 func phasesOf(app *plumbv1.App, now time.Time) []phaseView {
 	var out []phaseView
-	for _, p := range []struct {
-		name   string
-		status plumbv1.PhaseStatus
-	}{{"Read", app.Status.Phases.Read}, {"Observe", app.Status.Phases.Observe}, {"Diff", app.Status.Phases.Diff}, {"Apply", app.Status.Phases.Apply}} {
-		v := phaseView{Name: p.name, LastSuccess: appview.Age(p.status.LastSuccessTime, now), LastFailure: appview.Age(p.status.LastFailureTime, now),
-			Failures: p.status.ConsecutiveFailures, Reason: appview.Printable(p.status.Reason), Error: appview.OneLine(p.status.LastError)}
+	for _, p := range appview.Phases(app) {
+		v := phaseView{Name: p.Name, LastSuccess: appview.Age(p.Status.LastSuccessTime, now), LastFailure: appview.Age(p.Status.LastFailureTime, now),
+			Failures: p.Status.ConsecutiveFailures, Reason: appview.Printable(p.Status.Reason), Error: appview.OneLine(p.Status.LastError)}
 		switch {
-		case p.status.LastError != "":
+		case p.Status.LastError != "":
 			v.State = "failing"
-		case p.status.LastSuccessTime != nil:
+		case p.Status.LastSuccessTime != nil:
 			v.State = "ok"
 		default:
 			v.State = "not run yet"
@@ -305,20 +302,12 @@ func (s *Server) diffOf(ctx context.Context, viewer *Viewer, app *plumbv1.App) d
 // refusal says what could not be done with the viewer's rights and why.
 func refusal(what string, err error) string {
 	if apierrors.IsForbidden(err) {
-		return "Your Kubernetes rights do not let you " + what + ": " + appview.OneLine(apiMessage(err))
+		return "Your Kubernetes rights do not let you " + what + ": " + appview.OneLine(appview.APIMessage(err))
 	}
 	if apierrors.IsNotFound(err) {
 		return "Could not " + what + ": it does not exist (or was deleted)."
 	}
-	return "Could not " + what + ": " + appview.OneLine(apiMessage(err))
-}
-
-func apiMessage(err error) string {
-	var status apierrors.APIStatus
-	if errors.As(err, &status) && status.Status().Message != "" {
-		return status.Status().Message
-	}
-	return err.Error()
+	return "Could not " + what + ": " + appview.OneLine(appview.APIMessage(err))
 }
 
 func statusOf(err error) int {

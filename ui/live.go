@@ -59,9 +59,10 @@ type snapshot struct {
 	Rows  []appRow `json:"rows"`
 }
 
-// change is one App that changed, or (App nil) one that was deleted.
+// change is one App that changed (its row, made once for every stream),
+// or (row nil) one that was deleted.
 type change struct {
-	app     *plumbv1.App
+	row     *appRow
 	deleted types.NamespacedName
 }
 
@@ -112,9 +113,7 @@ func (h *hub) leave(s *stream) {
 	if h.perViewer[s.viewer]--; h.perViewer[s.viewer] <= 0 {
 		delete(h.perViewer, s.viewer)
 	}
-	if !s.dropped {
-		close(s.changes)
-	}
+	h.drop(s)
 }
 
 // publish hands c to every stream; one whose buffer is full is dropped.
@@ -128,9 +127,16 @@ func (h *hub) publish(c change) {
 		select {
 		case s.changes <- c:
 		default:
-			s.dropped = true
-			close(s.changes)
+			h.drop(s)
 		}
+	}
+}
+
+// drop closes a stream that the hub will not feed any more. h.mu is held.
+func (h *hub) drop(s *stream) {
+	if !s.dropped {
+		s.dropped = true
+		close(s.changes)
 	}
 }
 
@@ -140,10 +146,7 @@ func (h *hub) close() {
 	defer h.mu.Unlock()
 	h.closed = true
 	for s := range h.streams {
-		if !s.dropped {
-			s.dropped = true
-			close(s.changes)
-		}
+		h.drop(s)
 	}
 }
 
@@ -153,17 +156,15 @@ func (s *Server) watchApps(ctx context.Context, apps cache.Cache) error {
 	if err != nil {
 		return fmt.Errorf("the App informer of the live stream: %w", err)
 	}
+	changed := func(obj any) {
+		if app, ok := obj.(*plumbv1.App); ok {
+			row := rowOf(app, s.opts.Now())
+			s.hub.publish(change{row: &row})
+		}
+	}
 	_, err = informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if app, ok := obj.(*plumbv1.App); ok {
-				s.hub.publish(change{app: app})
-			}
-		},
-		UpdateFunc: func(_, obj any) {
-			if app, ok := obj.(*plumbv1.App); ok {
-				s.hub.publish(change{app: app})
-			}
-		},
+		AddFunc:    changed,
+		UpdateFunc: func(_, obj any) { changed(obj) },
 		DeleteFunc: func(obj any) {
 			if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 				obj = tombstone.Obj
@@ -251,13 +252,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, viewer *Viewer) 
 			if !ok {
 				return // fell behind, or the server shuts down: the page reconnects
 			}
-			if c.app == nil {
+			if c.row == nil {
 				if may(c.deleted.Namespace) && !send("delete", map[string]string{"namespace": c.deleted.Namespace, "name": c.deleted.Name}) {
 					return
 				}
 				continue
 			}
-			if may(c.app.Namespace) && !send("app", rowOf(c.app, s.opts.Now())) {
+			if may(c.row.Namespace) && !send("app", c.row) {
 				return
 			}
 		}

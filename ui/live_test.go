@@ -4,8 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"testing"
-
-	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 )
 
 // TestTheHubBoundsAndDropsStreams: a viewer's and the dashboard's limits;
@@ -43,9 +41,9 @@ func TestTheHubBoundsAndDropsStreams(t *testing.T) {
 	}
 
 	// bob reads; nobody else does: their streams fall behind and close.
-	app := &plumbv1.App{}
+	row := &appRow{Namespace: "shop", Name: "web"}
 	for i := 0; i < streamBuffer+1; i++ {
-		h.publish(change{app: app})
+		h.publish(change{row: row})
 		if i < streamBuffer {
 			<-b.changes
 		}

@@ -152,7 +152,7 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxStreamsPerViewer == 0 {
 		opts.MaxStreamsPerViewer = DefaultMaxStreamsPerViewer
 	}
-	pages, err := template.New("").Funcs(template.FuncMap{"lower": strings.ToLower}).ParseFS(templates, "templates/*.html")
+	pages, err := template.ParseFS(templates, "templates/*.html")
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/appview"
 )
 
 // clusterFlags are the kubectl-style flags of the operator's commands:
@@ -152,10 +153,4 @@ func explain(err error, key types.NamespacedName) error {
 }
 
 // apiMessage is the API server's message of an API error.
-func apiMessage(err error) string {
-	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		return status.Status().Message
-	}
-	return err.Error()
-}
+func apiMessage(err error) string { return appview.APIMessage(err) }

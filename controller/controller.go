@@ -113,6 +113,9 @@ type Options struct {
 	// NotificationBlockedPrefixes are the addresses no Notification's sink
 	// may be reached at (nil: notify.DefaultBlockedPrefixes()).
 	NotificationBlockedPrefixes []netip.Prefix
+	// NotificationAlertRefresh is how often open Alertmanager alerts are
+	// posted again (0: notify's default, 5m).
+	NotificationAlertRefresh time.Duration
 }
 
 // Run runs the controller until ctx ends; on the way out it lets ticks
@@ -224,10 +227,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		Exists: impersonation.ServiceAccountsIn(mgr.GetCache()),
 	})
 	secrets := credentials.New(clientset)
-	notifier, err := notifications(mgr, opts.NotificationBlockedPrefixes, loopMetrics, log.Named("notify"))
-	if err != nil {
-		return err
-	}
+	notifier := notifications(mgr, opts, loopMetrics, log.Named("notify"))
 	tick := &reconcile.Reconciler{
 		Notifier:    notifier,
 		Metrics:     loopMetrics,
@@ -349,9 +349,17 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 				q.Add(client.ObjectKeyFromObject(&list.Items[i]))
 			}
 		}
+		// Notifications are delivered for the term: what it queued and the
+		// alerts it opened end with it (a replica that lost the Lease must
+		// not refresh alerts the next leader resolved).
+		delivering, stopDelivering := context.WithCancel(context.Background())
+		delivered := make(chan struct{})
+		go func() { notifier.Run(delivering); close(delivered) }()
 		log.Info("Started ticking", zap.Int("workers", opts.Workers))
 		q.Run(runCtx)
 		close(ran)
+		stopDelivering()
+		<-delivered
 		apps.set(nil)
 		observer.Stop()
 		secrets.Stop()
@@ -407,16 +415,18 @@ func reportDelivery(reader client.Reader, c client.Client, key types.NamespacedN
 	}
 }
 
-// notifications makes the Dispatcher that delivers what ticks tell it to the
+// notifications makes the Terms that deliver what ticks tell them to the
 // Notifications of each App's namespace, read from the manager's cache
 // (started on first use, so that a cluster without the Notification CRD
 // only logs), with Secrets read from the API server one at a time (no
-// cache of every Secret).
-func notifications(mgr manager.Manager, blocked []netip.Prefix, m *metrics.Metrics, log *zap.Logger) (*notify.Dispatcher, error) {
+// cache of every Secret). Each leadership term runs a Dispatcher of its
+// own.
+func notifications(mgr manager.Manager, opts Options, m *metrics.Metrics, log *zap.Logger) *notify.Terms {
+	blocked := opts.NotificationBlockedPrefixes
 	if blocked == nil {
 		blocked = notify.DefaultBlockedPrefixes()
 	}
-	d := notify.New(notify.Options{
+	return notify.NewTerms(notify.Options{
 		Notifications: func(ctx context.Context, namespace string) ([]plumbv1.Notification, error) {
 			list := &plumbv1.NotificationList{}
 			if err := mgr.GetCache().List(ctx, list, client.InNamespace(namespace)); err != nil {
@@ -435,11 +445,11 @@ func notifications(mgr manager.Manager, blocked []netip.Prefix, m *metrics.Metri
 			reportDelivery(mgr.GetAPIReader(), mgr.GetClient(), key, delivered, message, log)
 		},
 		Client:       notify.NewClient(blocked),
+		AlertRefresh: opts.NotificationAlertRefresh,
 		Metrics:      m,
 		QueueMetrics: m.WorkqueueProvider(),
 		Log:          log,
 	})
-	return d, mgr.Add(d)
 }
 
 // currentQueue forwards to the queue of the current leadership term, if any.

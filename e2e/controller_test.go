@@ -52,8 +52,8 @@ func startController(t *testing.T, name string, extra ...string) *controllerProc
 		"--git-cache-dir", filepath.Join(dir, "git"),
 		"--log-level", "debug", "--log-encoding", "console",
 		"--shutdown-timeout", "10s",
-		// The tests' sinks listen on loopback, which the default blocks.
-		"--notification-blocked-cidrs", "169.254.0.0/16,fe80::/10",
+		// The tests' sinks listen on loopback, which the defaults block.
+		"--notification-block-default-cidrs=false", "--notification-blocked-cidrs", "169.254.0.0/16,fe80::/10",
 	}, extra...)
 	cmd := exec.Command(plumbBin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile

@@ -97,7 +97,7 @@ func setUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	controller = startController(t, "main", "--leader-elect=false", "--app-label-selector=e2e-shard notin (rbac,leader,outage,tenancy,health)")
+	controller = startController(t, "main", "--leader-elect=false", "--app-label-selector=e2e-shard notin (rbac,leader,outage,tenancy,health,handover)")
 }
 
 func tearDown() {

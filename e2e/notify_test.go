@@ -40,6 +40,7 @@ type sinkRequest struct {
 	path   string
 	header http.Header
 	body   []byte
+	at     time.Time // when it arrived
 }
 
 func newSink(t *testing.T, code int) *sink {
@@ -47,7 +48,7 @@ func newSink(t *testing.T, code int) *sink {
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		s.mu.Lock()
-		s.received = append(s.received, sinkRequest{path: r.URL.EscapedPath(), header: r.Header.Clone(), body: body})
+		s.received = append(s.received, sinkRequest{path: r.URL.EscapedPath(), header: r.Header.Clone(), body: body, at: time.Now()})
 		s.mu.Unlock()
 		w.WriteHeader(s.code)
 	}))

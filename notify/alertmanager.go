@@ -133,6 +133,7 @@ func (d *Dispatcher) refreshAlerts(ctx context.Context) {
 		// Checked and queued under one lock: a resolve queued meanwhile
 		// cannot slip in between (a refresh that finds its alert resolved
 		// when it is sent sends nothing).
+		d.forgetGone(ctx)
 		d.mu.Lock()
 		var scheduled []types.NamespacedName
 		for key, open := range d.alerts {
@@ -146,6 +147,50 @@ func (d *Dispatcher) refreshAlerts(ctx context.Context) {
 		d.mu.Unlock()
 		for _, key := range scheduled {
 			d.queue.Add(key)
+		}
+	}
+}
+
+// forgetGone forgets what is remembered of Notifications that no longer
+// exist (their last reported state, their open alerts, their queues), so
+// that the Dispatcher's memory shrinks as Notifications are deleted, even
+// those that are sent nothing more. It runs at each refresh.
+func (d *Dispatcher) forgetGone(ctx context.Context) {
+	d.mu.Lock()
+	namespaces := map[string]bool{}
+	for key := range d.reported {
+		namespaces[key.Namespace] = true
+	}
+	for key := range d.alerts {
+		namespaces[key.notification.Namespace] = true
+	}
+	d.mu.Unlock()
+	for namespace := range namespaces {
+		listCtx, cancel := context.WithTimeout(ctx, d.opts.RequestTimeout)
+		list, err := d.opts.Notifications(listCtx, namespace)
+		cancel()
+		if err != nil {
+			continue // forgotten at a later refresh
+		}
+		exists := map[string]bool{}
+		for i := range list {
+			exists[list[i].Name] = true
+		}
+		d.mu.Lock()
+		var gone []types.NamespacedName
+		for key := range d.reported {
+			if key.Namespace == namespace && !exists[key.Name] {
+				gone = append(gone, key)
+			}
+		}
+		for key := range d.alerts {
+			if key.notification.Namespace == namespace && !exists[key.notification.Name] {
+				gone = append(gone, key.notification)
+			}
+		}
+		d.mu.Unlock()
+		for _, key := range gone {
+			d.drop(key)
 		}
 	}
 }

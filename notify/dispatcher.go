@@ -179,12 +179,11 @@ func (d *Dispatcher) Notify(e Event) {
 	}
 }
 
-// NeedLeaderElection is true: only the leader ticks, and so only it has
-// events to send.
-func (d *Dispatcher) NeedLeaderElection() bool { return true }
-
 // Start routes and delivers until ctx ends. Events not delivered by then
-// are lost (the next leader's ticks report what is still true).
+// are lost, and open alerts are no longer refreshed (the next leader's
+// ticks report what is still true; an alert not posted again resolves in
+// Alertmanager when its endsAt passes). A Dispatcher runs once: Terms
+// makes one per leadership term.
 func (d *Dispatcher) Start(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { d.route(ctx) })
@@ -220,8 +219,9 @@ func (d *Dispatcher) route(ctx context.Context) {
 			}
 			for i := range notifications {
 				n := &notifications[i]
-				if wants(n, &e) {
-					d.enqueue(types.NamespacedName{Namespace: n.Namespace, Name: n.Name}, string(n.Spec.Type), &delivery{event: e, queued: d.opts.Clock.Now()})
+				key := types.NamespacedName{Namespace: n.Namespace, Name: n.Name}
+				if wants(n, &e) || d.resolves(n, &e) {
+					d.enqueue(key, string(n.Spec.Type), &delivery{event: e, queued: d.opts.Clock.Now()})
 				}
 			}
 		}
@@ -238,6 +238,28 @@ func wants(n *plumbv1.Notification, e *Event) bool {
 	}
 	selector, err := metav1.LabelSelectorAsSelector(n.Spec.AppSelector)
 	return err == nil && selector.Matches(labels.Set(e.AppLabels))
+}
+
+// resolves reports whether e ends an alert that Notification n holds open
+// for e's App: n gets it whatever its events and appSelector say now (they
+// may have changed since the alert fired, or never asked for resolves),
+// or Alertmanager would be told the alert fires for ever. An alert held by
+// a Notification that is no longer an Alertmanager one is forgotten.
+func (d *Dispatcher) resolves(n *plumbv1.Notification, e *Event) bool {
+	if e.Kind != plumbv1.EventDriftResolved {
+		return false
+	}
+	key := alertKey{notification: types.NamespacedName{Namespace: n.Namespace, Name: n.Name}, app: e.App}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, open := d.alerts[key]; !open {
+		return false
+	}
+	if n.Spec.Type != plumbv1.SinkAlertmanager {
+		delete(d.alerts, key)
+		return false
+	}
+	return true
 }
 
 // enqueue adds a delivery to the queue of Notification key, or drops it
@@ -315,14 +337,14 @@ func (d *Dispatcher) deliverNext(ctx context.Context) bool {
 	switch {
 	case err == nil:
 		d.recovered(key, box)
-		d.finish(key, head, "delivered")
+		d.finish(key, box.sink, head, "delivered")
 	case errors.As(err, &permanent) || now.Sub(head.queued) >= d.opts.MaxAge || ctx.Err() != nil:
 		d.opts.Metrics.ObserveNotificationAttemptFailure(box.sink)
 		d.logFailure(key, box, err, "gave up")
 		if head.event.Kind == plumbv1.EventDriftResolved {
 			d.untrack(key, head.event.App) // not refreshed as firing for ever
 		}
-		d.finish(key, head, "failed")
+		d.finish(key, box.sink, head, "failed")
 	default:
 		d.opts.Metrics.ObserveNotificationAttemptFailure(box.sink)
 		d.logFailure(key, box, err, "will retry")
@@ -376,20 +398,16 @@ func (d *Dispatcher) current(ctx context.Context, key types.NamespacedName) (*pl
 	return nil, nil
 }
 
-// finish takes the head off key's queue and counts it.
-func (d *Dispatcher) finish(key types.NamespacedName, head *delivery, result string) {
+// finish takes the head off key's queue and counts it for sink.
+func (d *Dispatcher) finish(key types.NamespacedName, sink string, head *delivery, result string) {
 	d.mu.Lock()
-	box := d.outboxes[key]
+	box := d.outboxes[key] // nil when the Notification was forgotten meanwhile (forgetGone)
 	if box != nil && len(box.pending) > 0 && box.pending[0] == head {
 		box.pending[0] = nil
 		box.pending = box.pending[1:]
 	}
 	if box != nil && len(box.pending) == 0 {
 		delete(d.outboxes, key)
-	}
-	sink := ""
-	if box != nil {
-		sink = box.sink
 	}
 	d.mu.Unlock()
 	if !head.refresh {
@@ -488,7 +506,7 @@ func (d *Dispatcher) send(ctx context.Context, n *plumbv1.Notification, dl *deli
 	defer cancel()
 	resp, err := d.opts.Client.Do(req.WithContext(reqCtx))
 	if err != nil {
-		return withoutURL(err)
+		return transportError(err)
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))

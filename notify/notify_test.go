@@ -544,15 +544,17 @@ func TestATeamWhoseSinksHangCannotHoldBackAnother(t *testing.T) {
 }
 
 // An address is checked without its IPv6 zone and as the IPv4 address it
-// may carry (mapped, or NAT64), so none of those forms slips past a range.
+// may carry (mapped, translated, compatible or NAT64), so none of those
+// forms slips past a range; every cloud's metadata address is blocked.
 func TestBlockedRangesSeeThroughIPv6Forms(t *testing.T) {
 	blocked := DefaultBlockedPrefixes()
-	for _, addr := range []string{"fe80::1%eth0", "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "::ffff:127.0.0.1", "169.254.169.254"} {
+	for _, addr := range []string{"fe80::1%eth0", "::ffff:169.254.169.254", "64:ff9b::a9fe:a9fe", "::ffff:127.0.0.1", "169.254.169.254",
+		"::ffff:0:a9fe:a9fe", "::a9fe:a9fe", "::ffff:0:7f00:1", "::7f00:1", "fd00:ec2::254", "fd20:ce::254", "168.63.129.16", "100.100.100.200"} {
 		if !isBlocked(blocked, netip.MustParseAddr(addr)) {
 			t.Errorf("%s is not blocked", addr)
 		}
 	}
-	for _, addr := range []string{"10.0.0.1", "64:ff9b::a00:1", "2001:db8::1"} {
+	for _, addr := range []string{"10.0.0.1", "64:ff9b::a00:1", "::ffff:0:a00:1", "2001:db8::1", "168.63.129.17"} {
 		if isBlocked(blocked, netip.MustParseAddr(addr)) {
 			t.Errorf("%s is blocked, want it open (a private or public address)", addr)
 		}
@@ -583,5 +585,194 @@ func TestEveryOpenAlertIsRefreshed(t *testing.T) {
 	}
 	if len(refreshed) != len(apps) {
 		t.Errorf("refreshed %v, want all of %v", refreshed, apps)
+	}
+}
+
+// TestTransportErrorsNameNoSinkHost: a sink that cannot be resolved,
+// reached or trusted is reported (status, logs) by what went wrong, never
+// by its host name or address, which come from the Notification's Secret.
+func TestTransportErrorsNameNoSinkHost(t *testing.T) {
+	tlsSink := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(tlsSink.Close)
+	_, tlsPort, _ := strings.Cut(strings.TrimPrefix(tlsSink.URL, "https://"), ":")
+	for _, tc := range []struct {
+		name, address string
+		secrets       []string // what must not be said
+		client        *http.Client
+		want          string
+	}{
+		{"a name that does not resolve", "http://plumb-sink-4711.invalid/hook", []string{"plumb-sink-4711", ".invalid"}, nil, "could not resolve"},
+		{"a closed port", "http://localhost:1/hook", []string{"localhost", "127.0.0.1", ":1"}, nil, "refused the connection"},
+		{"an untrusted certificate", "https://localhost:" + tlsPort + "/hook", []string{"localhost", "127.0.0.1", tlsPort, "example.com"}, nil, "certificate"},
+		{"a blocked address", "http://localhost:1/hook", []string{"localhost", "127.0.0.1", ":1"}, NewClient(DefaultBlockedPrefixes()), "blocked range"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var reported []string
+			f := newFixture(t, Options{MaxAge: 50 * time.Millisecond, Client: tc.client, Report: func(_ types.NamespacedName, delivered bool, message string) {
+				mu.Lock()
+				defer mu.Unlock()
+				if !delivered {
+					reported = append(reported, message)
+				}
+			}}, notification("hook", plumbv1.SinkWebhook, "", "hook"))
+			f.secrets["team/hook"] = map[string][]byte{"address": []byte(tc.address)}
+			f.d.Notify(driftEvent(false))
+			waitFor(t, "the delivery to be given up", func() bool { return f.metrics.get("webhook/failed") == 1 })
+			mu.Lock()
+			said := strings.Join(reported, "\n")
+			mu.Unlock()
+			for _, entry := range f.logs.All() {
+				said += "\n" + fmt.Sprint(entry.Message, entry.ContextMap())
+			}
+			if !strings.Contains(said, tc.want) {
+				t.Errorf("nothing says %q:\n%s", tc.want, said)
+			}
+			for _, secret := range tc.secrets {
+				if strings.Contains(said, secret) {
+					t.Errorf("the sink's address shows (%q):\n%s", secret, said)
+				}
+			}
+		})
+	}
+}
+
+// TestAnOpenAlertIsAlwaysResolved: an Alertmanager Notification that
+// holds a firing alert gets its resolve, even when its events no longer
+// (or never did) ask for DriftResolved, or its appSelector no longer
+// selects the App; after it nothing is posted again.
+func TestAnOpenAlertIsAlwaysResolved(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		before func(n *plumbv1.Notification)
+		after  func(n *plumbv1.Notification) // applied once the alert fires
+	}{
+		{"events that omit DriftResolved", func(n *plumbv1.Notification) {
+			n.Spec.Events = []plumbv1.NotificationEvent{plumbv1.EventDriftDetected}
+		}, nil},
+		{"an appSelector changed meanwhile", func(n *plumbv1.Notification) {
+			n.Spec.AppSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "web"}}
+		}, func(n *plumbv1.Notification) {
+			n.Spec.AppSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "other"}}
+		}},
+		{"events changed meanwhile to revisions only", nil, func(n *plumbv1.Notification) {
+			n.Spec.Events = []plumbv1.NotificationEvent{plumbv1.EventRevisionFailed}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newReceiver(t)
+			clock := clocktesting.NewFakeClock(changedAt.Add(time.Minute))
+			n := notification("am", plumbv1.SinkAlertmanager, r.URL, "")
+			if tc.before != nil {
+				tc.before(&n)
+			}
+			f := newFixture(t, Options{Clock: clock, AlertRefresh: time.Minute}, n)
+			drift := driftEvent(false)
+			drift.AppLabels = map[string]string{"team": "web"}
+			f.d.Notify(drift)
+			waitFor(t, "the alert", func() bool { return len(r.got()) == 1 })
+			if tc.after != nil {
+				f.mu.Lock()
+				tc.after(&f.list[0])
+				f.mu.Unlock()
+			}
+			resolved := drift
+			resolved.Kind, resolved.Time, resolved.Objects = plumbv1.EventDriftResolved, clock.Now(), nil
+			f.d.Notify(resolved)
+			waitFor(t, "the resolve", func() bool { return len(r.got()) == 2 })
+			var a []amAlert
+			if err := json.Unmarshal(r.got()[1].body, &a); err != nil || len(a) != 1 || !a[0].EndsAt.Equal(resolved.Time) {
+				t.Fatalf("second post %s, want the alert resolved at %v", r.got()[1].body, resolved.Time)
+			}
+			f.d.mu.Lock()
+			open := len(f.d.alerts)
+			f.d.mu.Unlock()
+			if open != 0 {
+				t.Errorf("%d alerts still open after the resolve", open)
+			}
+		})
+	}
+}
+
+// TestTheDispatcherForgetsNotificationsThatAreGone: what it remembers per
+// Notification (its last reported state, its open alerts) shrinks when
+// Notifications are deleted, even those that are sent nothing more.
+func TestTheDispatcherForgetsNotificationsThatAreGone(t *testing.T) {
+	r := newReceiver(t)
+	clock := clocktesting.NewFakeClock(changedAt.Add(time.Minute))
+	var list []plumbv1.Notification
+	for i := range 5 {
+		list = append(list, notification(fmt.Sprint("hook-", i), plumbv1.SinkWebhook, r.URL, ""))
+	}
+	list = append(list, notification("am", plumbv1.SinkAlertmanager, r.URL, ""))
+	// As many workers as Notifications: a busy namespace waits on the (fake) clock.
+	f := newFixture(t, Options{Clock: clock, AlertRefresh: time.Minute, Workers: 6, PerNamespace: 6, Report: func(types.NamespacedName, bool, string) {}}, list...)
+	f.d.Notify(driftEvent(false))
+	waitFor(t, "every delivery", func() bool {
+		return f.metrics.get("webhook/delivered") == 5 && f.metrics.get("alertmanager/delivered") == 1
+	})
+	remembered := func() (reported, alerts int) {
+		f.d.mu.Lock()
+		defer f.d.mu.Unlock()
+		return len(f.d.reported), len(f.d.alerts)
+	}
+	if reported, alerts := remembered(); reported != 6 || alerts != 1 {
+		t.Fatalf("remembers %d reported states and %d alerts, want 6 and 1", reported, alerts)
+	}
+	f.mu.Lock()
+	f.list = f.list[:1] // all but hook-0 deleted
+	f.mu.Unlock()
+	waitFor(t, "the refresh ticker", func() bool { return clock.HasWaiters() })
+	clock.Step(time.Minute)
+	waitFor(t, "the deleted Notifications to be forgotten", func() bool {
+		reported, alerts := remembered()
+		return reported == 1 && alerts == 0
+	})
+}
+
+// TestATermsAlertsEndWithIt: a Dispatcher delivers for one leadership
+// term; once the term ends nothing of it goes on (no refresh of the
+// alerts it opened, which the next leader may have resolved), events
+// between terms are dropped, and the next term starts with nothing open.
+func TestATermsAlertsEndWithIt(t *testing.T) {
+	r := newReceiver(t)
+	clock := clocktesting.NewFakeClock(changedAt.Add(time.Minute))
+	n := notification("am", plumbv1.SinkAlertmanager, r.URL, "")
+	metrics := &counts{results: map[string]int{}, retries: map[string]int{}}
+	terms := NewTerms(Options{Clock: clock, AlertRefresh: time.Minute, Metrics: metrics, Client: NewClient(nil),
+		Notifications: func(context.Context, string) ([]plumbv1.Notification, error) { return []plumbv1.Notification{n}, nil }})
+	runTerm := func() (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { terms.Run(ctx); close(done) }()
+		waitFor(t, "the term's Dispatcher", func() bool {
+			terms.mu.Lock()
+			defer terms.mu.Unlock()
+			return terms.current != nil
+		})
+		return func() { cancel(); <-done }
+	}
+
+	stop := runTerm()
+	terms.Notify(driftEvent(false))
+	waitFor(t, "the alert", func() bool { return len(r.got()) == 1 })
+	waitFor(t, "the refresh ticker", func() bool { return clock.HasWaiters() })
+	stop() // returns once the term's goroutines have (its refresh among them)
+	clock.Step(10 * time.Minute)
+	terms.Notify(driftEvent(false)) // between terms
+	if got := metrics.get("intake/dropped"); got != 1 {
+		t.Errorf("%d events dropped between terms, want 1", got)
+	}
+	if n := len(r.got()); n != 1 {
+		t.Errorf("%d posts, want only the alert (no refresh after its term ended)", n)
+	}
+
+	stop = runTerm()
+	defer stop()
+	terms.mu.Lock()
+	open := len(terms.current.alerts)
+	terms.mu.Unlock()
+	if open != 0 {
+		t.Errorf("the next term starts with %d open alerts, want none", open)
 	}
 }

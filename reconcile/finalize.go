@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -73,13 +74,27 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 	if err := r.Client.Patch(ctx, app, patch); client.IgnoreNotFound(err) != nil {
 		return interval, fmt.Errorf("removing the finalizer of App %s/%s: %w", app.Namespace, app.Name, err)
 	}
-	r.Observer.Release(client.ObjectKeyFromObject(app))
-	r.Credentials.Release(client.ObjectKeyFromObject(app))
-	if r.Identities != nil {
-		r.Identities.Release(client.ObjectKeyFromObject(app))
-	}
-	r.memory.forgetApp(client.ObjectKeyFromObject(app))
+	r.forgetDeleted(client.ObjectKeyFromObject(app))
 	return queue.Forget, nil
+}
+
+// forgetDeleted drops what the controller holds for a deleted App: its
+// cached objects, credentials and identity, and its memory; a drift
+// episode still open is resolved (the App may be gone without this
+// replica's finalizer having run, e.g. removed by hand), so that no
+// Notification is left with an alert that fires for ever.
+func (r *Reconciler) forgetDeleted(key types.NamespacedName) {
+	if r.Observer != nil {
+		r.Observer.Release(key)
+	}
+	if r.Credentials != nil {
+		r.Credentials.Release(key)
+	}
+	if r.Identities != nil {
+		r.Identities.Release(key)
+	}
+	r.endDriftEpisode(&plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
+	r.memory.forgetApp(key)
 }
 
 // disownKept removes the deleted App's labels from the objects the prune

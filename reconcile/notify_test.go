@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/notify"
@@ -137,5 +138,23 @@ func TestARevisionRollingOutIsPendingUntilHealthDecides(t *testing.T) {
 	}
 	if last := n.events[3]; last.Reason != plumbv1.ReasonHealthCheckFailed {
 		t.Errorf("the failure's reason %q, want HealthCheckFailed", last.Reason)
+	}
+}
+
+// An App that is gone (deleted without this replica's finalizer running,
+// its finalizer removed by hand) while its drift episode is open has that
+// episode resolved: no Notification keeps an alert that fires for ever.
+func TestAVanishedAppsOpenDriftIsResolved(t *testing.T) {
+	n := &recordingNotifier{}
+	r := &Reconciler{Notifier: n}
+	key := types.NamespacedName{Namespace: "team", Name: "web"}
+	r.memory.setDriftNotified(key, true)
+	r.forgetDeleted(key)
+	if len(n.events) != 1 || n.events[0].Kind != plumbv1.EventDriftResolved || n.events[0].App != key {
+		t.Fatalf("told %+v, want one DriftResolved for %s", n.events, key)
+	}
+	r.forgetDeleted(key) // nothing open any more
+	if len(n.events) != 1 {
+		t.Errorf("told %d events, want the one resolve", len(n.events))
 	}
 }

@@ -144,12 +144,7 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 	}
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			r.Observer.Release(key)
-			r.Credentials.Release(key)
-			if r.Identities != nil {
-				r.Identities.Release(key)
-			}
-			r.memory.forgetApp(key)
+			r.forgetDeleted(key)
 			log.Debug("Forgot deleted App", zap.String("phase", "start"), zap.String("revision", ""))
 			return queue.Forget, nil
 		}

@@ -108,7 +108,7 @@ var valueSets = map[string]string{
       securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}`,
 	"dashboardTLS": "dashboard: {enabled: true, addr: ':9443', trustedProxies: [], tls: {secretName: dashboard-tls, clientCASecretName: proxy-ca, clientCertNames: [oauth2-proxy.auth.svc]}, service: {targetPort: 9443}}",
 	"everything": `controller: {workers: 8, logLevel: debug, logEncoding: console, appLabelSelector: "shard=a", defaultServiceAccount: deployer,
-  noCrossNamespace: true, notificationBlockedCIDRs: [169.254.0.0/16], extraArgs: ["--pprof-addr=127.0.0.1:6060"],
+  noCrossNamespace: true, notificationBlockedCIDRs: [10.0.0.0/8], notificationBlockDefaultCIDRs: false, extraArgs: ["--pprof-addr=127.0.0.1:6060"],
   readLimits: {maxRepositoryFiles: 11, maxRepositoryBytes: 12, maxFileBytes: 13, maxObjects: 14},
   renderTimeout: 3m, renderMemoryBytes: 536870912, renderCacheBytes: 1048576, shutdownTimeout: 50s, kubeAPIQPS: 20, kubeAPIBurst: 40}
 webhook: {maxBodyBytes: 2048}
@@ -283,6 +283,11 @@ func TestTheDefaultsRunARestrictedPodWithLeaderElection(t *testing.T) {
 	if slices.Contains(a, "--no-cross-namespace") {
 		t.Errorf("args %v: --no-cross-namespace is on by default only in mode namespaces", a)
 	}
+	for _, flag := range a {
+		if strings.HasPrefix(flag, "--notification-block") {
+			t.Errorf("args %v: %s by default, want plumb's own default ranges blocked and none more", a, flag)
+		}
+	}
 	// The cluster-scoped RBAC carries the namespace in its name, and the
 	// binding names the role it binds.
 	role, binding := find(objects, "ClusterRole", ""), find(objects, "ClusterRoleBinding", "")
@@ -394,7 +399,7 @@ func TestEveryValueReachesTheRenderedObjects(t *testing.T) {
 	}
 	a := args(t, objects)
 	for _, flag := range []string{"--workers=8", "--log-level=debug", "--log-encoding=console", "--app-label-selector=shard=a",
-		"--default-service-account=deployer", "--no-cross-namespace", "--notification-blocked-cidrs=169.254.0.0/16",
+		"--default-service-account=deployer", "--no-cross-namespace", "--notification-blocked-cidrs=10.0.0.0/8", "--notification-block-default-cidrs=false",
 		"--pprof-addr=127.0.0.1:6060", "--max-repository-files=11", "--max-repository-bytes=12", "--max-file-bytes=13", "--max-objects=14",
 		"--render-timeout=3m", "--render-memory-bytes=536870912", "--render-cache-bytes=1048576", "--shutdown-timeout=50s",
 		"--kube-api-qps=20", "--kube-api-burst=40", "--webhook-max-body-bytes=2048"} {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fluxcd/cli-utils/pkg/flowcontrol"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -37,12 +38,15 @@ type controllerFlags struct {
 	webhookSecrets []string // provider=path
 	kubeAPIQPS     float32
 	kubeAPIBurst   int
-	blockedCIDRs   []string
+	// blockedCIDRs are blocked for sinks besides notify's defaults, unless
+	// blockDefaultCIDRs is false.
+	blockedCIDRs      []string
+	blockDefaultCIDRs bool
 	controller.Options
 }
 
 func newControllerCommand() *cobra.Command {
-	f := controllerFlags{Options: controller.Options{ReadLimits: source.DefaultLimits()}}
+	var f controllerFlags
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Run the controller: keep every App in the cluster equal to its Git source",
@@ -57,7 +61,14 @@ func newControllerCommand() *cobra.Command {
 			return runController(ctx, f)
 		},
 	}
-	flags := cmd.Flags()
+	f.register(cmd.Flags())
+	return cmd
+}
+
+// register defines the flags of `plumb controller` on flags, and sets f
+// to their defaults.
+func (f *controllerFlags) register(flags *pflag.FlagSet) {
+	f.ReadLimits = source.DefaultLimits()
 	flags.StringVar(&f.kubeconfig, "kubeconfig", "", "path to a kubeconfig; defaults to $KUBECONFIG, then the in-cluster service account")
 	flags.Float32Var(&f.kubeAPIQPS, "kube-api-qps", 0, "client-side limit of requests per second to the API server, on average; 0: none when the API server applies API Priority and Fairness (it protects itself, and Flux and controller-runtime then set none either), else "+fmt.Sprint(fallbackQPS)+"; negative: none")
 	flags.IntVar(&f.kubeAPIBurst, "kube-api-burst", fallbackBurst, "requests to the API server allowed at once above the client-side limit, when there is one")
@@ -86,10 +97,13 @@ func newControllerCommand() *cobra.Command {
 	flags.IntVar(&f.ReadLimits.MaxObjects, "max-objects", f.ReadLimits.MaxObjects, "largest number of objects one App may render (0: no limit)")
 	flags.StringVar(&f.Policy.DefaultServiceAccount, "default-service-account", "", "ServiceAccount, in each App's own namespace, that Apps naming none in spec.serviceAccountName act as (without it such Apps act with the controller's own rights)")
 	flags.BoolVar(&f.Policy.NoCrossNamespace, "no-cross-namespace", false, "refuse renders that place objects outside the App's namespace or hold cluster-scoped objects, and dependsOn on Apps of other namespaces")
-	flags.StringSliceVar(&f.blockedCIDRs, "notification-blocked-cidrs", defaultBlockedCIDRs(),
-		"address ranges no Notification's sink may be reached at (a tenant writes a Notification's address): by default the link-local ranges and the other addresses where clouds serve instance metadata, loopback (the controller's own ports) and the unspecified addresses; private ranges stay open")
+	flags.StringSliceVar(&f.blockedCIDRs, "notification-blocked-cidrs", nil,
+		"more address ranges no Notification's sink may be reached at (a tenant writes a Notification's address), blocked besides the defaults: add your cluster's pod and service ranges if tenants must not reach in-cluster services (repeatable, comma-separated)")
+	flags.BoolVar(&f.blockDefaultCIDRs, "notification-block-default-cidrs", true,
+		"block the default ranges for sinks too: "+strings.Join(defaultBlockedCIDRs(), ", ")+" (link-local and the other cloud metadata addresses, loopback, the unspecified addresses); false only where a sink must be reached on one of them")
+	flags.DurationVar(&f.NotificationAlertRefresh, "notification-alert-refresh", 5*time.Minute,
+		"how often alerts that are open in Alertmanager are posted again, each post valid for three times as long")
 	flags.BoolVar(&f.Policy.AllowFileSources, "allow-file-sources", false, "let Apps read file:// repositories (from the controller's own disk)")
-	return cmd
 }
 
 // validate checks the flags before anything starts.
@@ -119,6 +133,9 @@ func (f controllerFlags) validate() error {
 	if f.RenderCacheBytes < 0 || f.RenderTimeout <= 0 || f.RenderMemoryBytes < 256<<20 {
 		return fmt.Errorf("--render-cache-bytes must not be negative, --render-timeout must be positive and --render-memory-bytes at least 256 MiB")
 	}
+	if f.NotificationAlertRefresh < time.Second {
+		return fmt.Errorf("--notification-alert-refresh %s: want at least 1s", f.NotificationAlertRefresh)
+	}
 	if f.Workers < 1 {
 		return fmt.Errorf("--workers %d: want at least 1", f.Workers)
 	}
@@ -136,10 +153,24 @@ func (f controllerFlags) validate() error {
 	if _, err := labels.Parse(f.appSelector); err != nil {
 		return fmt.Errorf("--app-label-selector %q: %w", f.appSelector, err)
 	}
-	if _, err := parseCIDRs(f.blockedCIDRs); err != nil {
+	if _, err := f.blockedPrefixes(); err != nil {
 		return err
 	}
 	return nil
+}
+
+// blockedPrefixes are the ranges no sink may be reached at: the defaults
+// (unless switched off) and those of --notification-blocked-cidrs.
+func (f controllerFlags) blockedPrefixes() ([]netip.Prefix, error) {
+	extra, err := parseCIDRs(f.blockedCIDRs)
+	if err != nil {
+		return nil, err
+	}
+	out := []netip.Prefix{} // not nil: nothing blocked, when the defaults are off and no range is given
+	if f.blockDefaultCIDRs {
+		out = append(out, notify.DefaultBlockedPrefixes()...)
+	}
+	return append(out, extra...), nil
 }
 
 // defaultBlockedCIDRs are notify.DefaultBlockedPrefixes as flag values.
@@ -185,8 +216,8 @@ func runController(ctx context.Context, f controllerFlags) error {
 	limit := clientLimit(ctx, cfg, f.kubeAPIQPS, f.kubeAPIBurst, log)
 	log.Info("Connected to the API server", zap.String("host", cfg.Host), zap.String("version", serverVersion),
 		zap.Float32("qps", cfg.QPS), zap.Int("burst", cfg.Burst), zap.String("clientRateLimit", limit))
-	f.AppSelector, _ = labels.Parse(f.appSelector)                // validated above
-	f.NotificationBlockedPrefixes, _ = parseCIDRs(f.blockedCIDRs) // validated above
+	f.AppSelector, _ = labels.Parse(f.appSelector)         // validated above
+	f.NotificationBlockedPrefixes, _ = f.blockedPrefixes() // validated above
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding plumb's own binary, which renders Kustomize and Helm builds in a child process: %w", err)

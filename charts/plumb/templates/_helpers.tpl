@@ -139,6 +139,9 @@ true
 {{- with .Values.controller.notificationBlockedCIDRs }}
 - --notification-blocked-cidrs={{ join "," . }}
 {{- end }}
+{{- if not .Values.controller.notificationBlockDefaultCIDRs }}
+- --notification-block-default-cidrs=false
+{{- end }}
 {{- with .Values.controller.extraArgs }}
 {{ toYaml . }}
 {{- end }}

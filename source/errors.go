@@ -85,7 +85,7 @@ func classify(revision string, err error) error {
 		reason = ReasonInvalidSpec
 	case errors.Is(err, git.ErrRevisionNotFound):
 		reason = ReasonRevisionNotFound
-	case errors.As(err, &limitErr):
+	case errors.As(err, &limitErr), errors.Is(err, git.ErrTooLarge):
 		reason = ReasonLimitExceeded
 	case errors.Is(err, tree.ErrEscapesRoot), errors.As(err, &manifestErr), errors.As(err, &dupErr):
 		reason = ReasonInvalidManifest

@@ -312,7 +312,7 @@ func renderTree(ctx context.Context, t *tree.Tree, dir string, opts render.Optio
 // the cluster's discovery or of the render process itself.
 func lasting(err error) bool {
 	var readErr *Error
-	if errors.As(err, &readErr) && readErr.retry || errors.Is(err, render.ErrRenderProcess) {
+	if errors.As(err, &readErr) && readErr.retry || errors.Is(err, render.ErrRenderProcess) || errors.Is(err, git.ErrTooLarge) {
 		return false
 	}
 	switch ReasonOf(err) {

@@ -112,6 +112,8 @@ type Cache struct {
 	walks     atomic.Int64       // trees walked (for tests)
 	// handles are the repositories kept open between reads (see handles).
 	handles *handles
+	// transfer bounds what remotes may send over HTTP(S).
+	transfer TransferLimits
 }
 
 // cachedTrees is how many commits' trees Tree keeps. A tree holds names,
@@ -142,9 +144,11 @@ func NewCache(root string) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
+	installTransport()
 	return &Cache{
 		root: root, secret: secret, refsTTL: DefaultRefsTTL, now: time.Now,
 		locks: map[string]*sync.Mutex{}, refs: map[string]advertised{}, trees: lru.New(cachedTrees), handles: newHandles(),
+		transfer: DefaultTransferLimits(),
 	}, nil
 }
 
@@ -167,6 +171,10 @@ func loadOrCreateSecret(path string) ([]byte, error) {
 	}
 	return secret, nil
 }
+
+// SetTransferLimits changes what remotes may send (before the cache is
+// used).
+func (c *Cache) SetTransferLimits(l TransferLimits) { c.transfer = l }
 
 // SetRefsTTL changes how long an ls-remote answer is shared (0: never).
 func (c *Cache) SetRefsTTL(ttl time.Duration) { c.refsTTL = ttl }
@@ -201,6 +209,7 @@ type remote struct {
 	key      string // the cache key of url and the credentials
 	auth     transport.AuthMethod
 	caBundle []byte
+	transfer TransferLimits
 }
 
 // cleanURL parses a repository URL and returns it without credentials,
@@ -252,7 +261,7 @@ func (c *Cache) parseRemote(rawURL string, auth Auth) (*remote, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", clean, err)
 	}
-	return &remote{url: clean, key: c.key(clean, auth), auth: method, caBundle: auth.CABundle}, nil
+	return &remote{url: clean, key: c.key(clean, auth), auth: method, caBundle: auth.CABundle, transfer: c.transfer}, nil
 }
 
 // redact removes a password from a URL for messages, without parsing it
@@ -273,9 +282,10 @@ func redact(rawURL string) string {
 // listRefs asks the remote for its refs: one round trip, nothing fetched.
 func (r *remote) listRefs(ctx context.Context) (map[string]string, error) {
 	rem := gogit.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: "origin", URLs: []string{r.url}})
-	refs, err := rem.ListContext(ctx, &gogit.ListOptions{
+	// The CA bundle and the limits travel in the context, to plumb's HTTP
+	// transport (transport.go).
+	refs, err := rem.ListContext(r.transferContext(ctx), &gogit.ListOptions{
 		Auth:          r.auth,
-		CABundle:      r.caBundle,
 		PeelingOption: gogit.AppendPeeled,
 	})
 	if err != nil {
@@ -290,9 +300,15 @@ func (r *remote) listRefs(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
+// transferContext carries r's CA bundle and limits to the HTTP transport.
+func (r *remote) transferContext(ctx context.Context) context.Context {
+	return withTransfer(ctx, r.transfer, r.caBundle)
+}
+
 // wrap turns a transport error into one that names the repository (without
 // credentials) and marks refused credentials with ErrAuth.
 func (r *remote) wrap(what string, err error) error {
+	err = bounded(err)
 	switch {
 	case errors.Is(err, transport.ErrAuthenticationRequired), errors.Is(err, transport.ErrAuthorizationFailed):
 		return fmt.Errorf("%s %s: %w: %v", what, r.url, ErrAuth, err)
@@ -300,6 +316,29 @@ func (r *remote) wrap(what string, err error) error {
 		return fmt.Errorf("%s %s: %w: the repository is empty", what, r.url, ErrRevisionNotFound)
 	}
 	return fmt.Errorf("%s %s: %w", what, r.url, err)
+}
+
+// maxRemoteErrorBytes bounds the text of an error the remote had a say in
+// (an SSH server's stderr, a pkt-line ERR): it reaches the App's status.
+const maxRemoteErrorBytes = 512
+
+// boundedError is an error whose text was cut; it still matches its
+// cause with errors.Is and errors.As.
+type boundedError struct {
+	msg string
+	err error
+}
+
+func (e *boundedError) Error() string { return e.msg }
+func (e *boundedError) Unwrap() error { return e.err }
+
+// bounded cuts err's text to maxRemoteErrorBytes.
+func bounded(err error) error {
+	msg := err.Error()
+	if len(msg) <= maxRemoteErrorBytes {
+		return err
+	}
+	return &boundedError{msg: strings.ToValidUTF8(msg[:maxRemoteErrorBytes], "") + " [cut]", err: err}
 }
 
 // ResolveOptions tune Resolve.
@@ -506,11 +545,10 @@ func (c *Cache) Fetch(ctx context.Context, url string, ref Ref, rev Revision, au
 	default:
 		specs = []config.RefSpec{"+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"}
 	}
-	err = repo.FetchContext(ctx, &gogit.FetchOptions{
+	err = repo.FetchContext(r.transferContext(ctx), &gogit.FetchOptions{
 		RemoteName: "origin",
 		RefSpecs:   specs,
 		Auth:       r.auth,
-		CABundle:   r.caBundle,
 		Tags:       gogit.NoTags,
 		Force:      true,
 	})

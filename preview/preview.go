@@ -11,6 +11,7 @@ package preview
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -55,10 +56,18 @@ type Options struct {
 	// server in dry-runs.
 	Policy reconcile.Policy
 	// RenderCommand, when set, runs Kustomize and Helm builds in a child
-	// process, as the controller does (render.Isolation).
-	RenderCommand []string
-	Log           *zap.Logger
+	// process, as the controller does (render.Isolation), each for at most
+	// RenderTimeout (default source.DefaultRenderTimeout) and with at most
+	// RenderMemoryBytes (default DefaultRenderMemoryBytes).
+	RenderCommand     []string
+	RenderTimeout     time.Duration
+	RenderMemoryBytes uint64
+	Log               *zap.Logger
 }
+
+// DefaultRenderMemoryBytes is the memory a preview's Kustomize or Helm
+// build may take by default, the controller's default.
+const DefaultRenderMemoryBytes = 2 << 30
 
 // Previewer previews Apps. Each Preview starts from nothing: what one
 // found is not remembered for the next.
@@ -79,6 +88,12 @@ func New(opts Options) (*Previewer, error) {
 	if opts.Limits == nil {
 		limits := source.DefaultLimits()
 		opts.Limits = &limits
+	}
+	if opts.RenderTimeout <= 0 {
+		opts.RenderTimeout = source.DefaultRenderTimeout
+	}
+	if opts.RenderMemoryBytes == 0 {
+		opts.RenderMemoryBytes = DefaultRenderMemoryBytes
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -122,12 +137,16 @@ func (p *Previewer) Client() client.Client { return p.apps }
 func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.Preview, error) {
 	sa := p.opts.Policy.ServiceAccountOf(app)
 	if as := p.opts.Config.Impersonate.UserName; as != "" && sa != "" {
-		return nil, fmt.Errorf("the App acts as ServiceAccount %s/%s, which this preview would impersonate, and you act as %s already: Kubernetes impersonates once (leave out --as, or preview with your own rights)",
-			app.Namespace, sa, as)
+		why := ""
+		if app.Spec.ServiceAccountName == "" {
+			why = " (the controller's --default-service-account, for Apps that name none)"
+		}
+		return nil, fmt.Errorf("the App acts as ServiceAccount %s/%s%s, which this preview would impersonate, and you act as %s already: Kubernetes impersonates once, so it cannot be previewed as that ServiceAccount here (leave out --as, or preview with plumb diff and your own kubeconfig)",
+			app.Namespace, sa, why, as)
 	}
 	var isolation *render.Isolation
 	if len(p.opts.RenderCommand) > 0 {
-		isolation = &render.Isolation{Command: p.opts.RenderCommand, Timeout: source.DefaultRenderTimeout, MemoryBytes: 2 << 30}
+		isolation = &render.Isolation{Command: p.opts.RenderCommand, Timeout: p.opts.RenderTimeout, MemoryBytes: p.opts.RenderMemoryBytes}
 	}
 	var reader reconcile.Reader
 	if p.opts.LocalDir != "" {

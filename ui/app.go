@@ -275,12 +275,22 @@ func (s *Server) diffOf(ctx context.Context, viewer *Viewer, app *plumbv1.App) d
 	}
 	waiting, stopWaiting := context.WithTimeout(ctx, s.opts.PreviewTimeout)
 	defer stopWaiting()
-	slot := s.previewSlot(viewer.Key)
+	slot := s.takeSlot(viewer.Key)
+	defer s.dropSlot(viewer.Key, slot)
 	select {
-	case slot <- struct{}{}:
-		defer func() { <-slot }()
+	case slot.ch <- struct{}{}:
+		defer func() { <-slot.ch }()
 	case <-waiting.Done():
 		return diffView{Shown: true, Error: "Another preview of yours is still running (previews share your Git folder, one at a time): reload in a moment."}
+	}
+	s.queued.Add(1)
+	select {
+	case s.previews <- struct{}{}:
+		s.queued.Add(-1)
+		defer func() { <-s.previews }()
+	case <-waiting.Done():
+		s.queued.Add(-1)
+		return diffView{Shown: true, Error: fmt.Sprintf("The dashboard is running as many previews as it may (%d at once, for everyone): reload in a moment.", cap(s.previews))}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.PreviewTimeout) // from when it starts
 	defer cancel()
@@ -329,14 +339,32 @@ func joinErrors(a, b string) string {
 	return a + " " + b
 }
 
-// previewSlot is the viewer's preview slot (a channel of one).
-func (s *Server) previewSlot(viewer string) chan struct{} {
+// previewSlot lets one preview of a viewer run at a time; users counts
+// the requests that hold or wait for it, so that it is forgotten when
+// none does (a slot per viewer ever seen would grow without bound).
+type previewSlot struct {
+	ch    chan struct{}
+	users int
+}
+
+// takeSlot is the viewer's preview slot, counted as used until dropSlot.
+func (s *Server) takeSlot(viewer string) *previewSlot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	slot := s.slots[viewer]
 	if slot == nil {
-		slot = make(chan struct{}, 1)
+		slot = &previewSlot{ch: make(chan struct{}, 1)}
 		s.slots[viewer] = slot
 	}
+	slot.users++
 	return slot
+}
+
+// dropSlot ends a use of the viewer's slot, and forgets it after the last.
+func (s *Server) dropSlot(viewer string, slot *previewSlot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if slot.users--; slot.users == 0 && s.slots[viewer] == slot {
+		delete(s.slots, viewer)
+	}
 }

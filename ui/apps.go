@@ -179,10 +179,11 @@ func (s *Server) listApps(ctx context.Context, viewer *Viewer, namespace string)
 		err := viewer.Client.List(ctx, list)
 		return list.Items, err
 	}
-	may := s.mayRead(ctx, viewer)
+	may := s.access(ctx, viewer)
+	may.load(namespacesOf(list.Items))
 	out := list.Items[:0]
 	for _, app := range list.Items {
-		if may(app.Namespace) {
+		if may.may(app.Namespace) {
 			out = append(out, app)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -208,11 +209,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, viewer *Viewer) 
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	may := s.mayRead(r.Context(), viewer)
+	may := s.access(r.Context(), viewer)
+	may.load(namespacesOf(list.Items))
 	now := s.opts.Now()
 	rows := []appRow{}
 	for i := range list.Items {
-		if may(list.Items[i].Namespace) {
+		if may.may(list.Items[i].Namespace) {
 			rows = append(rows, rowOf(&list.Items[i], now))
 		}
 	}
@@ -253,40 +255,79 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, viewer *Viewer) 
 				return // fell behind, or the server shuts down: the page reconnects
 			}
 			if c.row == nil {
-				if may(c.deleted.Namespace) && !send("delete", map[string]string{"namespace": c.deleted.Namespace, "name": c.deleted.Name}) {
+				if may.may(c.deleted.Namespace) && !send("delete", map[string]string{"namespace": c.deleted.Namespace, "name": c.deleted.Name}) {
 					return
 				}
 				continue
 			}
-			if may(c.row.Namespace) && !send("app", c.row) {
+			if may.may(c.row.Namespace) && !send("app", c.row) {
 				return
 			}
 		}
 	}
 }
 
-// mayRead is whether the viewer may read the Apps of a namespace, as the
-// Identity says (asked once per namespace per mayReadTTL of a stream).
-func (s *Server) mayRead(ctx context.Context, viewer *Viewer) func(namespace string) bool {
-	if viewer.MayRead == nil {
-		return func(string) bool { return true }
+// access says whether the viewer may read the Apps of a namespace, as
+// the Identity says, asked once per namespace per mayReadTTL of a stream
+// or page, and for many namespaces at once where it can (load).
+type access struct {
+	s       *Server
+	ctx     context.Context
+	viewer  *Viewer
+	answers map[string]answer
+}
+
+type answer struct {
+	ok    bool
+	until time.Time
+}
+
+func (s *Server) access(ctx context.Context, viewer *Viewer) *access {
+	return &access{s: s, ctx: ctx, viewer: viewer, answers: map[string]answer{}}
+}
+
+// load asks, in one go, about the namespaces not answered yet.
+func (a *access) load(namespaces []string) {
+	if a.viewer.MayRead == nil {
+		return
 	}
-	type answer struct {
-		ok    bool
-		until time.Time
-	}
-	answers := map[string]answer{}
-	return func(namespace string) bool {
-		now := time.Now()
-		if a, ok := answers[namespace]; ok && now.Before(a.until) {
-			return a.ok
+	now := time.Now()
+	var ask []string
+	for _, ns := range namespaces {
+		if got, ok := a.answers[ns]; (!ok || !now.Before(got.until)) && !slices.Contains(ask, ns) {
+			ask = append(ask, ns)
 		}
-		ok, err := viewer.MayRead(ctx, namespace)
-		if err != nil {
-			s.opts.Log.Info("Asking whether a viewer may read a namespace's Apps failed", zap.String("viewer", viewer.Name), zap.String("namespace", namespace), zap.Error(err))
-			ok = false // unknown is no
-		}
-		answers[namespace] = answer{ok: ok, until: now.Add(mayReadTTL)}
-		return ok
 	}
+	if len(ask) == 0 {
+		return
+	}
+	allowed, err := a.viewer.MayRead(a.ctx, ask)
+	if err != nil {
+		a.s.opts.Log.Info("Asking whether a viewer may read namespaces' Apps failed", zap.String("viewer", a.viewer.Name), zap.Int("namespaces", len(ask)), zap.Error(err))
+	}
+	for _, ns := range ask {
+		a.answers[ns] = answer{ok: allowed[ns], until: now.Add(mayReadTTL)} // unknown is no
+	}
+}
+
+// may reports whether the viewer may read namespace's Apps.
+func (a *access) may(namespace string) bool {
+	if a.viewer.MayRead == nil {
+		return true
+	}
+	if got, ok := a.answers[namespace]; !ok || !time.Now().Before(got.until) {
+		a.load([]string{namespace})
+	}
+	return a.answers[namespace].ok
+}
+
+// namespacesOf are the namespaces of apps.
+func namespacesOf(apps []plumbv1.App) []string {
+	var out []string
+	for i := range apps {
+		if !slices.Contains(out, apps[i].Namespace) {
+			out = append(out, apps[i].Namespace)
+		}
+	}
+	return out
 }

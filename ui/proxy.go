@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -40,8 +41,20 @@ type ProxyOptions struct {
 	// repeated).
 	UserHeader, GroupsHeader string
 	// TrustedProxies are the addresses the proxy connects from: only
-	// their requests' headers are believed.
+	// their requests' headers are believed. Loopback is refused: in a pod
+	// `kubectl port-forward` arrives from 127.0.0.1 (and on a machine,
+	// every local user does), so a proxy in the dashboard's pod reaches
+	// it over a Unix socket (Socket) or with the shared secret (Secret).
 	TrustedProxies []netip.Prefix
+	// Socket says the dashboard serves on a Unix socket: requests that
+	// came over it (SocketConnContext marks them) are the proxy's, since
+	// only containers that mount the socket's folder can reach it, and a
+	// port-forward reaches TCP ports only.
+	Socket bool
+	// Secret, when set, makes a request that carries it in SecretHeader
+	// the proxy's, wherever it comes from (a proxy that can add a fixed
+	// header; nothing else knows the secret).
+	Secret []byte
 	// ClientCertNames, when set, believes a request made over TLS with a
 	// client certificate the server verified (against the CA it was given:
 	// mutual TLS with the proxy) whose common name or a DNS name is one of
@@ -64,6 +77,21 @@ type ProxyOptions struct {
 	MaxViewers int
 }
 
+// SecretHeader carries ProxyOptions.Secret on the proxy's requests.
+const SecretHeader = "X-Plumb-Proxy-Secret"
+
+// socketConn marks the context of a connection made over a Unix socket.
+type socketConn struct{}
+
+// SocketConnContext is the http.Server's ConnContext of a dashboard that
+// serves on a Unix socket: it marks the requests of connections over it.
+func SocketConnContext(ctx context.Context, c net.Conn) context.Context {
+	if c.LocalAddr().Network() == "unix" {
+		return context.WithValue(ctx, socketConn{}, true)
+	}
+	return ctx
+}
+
 // Proxy is the Identity of a dashboard behind an authenticating proxy
 // (oauth2-proxy, for instance): each request acts, by impersonation, for
 // the person the proxy's headers name, and those headers are believed
@@ -74,9 +102,10 @@ type Proxy struct {
 	opts ProxyOptions
 	self client.Client // the dashboard's own identity, for access reviews
 
-	mu      sync.Mutex
-	viewers map[string]*proxyViewer // by user and groups
-	reviews map[string]review       // by user, groups and namespace
+	mu        sync.Mutex
+	viewers   map[string]*proxyViewer // by user and groups
+	reviews   map[string]review       // by user, groups and namespace ("" for every namespace)
+	instances uint64                  // viewers made, naming their folders
 }
 
 type proxyViewer struct {
@@ -91,16 +120,29 @@ type review struct {
 }
 
 // reviewTTL is how long an access review's answer is reused; maxReviews
-// bounds how many are kept.
+// bounds how many are kept; reviewsAtOnce bounds the reviews one request
+// has in flight.
 const (
-	reviewTTL  = 30 * time.Second
-	maxReviews = 10000
+	reviewTTL     = 30 * time.Second
+	maxReviews    = 10000
+	reviewsAtOnce = 16
+	reviewQPS     = 200
 )
+
+// loopback are the ranges a trusted proxy may not be in.
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("::ffff:127.0.0.0/104")}
 
 // NewProxy makes a Proxy.
 func NewProxy(opts ProxyOptions) (*Proxy, error) {
-	if len(opts.TrustedProxies) == 0 && len(opts.ClientCertNames) == 0 {
-		return nil, fmt.Errorf("ui: a proxy identity trusts no proxy: give the proxy's addresses or require its client certificate")
+	if len(opts.TrustedProxies) == 0 && len(opts.ClientCertNames) == 0 && !opts.Socket && len(opts.Secret) == 0 {
+		return nil, fmt.Errorf("ui: a proxy identity trusts no proxy: serve on a Unix socket, or give the proxy's shared secret, its addresses or its client certificate's names")
+	}
+	for _, prefix := range opts.TrustedProxies {
+		for _, lo := range loopback {
+			if prefix.Overlaps(lo) {
+				return nil, fmt.Errorf("ui: trusted proxy %s is loopback, which kubectl port-forward into the dashboard's pod (or any user of its machine) connects from: serve on a Unix socket the proxy shares, or give the proxy a shared secret", prefix)
+			}
+		}
 	}
 	if opts.UserHeader == "" {
 		opts.UserHeader = "X-Forwarded-User"
@@ -111,15 +153,32 @@ func NewProxy(opts ProxyOptions) (*Proxy, error) {
 	if opts.MaxViewers == 0 {
 		opts.MaxViewers = 256
 	}
-	self, err := client.New(opts.Config, client.Options{Scheme: opts.Scheme, Mapper: opts.Mapper})
+	// The access reviews of every viewer share one client: its own
+	// request budget, larger than client-go's default 5 per second, so
+	// that a page of a few hundred namespaces is answered in moments (the
+	// API server's priority and fairness still governs it).
+	reviewConfig := rest.CopyConfig(opts.Config)
+	reviewConfig.QPS, reviewConfig.Burst, reviewConfig.RateLimiter = reviewQPS, 2*reviewQPS, nil
+	self, err := client.New(reviewConfig, client.Options{Scheme: opts.Scheme, Mapper: opts.Mapper})
 	if err != nil {
 		return nil, fmt.Errorf("ui: the dashboard's own client: %w", err)
 	}
 	return &Proxy{opts: opts, self: self, viewers: map[string]*proxyViewer{}, reviews: map[string]review{}}, nil
 }
 
-// fromProxy reports whether r came over a connection from the proxy.
+// fromProxy reports whether r came from the proxy: over the Unix socket,
+// with the shared secret, with the proxy's client certificate, or from a
+// trusted address.
 func (p *Proxy) fromProxy(r *http.Request) bool {
+	if socket, _ := r.Context().Value(socketConn{}).(bool); p.opts.Socket && socket {
+		return true
+	}
+	if len(p.opts.Secret) > 0 {
+		values := r.Header.Values(SecretHeader)
+		if len(values) == 1 && subtle.ConstantTimeCompare([]byte(values[0]), p.opts.Secret) == 1 {
+			return true
+		}
+	}
 	if len(p.opts.ClientCertNames) > 0 && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
 		leaf := r.TLS.VerifiedChains[0][0]
 		for _, name := range append([]string{leaf.Subject.CommonName}, leaf.DNSNames...) {
@@ -199,13 +258,17 @@ func (p *Proxy) viewer(user string, groups []string) (*Viewer, error) {
 	v := &Viewer{Name: user, Groups: groups, Key: key, Client: c}
 	dir := ""
 	if p.opts.NewPreview != nil {
-		dir = filepath.Join(p.opts.GitCacheDir, key)
+		// A folder per viewer instance: an evicted viewer's folder is
+		// removed in the background, while the same person may be back
+		// already with a new instance (and a folder of their own).
+		p.instances++
+		dir = filepath.Join(p.opts.GitCacheDir, key+"-"+strconv.FormatUint(p.instances, 10))
 		if v.Preview, err = p.opts.NewPreview(cfg, dir); err != nil {
 			return nil, err
 		}
 	}
-	v.MayRead = func(ctx context.Context, namespace string) (bool, error) {
-		return p.mayRead(ctx, user, groups, namespace)
+	v.MayRead = func(ctx context.Context, namespaces []string) (map[string]bool, error) {
+		return p.mayRead(ctx, user, groups, namespaces)
 	}
 	if len(p.viewers) >= p.opts.MaxViewers {
 		if dir := p.evictOldest(); dir != "" {
@@ -235,9 +298,49 @@ func (p *Proxy) evictOldest() string {
 }
 
 // mayRead asks the API server whether user and groups may list the Apps
-// of namespace (a SubjectAccessReview by the dashboard's identity), and
-// keeps the answer for reviewTTL.
-func (p *Proxy) mayRead(ctx context.Context, user string, groups []string, namespace string) (bool, error) {
+// of each namespace (SubjectAccessReviews by the dashboard's identity),
+// and keeps each answer for reviewTTL. It asks about every namespace at
+// once first: one who may list Apps everywhere needs one review, not one
+// per namespace; the others' namespaces are reviewed reviewsAtOnce at a
+// time.
+func (p *Proxy) mayRead(ctx context.Context, user string, groups []string, namespaces []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(namespaces))
+	everywhere, err := p.review(ctx, user, groups, "")
+	if err != nil {
+		return out, err
+	}
+	if everywhere {
+		for _, ns := range namespaces {
+			out[ns] = true
+		}
+		return out, nil
+	}
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+		slots = make(chan struct{}, reviewsAtOnce)
+	)
+	for _, ns := range namespaces {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			ok, err := p.review(ctx, user, groups, ns)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
+			}
+			out[ns] = ok
+		})
+	}
+	wg.Wait()
+	return out, first
+}
+
+// review is whether user and groups may list the Apps of namespace (""
+// every namespace), from the cache of answers or a SubjectAccessReview.
+func (p *Proxy) review(ctx context.Context, user string, groups []string, namespace string) (bool, error) {
 	id := user + "\x00" + strings.Join(groups, "\x00") + "\x00\x00" + namespace
 	now := time.Now()
 	p.mu.Lock()
@@ -252,7 +355,11 @@ func (p *Proxy) mayRead(ctx context.Context, user string, groups []string, names
 	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: reviewGroups,
 		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Group: plumbv1.GroupVersion.Group, Resource: "apps", Verb: "list"}}}
 	if err := p.self.Create(ctx, sar); err != nil {
-		return false, fmt.Errorf("reviewing whether %s may list the Apps of %s: %w", user, namespace, err)
+		where := namespace
+		if where == "" {
+			where = "every namespace"
+		}
+		return false, fmt.Errorf("reviewing whether %s may list the Apps of %s: %w", user, where, err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

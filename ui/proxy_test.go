@@ -1,16 +1,26 @@
 package ui
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -110,16 +120,27 @@ func TestProxyBelievesHeadersOnlyFromItsProxy(t *testing.T) {
 }
 
 // TestEachViewerPreviewsInTheirOwnFolder: no viewer is served a clone
-// fetched with another's rights; an evicted viewer's folder goes.
+// fetched with another's rights; an evicted viewer's folder is removed,
+// and one who comes back gets a new folder, which that removal cannot
+// take away.
 func TestEachViewerPreviewsInTheirOwnFolder(t *testing.T) {
+	root := t.TempDir()
+	var mu sync.Mutex
 	var dirs []string
-	opts := ProxyOptions{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/32")}, GitCacheDir: t.TempDir(), MaxViewers: 2,
+	opts := ProxyOptions{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/32")}, GitCacheDir: root, MaxViewers: 2,
 		NewPreview: func(_ *rest.Config, dir string) (PreviewFunc, error) {
+			// As a preview's first clone does.
+			if err := os.MkdirAll(filepath.Join(dir, "repository"), 0o700); err != nil {
+				return nil, err
+			}
+			mu.Lock()
 			dirs = append(dirs, dir)
+			mu.Unlock()
 			return nil, nil
 		}}
 	p := newTestProxy(t, opts)
-	for _, user := range []string{"alice", "bob", "carol"} {
+	view := func(user string) {
+		t.Helper()
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
 		r.RemoteAddr = "10.0.0.5:1"
 		r.Header.Set("X-Forwarded-User", user)
@@ -127,10 +148,173 @@ func TestEachViewerPreviewsInTheirOwnFolder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(dirs) != 3 || dirs[0] == dirs[1] || dirs[1] == dirs[2] || dirs[0] == dirs[2] {
-		t.Errorf("preview folders %v, want one per viewer", dirs)
+	exists := func(dir string) bool { _, err := os.Stat(dir); return err == nil }
+	view("alice")
+	view("bob")
+	view("carol") // alice, the least recent, is evicted
+	mu.Lock()
+	alice, bob, carol := dirs[0], dirs[1], dirs[2]
+	mu.Unlock()
+	for _, dir := range []string{alice, bob, carol} {
+		if filepath.Dir(dir) != root {
+			t.Errorf("preview folder %s is not in the cache folder %s", dir, root)
+		}
+	}
+	if alice == bob || bob == carol || alice == carol {
+		t.Errorf("preview folders %v, want one per viewer", []string{alice, bob, carol})
+	}
+	waitUntil(t, "the evicted viewer's folder to be removed", func() bool { return !exists(alice) })
+	if !exists(bob) || !exists(carol) {
+		t.Errorf("the kept viewers' folders are gone (%s: %v, %s: %v)", bob, exists(bob), carol, exists(carol))
 	}
 	if len(p.viewers) != 2 {
 		t.Errorf("%d viewers kept, want MaxViewers (2)", len(p.viewers))
+	}
+	view("alice") // back: bob is evicted, and alice previews in a new folder
+	mu.Lock()
+	again := dirs[3]
+	mu.Unlock()
+	if again == alice {
+		t.Fatalf("alice came back to her old folder %s, which its removal may still take away", alice)
+	}
+	waitUntil(t, "bob's folder to be removed", func() bool { return !exists(bob) })
+	if !exists(again) || !exists(carol) {
+		t.Errorf("alice's new folder (%v) or carol's (%v) is gone", exists(again), exists(carol))
+	}
+}
+
+// TestTheProxyIsKnownBySocketOrSecretAndNeverByLoopback: a loopback
+// address is refused as a trusted proxy (kubectl port-forward into the
+// pod comes from there); a request over the Unix socket, or with the
+// shared secret, is the proxy's; one without them is not, wherever it
+// comes from.
+func TestTheProxyIsKnownBySocketOrSecretAndNeverByLoopback(t *testing.T) {
+	for _, prefix := range []string{"127.0.0.1/32", "127.0.0.0/8", "::1/128", "0.0.0.0/0", "::ffff:127.0.0.1/128"} {
+		_, err := NewProxy(ProxyOptions{Config: &rest.Config{Host: "https://127.0.0.1:1"}, Scheme: runtime.NewScheme(), Mapper: meta.NewDefaultRESTMapper(nil),
+			TrustedProxies: []netip.Prefix{netip.MustParsePrefix(prefix)}})
+		if err == nil || !strings.Contains(err.Error(), "port-forward") {
+			t.Errorf("trusting %s: %v, want a refusal naming port-forward", prefix, err)
+		}
+	}
+	alice := func(remote string, socket bool, secrets ...string) *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = remote
+		r.Header.Set("X-Forwarded-User", "alice")
+		for _, s := range secrets {
+			r.Header.Add(SecretHeader, s)
+		}
+		if socket {
+			r = r.WithContext(context.WithValue(r.Context(), socketConn{}, true))
+		}
+		return r
+	}
+	bySocket := newTestProxy(t, ProxyOptions{Socket: true})
+	bySecret := newTestProxy(t, ProxyOptions{Secret: []byte("the-proxys-secret")})
+	for _, tc := range []struct {
+		what string
+		p    *Proxy
+		r    *http.Request
+		want int
+	}{
+		{"over the socket", bySocket, alice("@", true), http.StatusOK},
+		{"a port-forward to a TCP port (loopback)", bySocket, alice("127.0.0.1:40000", false), http.StatusForbidden},
+		{"the shared secret, from anywhere", bySecret, alice("127.0.0.1:40000", false, "the-proxys-secret"), http.StatusOK},
+		{"a port-forward without the secret", bySecret, alice("127.0.0.1:40000", false), http.StatusForbidden},
+		{"a wrong secret", bySecret, alice("10.0.0.9:1", false, "guess"), http.StatusForbidden},
+		{"the secret twice", bySecret, alice("10.0.0.9:1", false, "the-proxys-secret", "the-proxys-secret"), http.StatusForbidden},
+		{"the socket, to a proxy that trusts only its secret", bySecret, alice("@", true), http.StatusForbidden},
+	} {
+		if _, err := tc.p.ViewerOf(tc.r); statusOfErr(err) != tc.want {
+			t.Errorf("%s: %d (%v), want %d", tc.what, statusOfErr(err), err, tc.want)
+		}
+	}
+}
+
+// sarServer answers SubjectAccessReviews as an API server would for
+// users allowed to list Apps everywhere (admins) or in some namespaces,
+// each after a delay, counting the reviews and how many were in flight at
+// once.
+type sarServer struct {
+	*httptest.Server
+	reviews, inFlight, most atomic.Int32
+}
+
+func newSARServer(t *testing.T, admins []string, allowed map[string][]string) *sarServer {
+	s := &sarServer{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := s.inFlight.Add(1)
+		defer s.inFlight.Add(-1)
+		for m := s.most.Load(); n > m && !s.most.CompareAndSwap(m, n); m = s.most.Load() {
+		}
+		s.reviews.Add(1)
+		var sar authorizationv1.SubjectAccessReview
+		if err := json.NewDecoder(r.Body).Decode(&sar); err != nil || sar.Spec.ResourceAttributes == nil {
+			http.Error(w, "bad review", http.StatusBadRequest)
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // the API server's time to answer
+		ns := sar.Spec.ResourceAttributes.Namespace
+		sar.Status.Allowed = slices.Contains(admins, sar.Spec.User) || ns != "" && slices.Contains(allowed[sar.Spec.User], ns)
+		sar.APIVersion, sar.Kind = "authorization.k8s.io/v1", "SubjectAccessReview"
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(&sar)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TestAccessReviewsOfManyNamespacesAreFew: one who may list Apps in every
+// namespace costs one review for 300 namespaces; one who may not gets a
+// review per namespace, several at once, never one at a time at
+// client-go's default 5 per second; the answers are right either way.
+func TestAccessReviewsOfManyNamespacesAreFew(t *testing.T) {
+	var namespaces []string
+	for i := range 300 {
+		namespaces = append(namespaces, fmt.Sprint("team-", i))
+	}
+	api := newSARServer(t, []string{"admin"}, map[string][]string{"alice": {"team-7", "team-99"}})
+	scheme := runtime.NewScheme()
+	_ = authorizationv1.AddToScheme(scheme)
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(authorizationv1.SchemeGroupVersion.WithKind("SubjectAccessReview"), meta.RESTScopeRoot)
+	// JSON, which the test server reads (a client of the real one sends protobuf).
+	config := &rest.Config{Host: api.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}
+	p, err := NewProxy(ProxyOptions{Config: config, Scheme: scheme, Mapper: mapper, Socket: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	started := time.Now()
+	got, err := p.mayRead(ctx, "admin", nil, namespaces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := api.reviews.Load(); n != 1 || len(got) != 300 || !got["team-250"] {
+		t.Errorf("an admin: %d reviews and %d namespaces allowed, want 1 review and all 300", n, len(got))
+	}
+	api.reviews.Store(0)
+	got, err = p.mayRead(ctx, "alice", []string{"developers"}, namespaces)
+	took := time.Since(started)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := 0
+	for _, ok := range got {
+		if ok {
+			allowed++
+		}
+	}
+	if n := api.reviews.Load(); n != 301 || allowed != 2 || !got["team-7"] || !got["team-99"] {
+		t.Errorf("alice: %d reviews, %d namespaces allowed, want 301 (every namespace at once, then each) and 2", n, allowed)
+	}
+	if most := api.most.Load(); most < 2 || most > reviewsAtOnce {
+		t.Errorf("%d reviews in flight at most, want several at once and at most %d", most, reviewsAtOnce)
+	}
+	t.Logf("302 reviews of 300 namespaces for two viewers took %s", took)
+	api.reviews.Store(0)
+	if _, err := p.mayRead(ctx, "alice", []string{"developers"}, namespaces); err != nil || api.reviews.Load() != 0 {
+		t.Errorf("asking again within the review TTL made %d reviews (%v), want none", api.reviews.Load(), err)
 	}
 }

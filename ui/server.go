@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -61,11 +62,12 @@ type Viewer struct {
 	// so that two people's tabs in one browser never share a stream); not
 	// a secret.
 	Key string
-	// MayRead says whether they may read the Apps of a namespace: the live
-	// stream carries only those. nil means every App the stream's
+	// MayRead says of namespaces whether they may read their Apps (a
+	// namespace missing from the answer: no): the live stream and the
+	// Apps page carry only those. nil means every App the stream's
 	// informer holds (it reads with their own identity). An Identity that
 	// serves many people answers from its own cache of access reviews.
-	MayRead func(ctx context.Context, namespace string) (bool, error)
+	MayRead func(ctx context.Context, namespaces []string) (map[string]bool, error)
 }
 
 // PreviewFunc previews an App: what its next tick would do.
@@ -109,6 +111,11 @@ type Options struct {
 	MaxStreams, MaxStreamsPerViewer int
 	// PreviewTimeout bounds the App page's diff (default 60s).
 	PreviewTimeout time.Duration
+	// MaxPreviews bounds the previews that run at once, whoever asks
+	// (default DefaultMaxPreviews): each may render a tenant's Helm or
+	// Kustomize source with up to the render memory limit, so viewers
+	// together must not take more than the dashboard has.
+	MaxPreviews int
 	// AppsNamespaces are the namespaces Apps holds ("" or nil: every
 	// namespace): a page of another namespace is not updated live.
 	AppsNamespaces []string
@@ -128,9 +135,17 @@ type Server struct {
 	pages *template.Template
 	hub   hub
 
+	// previews holds a token per preview running (MaxPreviews); queued
+	// counts those waiting for one.
+	previews chan struct{}
+	queued   atomic.Int32
+
 	mu    sync.Mutex
-	slots map[string]chan struct{} // one preview at a time per viewer (they share a Git folder)
+	slots map[string]*previewSlot // one preview at a time per viewer (they share a Git folder), while one runs or waits
 }
+
+// DefaultMaxPreviews is how many previews run at once by default.
+const DefaultMaxPreviews = 2
 
 // New makes a Server.
 func New(opts Options) (*Server, error) {
@@ -149,6 +164,9 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxStreams == 0 {
 		opts.MaxStreams = DefaultMaxStreams
 	}
+	if opts.MaxPreviews <= 0 {
+		opts.MaxPreviews = DefaultMaxPreviews
+	}
 	if opts.MaxStreamsPerViewer == 0 {
 		opts.MaxStreamsPerViewer = DefaultMaxStreamsPerViewer
 	}
@@ -156,7 +174,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, pages: pages, slots: map[string]chan struct{}{}}
+	s := &Server{opts: opts, pages: pages, previews: make(chan struct{}, opts.MaxPreviews), slots: map[string]*previewSlot{}}
 	if opts.Apps != nil {
 		if err := s.watchApps(context.Background(), opts.Apps); err != nil {
 			return nil, err

@@ -101,7 +101,7 @@ var valueSets = map[string]string{
   proxyContainers:
     - name: oauth2-proxy
       image: quay.io/oauth2-proxy/oauth2-proxy:v7.6.0
-      args: [--http-address=0.0.0.0:4180, --upstream=http://127.0.0.1:9400, --provider=github, --github-org=acme, --email-domain=*,
+      args: [--http-address=0.0.0.0:4180, --upstream=unix:///run/plumb-dashboard/ui.sock, --provider=github, --github-org=acme, --email-domain=*,
         --pass-user-headers=true, --set-xauthrequest=false, --client-id=plumb, --client-secret-file=/etc/oauth2-proxy/client-secret,
         --cookie-secret-file=/etc/oauth2-proxy/cookie-secret]
       ports: [{name: http, containerPort: 4180}]
@@ -516,23 +516,41 @@ func TestTheDashboardIsOffByDefaultAndTrustsOnlyItsProxy(t *testing.T) {
 	}
 	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
 	dashArgs, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
-	for _, want := range []string{"ui", "--proxy", "--addr=127.0.0.1:9400", "--trusted-proxy=127.0.0.1/32", "--user-header=X-Forwarded-User", "--groups-header=X-Forwarded-Groups",
-		"--user-prefix=dashboard:", "--groups-prefix=dashboard:"} {
+	for _, want := range []string{"ui", "--proxy", "--addr=unix:///run/plumb-dashboard/ui.sock", "--user-header=X-Forwarded-User", "--groups-header=X-Forwarded-Groups",
+		"--user-prefix=dashboard:", "--groups-prefix=dashboard:",
+		// previews read and render as the controller does
+		"--max-repository-files=10000", "--max-repository-bytes=268435456", "--max-file-bytes=16777216", "--max-objects=5000",
+		"--render-timeout=2m", "--render-memory-bytes=2147483648", "--max-previews=1"} {
 		if !slices.Contains(dashArgs, want) {
 			t.Errorf("the dashboard's args %v lack %s", dashArgs, want)
 		}
 	}
+	for _, a := range dashArgs {
+		if strings.HasPrefix(a, "--trusted-proxy") {
+			t.Errorf("the dashboard with its proxy in the pod trusts an address (%s): a port-forward into the pod arrives from loopback", a)
+		}
+	}
 	if len(containers) != 2 || containers[1].(map[string]any)["name"] != "oauth2-proxy" {
-		t.Errorf("the proxy container is not in the dashboard's pod: %v", containers)
+		t.Fatalf("the proxy container is not in the dashboard's pod: %v", containers)
+	}
+	// Both containers mount the socket's folder, an emptyDir of the pod.
+	for _, c := range containers {
+		mounts, _, _ := unstructured.NestedSlice(c.(map[string]any), "volumeMounts")
+		if !slices.ContainsFunc(mounts, func(m any) bool {
+			return m.(map[string]any)["name"] == "socket" && m.(map[string]any)["mountPath"] == "/run/plumb-dashboard"
+		}) {
+			t.Errorf("container %v does not mount the socket's folder: %v", c.(map[string]any)["name"], mounts)
+		}
 	}
 	selector, _, _ := unstructured.NestedStringMap(d.Object, "spec", "selector", "matchLabels")
 	controllerSelector, _, _ := unstructured.NestedStringMap(find(objects, "Deployment", "plumb").Object, "spec", "selector", "matchLabels")
 	if selector["app.kubernetes.io/name"] == controllerSelector["app.kubernetes.io/name"] {
 		t.Errorf("the dashboard's pods %v would be selected by the controller's Services and budget (%v)", selector, controllerSelector)
 	}
-	role := find(objects, "ClusterRole", "plumb-dashboard")
-	if role == nil {
-		t.Fatal("no dashboard ClusterRole")
+	// Namespace-qualified, as the controller's: two installs do not collide.
+	role, binding := find(objects, "ClusterRole", "plumb-system:plumb-dashboard"), find(objects, "ClusterRoleBinding", "plumb-system:plumb-dashboard")
+	if role == nil || binding == nil || binding.Object["roleRef"].(map[string]any)["name"] != role.GetName() {
+		t.Fatalf("dashboard ClusterRole %v and binding %v: want both named plumb-system:plumb-dashboard, the binding naming the role", role, binding)
 	}
 	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
 	var got []string
@@ -571,8 +589,24 @@ func TestTheDashboardIsOffByDefaultAndTrustsOnlyItsProxy(t *testing.T) {
 		}
 	}
 
-	if _, _, err := render(t, values(t, "dashboard: {enabled: true, trustedProxies: []}")); err == nil || !strings.Contains(err.Error(), "believes user headers only from its proxy") {
+	if _, _, err := render(t, values(t, "dashboard: {enabled: true, addr: ':9400', trustedProxies: []}")); err == nil || !strings.Contains(err.Error(), "believes user headers only from its proxy") {
 		t.Errorf("a dashboard trusting no proxy: %v, want the chart's refusal", err)
+	}
+	for _, loopback := range []string{"127.0.0.1/32", "::1", "0.0.0.0/0"} {
+		if _, _, err := render(t, values(t, "dashboard: {enabled: true, addr: ':9400', trustedProxies: ['"+loopback+"']}")); err == nil || !strings.Contains(err.Error(), "port-forward") {
+			t.Errorf("a dashboard trusting %s: %v, want the chart's refusal naming port-forward", loopback, err)
+		}
+	}
+	if _, _, err := render(t, values(t, "dashboard: {enabled: true}\nrbac: {mode: namespaces, namespaces: [team-a]}")); err == nil || !strings.Contains(err.Error(), "cluster-wide RBAC") {
+		t.Errorf("a dashboard in rbac.mode namespaces: %v, want the chart's refusal (it needs cluster-wide RBAC)", err)
+	}
+	objects, _, err = render(t, values(t, "dashboard: {enabled: true, addr: ':9400', proxySecretName: proxy-secret}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	containers, _, _ = unstructured.NestedSlice(find(objects, "Deployment", "plumb-dashboard").Object, "spec", "template", "spec", "containers")
+	if dashArgs, _, _ = unstructured.NestedStringSlice(containers[0].(map[string]any), "args"); !slices.Contains(dashArgs, "--proxy-secret-file=/etc/plumb/dashboard-proxy-secret/secret") {
+		t.Errorf("the dashboard with proxySecretName: args %v lack --proxy-secret-file", dashArgs)
 	}
 	if _, _, err := render(t, values(t, "dashboard: {enabled: true, tls: {secretName: a, clientCASecretName: b}}")); err == nil || !strings.Contains(err.Error(), "clientCertNames") {
 		t.Errorf("a dashboard trusting a whole CA: %v, want the chart's refusal", err)
@@ -584,10 +618,10 @@ func TestTheDashboardIsOffByDefaultAndTrustsOnlyItsProxy(t *testing.T) {
 	}
 	containers, _, _ = unstructured.NestedSlice(find(objects, "Deployment", "plumb-dashboard").Object, "spec", "template", "spec", "containers")
 	dashArgs, _, _ = unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
-	// --default-service-account it cannot take: it impersonates each
-	// user, and Kubernetes impersonates once.
-	if slices.Contains(dashArgs, "--default-service-account=deployer") || !slices.Contains(dashArgs, "--no-cross-namespace") {
-		t.Errorf("the dashboard's args %v: want --no-cross-namespace and no --default-service-account", dashArgs)
+	// --default-service-account too, so that the App page says it cannot
+	// preview Apps that act as it (Kubernetes impersonates once).
+	if !slices.Contains(dashArgs, "--default-service-account=deployer") || !slices.Contains(dashArgs, "--no-cross-namespace") {
+		t.Errorf("the dashboard's args %v: want --no-cross-namespace and --default-service-account=deployer", dashArgs)
 	}
 }
 

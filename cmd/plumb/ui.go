@@ -13,6 +13,8 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +28,7 @@ import (
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/preview"
 	"github.com/plumb-dev/plumb/reconcile"
+	"github.com/plumb-dev/plumb/source"
 	"github.com/plumb-dev/plumb/ui"
 )
 
@@ -39,12 +42,17 @@ type uiFlags struct {
 	userPrefix, groupsPrefix  string
 	tlsCert, tlsKey, clientCA string
 	clientCertNames           []string
-	// the controller's lockdown, for previews
-	policy reconcile.Policy
+	proxySecretFile           string
+	// the controller's lockdown and limits, for previews
+	policy            reconcile.Policy
+	limits            source.Limits
+	renderTimeout     time.Duration
+	renderMemoryBytes uint64
+	maxPreviews       int
 }
 
 func newUICommand(cluster *clusterFlags) *cobra.Command {
-	f := uiFlags{addr: "127.0.0.1:9400"}
+	f := uiFlags{addr: "127.0.0.1:9400", limits: source.DefaultLimits()}
 	cmd := &cobra.Command{
 		Use:   "ui",
 		Short: "Serve the web dashboard, with your kubeconfig's rights (or, behind a proxy, each user's)",
@@ -59,15 +67,18 @@ name can reach it.
 
 With --proxy it serves many people from inside the cluster, behind an authenticating proxy
 (oauth2-proxy, for instance): each request acts, by impersonation, for the user and groups
-the proxy's headers name, and those headers are believed only on connections from the proxy
-(--trusted-proxy addresses, or a client certificate signed by --client-ca-file); any other
+the proxy's headers name, and those headers are believed only on requests from the proxy:
+over a Unix socket (--addr unix:///PATH, which a proxy in the same pod shares and kubectl
+port-forward cannot reach), with the shared secret of --proxy-secret-file in the
+X-Plumb-Proxy-Secret header, from --trusted-proxy addresses (never loopback: a port-forward
+arrives from there), or with a client certificate signed by --client-ca-file; any other
 request is refused. Its own identity needs impersonate on users and groups, create on
 subjectaccessreviews, and list and watch on Apps.`,
 		Example: `  plumb ui
   plumb ui --addr 127.0.0.1:9400 --context prod
 
-  # In the cluster, behind oauth2-proxy in the same pod
-  plumb ui --proxy --addr 127.0.0.1:9400 --trusted-proxy 127.0.0.1/32`,
+  # In the cluster, behind oauth2-proxy in the same pod (--upstream=unix:///run/plumb-dashboard/ui.sock)
+  plumb ui --proxy --addr unix:///run/plumb-dashboard/ui.sock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runUI(cmd, cluster, f) },
 	}
@@ -83,27 +94,63 @@ subjectaccessreviews, and list and watch on Apps.`,
 	flags.StringSliceVar(&f.clientCertNames, "client-cert-name", nil, "with --client-ca-file: the proxy's certificate's common name or DNS name (repeatable)")
 	flags.StringVar(&f.userPrefix, "user-prefix", "", "with --proxy: put before the user the proxy names (as the API server's --oidc-username-prefix), so that its logins are no other authenticator's users")
 	flags.StringVar(&f.groupsPrefix, "groups-prefix", "", "with --proxy: put before each group the proxy names (as --oidc-groups-prefix)")
+	flags.StringVar(&f.proxySecretFile, "proxy-secret-file", "", "with --proxy: a file holding a secret that the proxy sends in the X-Plumb-Proxy-Secret header: requests with it are the proxy's")
 	flags.BoolVar(&f.policy.NoCrossNamespace, "no-cross-namespace", false, "preview (the App page's diff) as a controller run with --no-cross-namespace ticks")
-	flags.StringVar(&f.policy.DefaultServiceAccount, "default-service-account", "", "preview as a controller run with --default-service-account ticks")
+	flags.StringVar(&f.policy.DefaultServiceAccount, "default-service-account", "", "preview as a controller run with --default-service-account ticks (with --proxy, the App page says such Apps cannot be previewed: Kubernetes impersonates once)")
+	flags.IntVar(&f.limits.MaxFiles, "max-repository-files", f.limits.MaxFiles, "previews: the controller's --max-repository-files")
+	flags.Int64Var(&f.limits.MaxTotalBytes, "max-repository-bytes", f.limits.MaxTotalBytes, "previews: the controller's --max-repository-bytes")
+	flags.Int64Var(&f.limits.MaxFileBytes, "max-file-bytes", f.limits.MaxFileBytes, "previews: the controller's --max-file-bytes")
+	flags.IntVar(&f.limits.MaxObjects, "max-objects", f.limits.MaxObjects, "previews: the controller's --max-objects")
+	flags.DurationVar(&f.renderTimeout, "render-timeout", source.DefaultRenderTimeout, "previews: how long one Kustomize or Helm build may take")
+	flags.Uint64Var(&f.renderMemoryBytes, "render-memory-bytes", preview.DefaultRenderMemoryBytes, "previews: memory one Kustomize or Helm build's process may take, in bytes")
+	flags.IntVar(&f.maxPreviews, "max-previews", ui.DefaultMaxPreviews, "how many previews (App pages' diffs) run at once, for everyone: each may take --render-memory-bytes")
 	return cmd
 }
 
+// socketPath is the path of an --addr unix:///PATH (or unix:PATH).
+func socketPath(addr string) (string, bool) {
+	if rest, ok := strings.CutPrefix(addr, "unix://"); ok {
+		return rest, true
+	}
+	return strings.CutPrefix(addr, "unix:")
+}
+
+// validate checks plumb ui's flags before anything starts.
+func (f uiFlags) validate() error {
+	if socket, ok := socketPath(f.addr); ok {
+		if !f.proxy || !filepath.IsAbs(socket) {
+			return fmt.Errorf("--addr %q: a Unix socket (unix:///ABSOLUTE/PATH) serves an authenticating proxy, with --proxy", f.addr)
+		}
+	} else {
+		host, port, err := net.SplitHostPort(f.addr)
+		if err != nil {
+			return fmt.Errorf("--addr %q: %w", f.addr, err)
+		}
+		if ip := net.ParseIP(host); !f.proxy && (host == "" || (ip != nil && ip.IsUnspecified())) {
+			return fmt.Errorf("--addr %q serves every interface: the dashboard acts with your rights, so give the one address to serve on (127.0.0.1:%s)", f.addr, port)
+		}
+	}
+	if f.proxySecretFile != "" && !f.proxy {
+		return errors.New("--proxy-secret-file needs --proxy: it names the proxy's requests")
+	}
+	l := f.limits
+	if l.MaxFiles < 0 || l.MaxTotalBytes < 0 || l.MaxFileBytes < 0 || l.MaxObjects < 0 || f.renderTimeout <= 0 || f.renderMemoryBytes < 256<<20 || f.maxPreviews < 1 {
+		return errors.New("--max-repository-files, --max-repository-bytes, --max-file-bytes and --max-objects must not be negative, --render-timeout must be positive, --render-memory-bytes at least 256 MiB and --max-previews at least 1")
+	}
+	return nil
+}
+
 func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
-	host, port, err := net.SplitHostPort(f.addr)
-	if err != nil {
-		return fmt.Errorf("--addr %q: %w", f.addr, err)
+	if err := f.validate(); err != nil {
+		return err
 	}
-	if ip := net.ParseIP(host); !f.proxy && (host == "" || (ip != nil && ip.IsUnspecified())) {
-		return fmt.Errorf("--addr %q serves every interface: the dashboard acts with your rights, so give the one address to serve on (127.0.0.1:%s)", f.addr, port)
-	}
+	socket, onSocket := socketPath(f.addr)
+	host, port, _ := net.SplitHostPort(f.addr)
 	if (f.tlsCert == "") != (f.tlsKey == "") {
 		return errors.New("--tls-cert-file and --tls-key-file go together")
 	}
 	if f.clientCA != "" && (!f.proxy || f.tlsCert == "") {
 		return errors.New("--client-ca-file needs --proxy and --tls-cert-file: it names the proxy's certificates")
-	}
-	if f.proxy && f.policy.DefaultServiceAccount != "" {
-		return errors.New("--default-service-account cannot be used with --proxy: the dashboard impersonates each user, and Kubernetes impersonates once, so no App could be previewed as that ServiceAccount")
 	}
 	if (f.clientCA == "") != (len(f.clientCertNames) == 0) {
 		return errors.New("--client-ca-file and --client-cert-name go together: a CA may sign other workloads' certificates too, so the proxy's own name is needed")
@@ -126,7 +173,8 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 	}
 	defer os.RemoveAll(cacheDir)
 	newPreview := func(cfg *rest.Config, dir string) (ui.PreviewFunc, error) {
-		previewer, err := preview.New(preview.Options{Config: cfg, GitCacheDir: dir, Policy: f.policy, RenderCommand: []string{self, renderSandboxCommand}})
+		previewer, err := preview.New(preview.Options{Config: cfg, GitCacheDir: dir, Policy: f.policy, Limits: &f.limits,
+			RenderCommand: []string{self, renderSandboxCommand}, RenderTimeout: f.renderTimeout, RenderMemoryBytes: f.renderMemoryBytes})
 		if err != nil {
 			return nil, err
 		}
@@ -139,7 +187,7 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 	if err != nil {
 		return err
 	}
-	opts := ui.Options{AppsNamespaces: namespaces}
+	opts := ui.Options{AppsNamespaces: namespaces, MaxPreviews: f.maxPreviews}
 	if apps != nil {
 		opts.Apps = apps
 	}
@@ -166,12 +214,22 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 				tlsConfig.ClientAuth = tls.VerifyClientCertIfGiven
 			}
 		}
+		var secret []byte
+		if f.proxySecretFile != "" {
+			data, err := os.ReadFile(f.proxySecretFile)
+			if err != nil {
+				return fmt.Errorf("--proxy-secret-file: %w", err)
+			}
+			if secret = []byte(strings.TrimSpace(string(data))); len(secret) < 16 {
+				return fmt.Errorf("--proxy-secret-file %s holds %d characters: want a secret of at least 16", f.proxySecretFile, len(secret))
+			}
+		}
 		identity, err := ui.NewProxy(ui.ProxyOptions{Config: cfg, Scheme: c.Scheme(), Mapper: c.RESTMapper(),
 			UserHeader: f.userHeader, GroupsHeader: f.groupsHeader, UserPrefix: f.userPrefix, GroupsPrefix: f.groupsPrefix,
-			TrustedProxies: trusted, ClientCertNames: f.clientCertNames,
+			TrustedProxies: trusted, ClientCertNames: f.clientCertNames, Socket: onSocket, Secret: secret,
 			NewPreview: newPreview, GitCacheDir: cacheDir})
 		if err != nil {
-			return fmt.Errorf("--proxy: %w (give --trusted-proxy or --client-ca-file)", err)
+			return fmt.Errorf("--proxy: %w (serve on --addr unix:///PATH, or give --proxy-secret-file, --trusted-proxy or --client-ca-file)", err)
 		}
 		opts.Identity = identity
 	} else {
@@ -187,11 +245,13 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 		}
 	}
 
-	listener, err := net.Listen("tcp", f.addr)
+	listener, err := listen(f.addr, socket, onSocket)
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w (pick another with --addr)", f.addr, err)
+		return err
 	}
-	_, port, _ = net.SplitHostPort(listener.Addr().String())
+	if !onSocket {
+		_, port, _ = net.SplitHostPort(listener.Addr().String())
+	}
 	if tcp, ok := listener.Addr().(*net.TCPAddr); !f.proxy && (!ok || !tcp.IP.IsLoopback()) {
 		listener.Close()
 		return fmt.Errorf("--addr %s is not a loopback address: plumb ui acts with your rights, so anyone who reaches it would too (serve it on 127.0.0.1, or behind an authenticating proxy with --proxy)", f.addr)
@@ -209,7 +269,7 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 	if apps != nil {
 		go func() { _ = apps.Start(ctx) }()
 	}
-	srv := &http.Server{Handler: server.Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig}
+	srv := &http.Server{Handler: server.Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig, ConnContext: ui.SocketConnContext}
 	srv.RegisterOnShutdown(server.Close)
 	go func() {
 		<-ctx.Done()
@@ -222,13 +282,24 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 		scheme = "https"
 	}
 	if f.proxy {
-		mode = " behind an authenticating proxy (" + f.userHeader + " believed from " + strings.Join(append(f.trustedProxies, clientCAName(f.clientCA)...), ", ") + ")"
+		from := append(slices.Clone(f.trustedProxies), clientCAName(f.clientCA)...)
+		if onSocket {
+			from = append(from, "the Unix socket")
+		}
+		if f.proxySecretFile != "" {
+			from = append(from, "requests with the proxy's secret")
+		}
+		mode = " behind an authenticating proxy (" + f.userHeader + " believed from " + strings.Join(from, ", ") + ")"
 	}
 	query := ""
 	if opts.Token != "" {
 		query = "?token=" + opts.Token
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "Serving the dashboard at %s://%s/%s%s (Ctrl-C stops); live updates: %s\n", scheme, listener.Addr(), query, mode, scope)
+	where := scheme + "://" + listener.Addr().String() + "/"
+	if onSocket {
+		where = "unix://" + socket
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "Serving the dashboard at %s%s%s (Ctrl-C stops); live updates: %s\n", where, query, mode, scope)
 	if tlsConfig != nil {
 		err = srv.ServeTLS(listener, f.tlsCert, f.tlsKey)
 	} else {
@@ -238,6 +309,31 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 		return err
 	}
 	return nil
+}
+
+// listen listens on addr: TCP, or the Unix socket at socket (a stale
+// socket file of an earlier run is replaced; the socket is for its
+// owner's group only).
+func listen(addr, socket string, onSocket bool) (net.Listener, error) {
+	if !onSocket {
+		listener, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("listening on %s: %w (pick another with --addr)", addr, err)
+		}
+		return listener, nil
+	}
+	if info, err := os.Lstat(socket); err == nil && info.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(socket)
+	}
+	listener, err := net.Listen("unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("listening on the Unix socket %s: %w", socket, err)
+	}
+	if err := os.Chmod(socket, 0o660); err != nil {
+		listener.Close()
+		return nil, fmt.Errorf("the Unix socket %s: %w", socket, err)
+	}
+	return listener, nil
 }
 
 func clientCAName(path string) []string {

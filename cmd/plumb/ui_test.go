@@ -99,6 +99,39 @@ func startUIWith(t *testing.T, addr, kubeconfig, token string, flags ...string) 
 	return d
 }
 
+// startProxyUI runs plumb ui --proxy on the Unix socket at socket until
+// the test's end, and waits until it serves.
+func startProxyUI(t *testing.T, kubeconfig, socket string, flags ...string) {
+	t.Helper()
+	cmd := exec.Command(plumbBinary, append([]string{"ui", "--proxy", "--addr", "unix://" + socket, "--kubeconfig", kubeconfig}, flags...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	serving := make(chan string, 1)
+	go func() {
+		scanner := bufio.NewScanner(stdout)
+		for scanner.Scan() {
+			if strings.Contains(scanner.Text(), "Serving the dashboard at unix://"+socket) {
+				serving <- scanner.Text()
+			}
+		}
+	}()
+	select {
+	case <-serving:
+	case <-time.After(time.Minute):
+		t.Fatal("plumb ui --proxy on a Unix socket printed no URL within a minute")
+	}
+	if info, err := os.Stat(socket); err != nil || info.Mode()&os.ModeSocket == 0 || info.Mode().Perm()&0o007 != 0 {
+		t.Errorf("the dashboard's socket %s: %v %v, want a socket others may not open", socket, info, err)
+	}
+}
+
 // browser is a headless Chromium (Debian's, installed by make browser).
 func browser(t *testing.T) context.Context {
 	t.Helper()
@@ -647,6 +680,15 @@ func TestTheDashboard(t *testing.T) {
 		}
 	})
 
+	t.Run("previews keep to the read limits plumb ui is given (the controller's)", func(t *testing.T) {
+		limited := startUI(t, cluster.KubeconfigPath, "--max-objects=1", "--render-memory-bytes=268435456", "--max-previews=1")
+		defer limited.stop()
+		if status, body := fetch(t, limited.client, limited.url+"apps/"+ns+"/web"); status != http.StatusOK ||
+			!strings.Contains(body, "rendered object count limit exceeded") {
+			t.Errorf("the App page (%d) of a 2-object App under --max-objects=1 does not say the limit was exceeded:\n%s", status, body)
+		}
+	})
+
 	t.Run("cross-origin posts, foreign Host names and every interface are refused", func(t *testing.T) {
 		if r := w.plumb("ui", "--addr", "0.0.0.0:0"); r.code == 0 || !strings.Contains(r.stderr, "serves every interface") {
 			t.Errorf("plumb ui on every interface: want a refusal\n%s", r)
@@ -654,8 +696,10 @@ func TestTheDashboard(t *testing.T) {
 		if r := w.plumb("ui", "--addr", net.JoinHostPort(nonLoopbackAddress(t), "0")); r.code == 0 || !strings.Contains(r.stderr, "is not a loopback address") {
 			t.Errorf("plumb ui on a non-loopback address: want a refusal\n%s", r)
 		}
-		if r := w.plumb("ui", "--proxy", "--trusted-proxy", "127.0.0.2", "--default-service-account", "deployer"); r.code == 0 || !strings.Contains(r.stderr, "impersonates once") {
-			t.Errorf("plumb ui --proxy --default-service-account: want a refusal\n%s", r)
+		for _, trusted := range []string{"127.0.0.2", "::1", "0.0.0.0/0"} {
+			if r := w.plumb("ui", "--proxy", "--trusted-proxy", trusted); r.code == 0 || !strings.Contains(r.stderr, "port-forward") {
+				t.Errorf("plumb ui --proxy --trusted-proxy %s (loopback: kubectl port-forward arrives from there): want a refusal\n%s", trusted, r)
+			}
 		}
 		req, _ := http.NewRequest(http.MethodPost, appURL+"/sync", nil)
 		req.Header.Set("Origin", "http://evil.example")
@@ -756,12 +800,30 @@ func TestTheDashboardBehindAProxy(t *testing.T) {
 	eventually(t, "the dashboard's ClusterRole in force", func() bool {
 		return w.plumbWith(dashboardKubeconfig, "get", "apps", "-A").code == 0
 	})
-	// The proxy connects from 127.0.0.2; anyone else from 127.0.0.1.
-	url := startUI(t, dashboardKubeconfig, "--proxy", "--trusted-proxy", "127.0.0.2").url
-	fromProxy := &http.Client{Timeout: time.Minute, Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext}}
+	// The proxy reaches the dashboard over its Unix socket; nothing else
+	// can (a port-forward reaches TCP ports only).
+	socket := filepath.Join(t.TempDir(), "ui.sock")
+	startProxyUI(t, dashboardKubeconfig, socket, "--default-service-account", "deployer")
+	const url = "http://dashboard/"
+	fromProxy := &http.Client{Timeout: time.Minute, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}}
+	// A second dashboard on TCP knows its proxy by a shared secret: a
+	// request from loopback (as kubectl port-forward into the pod makes)
+	// without it is not the proxy's.
+	secretFile := filepath.Join(t.TempDir(), "proxy-secret")
+	const proxySecret = "the-shared-secret-of-the-proxy-0123"
+	if err := os.WriteFile(secretFile, []byte(proxySecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tcpURL := startUI(t, dashboardKubeconfig, "--proxy", "--proxy-secret-file", secretFile).url
 	request := func(t *testing.T, c *http.Client, path string, headers map[string]string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodGet, url+path, nil)
+		base := url
+		if c == http.DefaultClient {
+			base = tcpURL
+		}
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
 		for k, v := range headers {
 			req.Header.Set(k, v)
 		}
@@ -782,20 +844,34 @@ func TestTheDashboardBehindAProxy(t *testing.T) {
 			headers map[string]string
 			want    int
 		}{
-			{"forged headers from an address that is not the proxy's", http.DefaultClient, alice, http.StatusForbidden},
+			{"forged headers from loopback without the proxy's secret (a port-forward)", http.DefaultClient, alice, http.StatusForbidden},
+			{"the proxy's secret from loopback", http.DefaultClient, map[string]string{"X-Forwarded-User": "alice", "X-Plumb-Proxy-Secret": proxySecret}, http.StatusOK},
+			{"a wrong secret", http.DefaultClient, map[string]string{"X-Forwarded-User": "alice", "X-Plumb-Proxy-Secret": "guess-guess-guess-guess"}, http.StatusForbidden},
 			{"the proxy's request without the user header", fromProxy, nil, http.StatusUnauthorized},
 			{"the proxy's request naming system:masters", fromProxy, map[string]string{"X-Forwarded-User": "alice", "X-Forwarded-Groups": "system:masters"}, http.StatusForbidden},
 			{"the proxy's request naming a system: user", fromProxy, map[string]string{"X-Forwarded-User": "system:admin"}, http.StatusForbidden},
 			{"the proxy's request for alice", fromProxy, alice, http.StatusOK},
 		} {
 			for _, path := range []string{"", "apps/" + a + "/web", "events"} {
-				if tc.want == http.StatusOK && path == "events" {
+				if tc.want == http.StatusOK && path == "events" || tc.client == http.DefaultClient && path != "" {
 					continue // a stream: read below
 				}
 				if status, body := request(t, tc.client, path, tc.headers); status != tc.want {
 					t.Errorf("%s, /%s: %d, want %d: %s", tc.what, path, status, tc.want, body)
 				}
 			}
+		}
+	})
+
+	t.Run("an App that acts as the controller's default ServiceAccount says it cannot be previewed here", func(t *testing.T) {
+		eventually(t, "alice's Role in force", func() bool {
+			status, _ := request(t, fromProxy, "apps/"+a+"/web", alice)
+			return status == http.StatusOK
+		})
+		_, body := request(t, fromProxy, "apps/"+a+"/web", alice)
+		if !strings.Contains(body, "acts as ServiceAccount "+a+"/deployer (the controller&#39;s --default-service-account") ||
+			!strings.Contains(body, "cannot be previewed as that ServiceAccount") {
+			t.Errorf("alice's App page of %s/web, which acts as the default ServiceAccount deployer, does not say it cannot be previewed as it:\n%s", a, body)
 		}
 	})
 

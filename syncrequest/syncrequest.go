@@ -49,32 +49,31 @@ func Annotate(ctx context.Context, c client.Client, key types.NamespacedName, no
 func RequestValue(now time.Time) string { return now.UTC().Format(time.RFC3339Nano) }
 
 // Answers reports whether status.lastHandledSyncRequest (handled)
-// answers request, which was written when the App's status said previous:
-// it is request itself, or a request written after it (a webhook's,
-// another person's) whose tick read Git after request was made — a value
-// that moved on from previous and is no earlier than request. Times are
-// compared as times (values are RFC3339 with nanoseconds, whose trailing
-// zeros are dropped); values that are not times must be equal.
-func Answers(handled, request, previous string) bool {
+// answers request, given the App's sync annotation as read after request
+// was written (requested): handled is request itself, or the request that
+// replaced it in the annotation (a webhook's, another person's), which the
+// API server took after ours whatever the clocks that stamped the two
+// said. Values are never compared as times: the CLI's, the dashboard's
+// and each replica's clocks differ. When requests follow one another
+// faster than ticks, the answer waits for the tick of the newest.
+func Answers(handled, request, requested string) bool {
 	if handled == request {
 		return true
 	}
-	if handled == previous {
-		return false // the tick before ours, whatever its clock said
-	}
-	h, err1 := time.Parse(time.RFC3339Nano, handled)
-	r, err2 := time.Parse(time.RFC3339Nano, request)
-	return err1 == nil && err2 == nil && !h.Before(r)
+	return requested != "" && requested != request && handled == requested
 }
 
+// Requested is the App's sync annotation: the last sync request written.
+func Requested(app *plumbv1.App) string { return app.Annotations[plumbv1.AnnotationSyncRequestedAt] }
+
 // Await waits until a tick of the App key has answered the sync request
-// (RequestValue of Annotate's time, written when the App's status said
-// previous; see Answers) and, when that tick left objects rolling out
-// (Ready Unknown, reason Progressing), until their health is judged or
-// the App is suspended; it returns the App as it then is, or ctx's error
-// with the App as last read (nil when it could not be read). It reads the
-// App every poll.
-func Await(ctx context.Context, c client.Reader, key types.NamespacedName, request, previous string, poll time.Duration) (*plumbv1.App, error) {
+// (RequestValue of Annotate's time, once written; see Answers) and, when
+// that tick left objects rolling out (Ready Unknown, reason Progressing),
+// until their health is judged or the App is suspended; it returns the App
+// as it then is, or ctx's error with the App as last read (nil when it
+// could not be read). It reads the App from the API server (c must not be
+// a cache) every poll.
+func Await(ctx context.Context, c client.Reader, key types.NamespacedName, request string, poll time.Duration) (*plumbv1.App, error) {
 	var last *plumbv1.App
 	err := wait.PollUntilContextCancel(ctx, poll, true, func(ctx context.Context) (bool, error) {
 		app := &plumbv1.App{}
@@ -85,7 +84,7 @@ func Await(ctx context.Context, c client.Reader, key types.NamespacedName, reque
 			return false, nil // the API server may be restarting: read again
 		}
 		last = app
-		if !Answers(app.Status.LastHandledSyncRequest, request, previous) {
+		if !Answers(app.Status.LastHandledSyncRequest, request, Requested(app)) {
 			return false, nil
 		}
 		ready := meta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)

@@ -30,12 +30,11 @@ func (s *Server) sync(w http.ResponseWriter, r *http.Request, viewer *Viewer) {
 		return
 	}
 	now := s.opts.Now()
-	previous := app.Status.LastHandledSyncRequest
 	if err := syncrequest.Annotate(r.Context(), viewer.Client, key, now, plumbv1.SyncRequestedByManual); err != nil {
 		s.renderApp(w, r, viewer, &appPage{Error: refusal("ask App "+key.String()+" for a sync (patch Apps)", err)}, statusOf(err))
 		return
 	}
-	to := url.Values{"sync": {syncrequest.RequestValue(now)}, "previous": {previous}}
+	to := url.Values{"sync": {syncrequest.RequestValue(now)}}
 	http.Redirect(w, r, appPath(key)+"?"+to.Encode(), http.StatusSeeOther)
 }
 

@@ -90,10 +90,10 @@ type diffView struct {
 type eventView struct{ Age, Type, Reason, Message string }
 
 type syncView struct {
-	Request, Previous string
-	Handled           bool
-	Outcome           string
-	Failed            bool
+	Request string
+	Handled bool
+	Outcome string
+	Failed  bool
 }
 
 // notices are what the App page says after an action (?done=), never
@@ -112,7 +112,7 @@ func (s *Server) app(w http.ResponseWriter, r *http.Request, viewer *Viewer) {
 	if request := r.URL.Query().Get("sync"); request != "" {
 		// Only a time (as Sync writes it) is followed: the page shows it.
 		if _, err := time.Parse(time.RFC3339Nano, request); err == nil {
-			page.Sync = &syncView{Request: request, Previous: r.URL.Query().Get("previous")}
+			page.Sync = &syncView{Request: request}
 		}
 	}
 	s.renderApp(w, r, viewer, &page, http.StatusOK)
@@ -155,7 +155,7 @@ func (s *Server) renderApp(w http.ResponseWriter, r *http.Request, viewer *Viewe
 	page.Events = eventViews(events, now)
 	page.Drift = driftOf(app, events, now)
 	if page.Sync != nil {
-		page.Sync.Handled = syncrequest.Answers(app.Status.LastHandledSyncRequest, page.Sync.Request, page.Sync.Previous)
+		page.Sync.Handled = syncrequest.Answers(app.Status.LastHandledSyncRequest, page.Sync.Request, syncrequest.Requested(app))
 		page.Sync.Outcome, page.Sync.Failed = page.Row.SyncOutcome, page.Row.SyncFailed
 	}
 	page.Diff = s.diffOf(r.Context(), viewer, app)

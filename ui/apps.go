@@ -13,6 +13,7 @@ import (
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/appview"
+	"github.com/plumb-dev/plumb/syncrequest"
 )
 
 // appRow is one App as the Apps page shows it (and the live stream sends
@@ -33,9 +34,11 @@ type appRow struct {
 	DriftBy      string `json:"driftBy,omitempty"`
 	Suspended    bool   `json:"suspended,omitempty"`
 	Message      string `json:"message,omitempty"`
-	// SyncHandled is status.lastHandledSyncRequest, which the App page
-	// follows after a Sync.
-	SyncHandled string `json:"syncHandled,omitempty"`
+	// SyncHandled is status.lastHandledSyncRequest and SyncRequested the
+	// sync annotation, which the App page follows after a Sync
+	// (syncrequest.Answers).
+	SyncHandled   string `json:"syncHandled,omitempty"`
+	SyncRequested string `json:"syncRequested,omitempty"`
 	// SyncOutcome is what the tick that handled it did (appview.Outcome);
 	// SyncFailed says it did not converge the App.
 	SyncOutcome string `json:"syncOutcome,omitempty"`
@@ -46,7 +49,8 @@ func rowOf(app *plumbv1.App, now time.Time) appRow {
 	row := appRow{Namespace: app.Namespace, Name: app.Name, Ready: conditionStatus(app, plumbv1.ConditionReady), Healthy: conditionStatus(app, plumbv1.ConditionHealthy),
 		Revision: appview.ShortRevision(app.Status.LastAppliedRevision), LastTick: appview.Age(app.Status.LastTickTime, now),
 		FailingPhase: appview.FailingPhase(app), Message: readyMessage(app), Suspended: app.Spec.Suspend,
-		RevisionURL: commitURL(app.Spec.Source.URL, app.Status.LastAppliedRevision), SyncHandled: app.Status.LastHandledSyncRequest}
+		RevisionURL: commitURL(app.Spec.Source.URL, app.Status.LastAppliedRevision), SyncHandled: app.Status.LastHandledSyncRequest,
+		SyncRequested: syncrequest.Requested(app)}
 	row.Drift = appview.DriftCount(app)
 	if t := app.Status.LastTickTime; t != nil {
 		row.LastTickAt = t.UnixMilli()

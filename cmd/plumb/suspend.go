@@ -58,7 +58,7 @@ tick and prints its outcome, as plumb sync --wait.`,
 			}
 			at := time.Now()
 			request := syncrequest.RequestValue(at)
-			resumed, err := patchApp(contextOf(cmd), c, key, map[string]any{
+			_, err = patchApp(contextOf(cmd), c, key, map[string]any{
 				"spec": map[string]any{"suspend": false},
 				"metadata": map[string]any{"annotations": map[string]string{
 					plumbv1.AnnotationSyncRequestedAt: request,
@@ -72,7 +72,7 @@ tick and prints its outcome, as plumb sync --wait.`,
 			if !f.wait {
 				return nil
 			}
-			return awaitSync(cmd, c, key, request, resumed.Status.LastHandledSyncRequest, f.timeout)
+			return awaitSync(cmd, c, key, request, f.timeout)
 		},
 	}
 	cmd.Flags().BoolVar(&f.wait, "wait", false, "wait until the controller has handled the sync, and print the outcome")

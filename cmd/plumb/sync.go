@@ -73,19 +73,19 @@ func runSync(cmd *cobra.Command, cluster *clusterFlags, name string, f syncFlags
 			key, request, key.Name, key.Namespace)
 		return nil
 	}
-	return awaitSync(cmd, c, key, request, app.Status.LastHandledSyncRequest, f.timeout)
+	return awaitSync(cmd, c, key, request, f.timeout)
 }
 
 // awaitSync waits for the controller to handle request and prints the
 // outcome.
-func awaitSync(cmd *cobra.Command, c client.Reader, key types.NamespacedName, request, previous string, timeout time.Duration) error {
+func awaitSync(cmd *cobra.Command, c client.Reader, key types.NamespacedName, request string, timeout time.Duration) error {
 	fmt.Fprintf(cmd.ErrOrStderr(), "Waiting for the controller to handle the sync of App %s (request %s)...\n", key, request)
 	ctx, cancel := context.WithTimeout(contextOf(cmd), timeout)
 	defer cancel()
-	app, err := syncrequest.Await(ctx, c, key, request, previous, 250*time.Millisecond)
+	app, err := syncrequest.Await(ctx, c, key, request, 250*time.Millisecond)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			if app != nil && syncrequest.Answers(app.Status.LastHandledSyncRequest, request, previous) {
+			if app != nil && syncrequest.Answers(app.Status.LastHandledSyncRequest, request, syncrequest.Requested(app)) {
 				return fmt.Errorf("the sync was handled, but the App's objects were still rolling out after %s (plumb get app %s -n %s shows them)", timeout, key.Name, key.Namespace)
 			}
 			return fmt.Errorf("the controller did not handle the sync within %s: is plumb's controller running, and does it watch this App (its --app-label-selector and --watch-namespaces)?", timeout)

@@ -250,23 +250,12 @@
 
   var first = null;
 
-  // instant splits an RFC 3339 time into milliseconds and the nanoseconds
-  // beyond them, so that two sync-request values compare as times.
-  function instant(v) {
-    var m = /^(.*T\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$/.exec(v || '');
-    if (!m) { return null; }
-    var fraction = ((m[2] || '') + '000000000').slice(0, 9);
-    return [Date.parse(m[1] + m[3]) + Number(fraction.slice(0, 3)), Number(fraction.slice(3))];
-  }
-
-  // answers is syncrequest.Answers: handled is the request, or a later one
-  // that moved on from previous.
-  function answers(handled, request, previous) {
+  // answers is syncrequest.Answers: handled is the request, or the one
+  // that replaced it in the App's annotation (requested); never compared
+  // as times, since the clocks that stamp them differ.
+  function answers(handled, request, requested) {
     if (handled === request) { return true; }
-    if (!handled || handled === previous) { return false; }
-    var h = instant(handled), r = instant(request);
-    if (!h || !r) { return false; }
-    return h[0] > r[0] || (h[0] === r[0] && h[1] >= r[1]);
+    return !!requested && requested !== request && handled === requested;
   }
 
   function renderApp() {
@@ -284,7 +273,7 @@
     var lastTick = document.getElementById('live-last-tick');
     if (lastTick && r.lastTickAt) { lastTick.dataset.at = String(r.lastTickAt); lastTick.dataset.suffix = ' ago'; }
     var progress = document.getElementById('sync-progress');
-    if (progress && progress.dataset.handled !== 'true' && answers(r.syncHandled, progress.dataset.request, progress.dataset.previous)) {
+    if (progress && progress.dataset.handled !== 'true' && answers(r.syncHandled, progress.dataset.request, r.syncRequested)) {
       progress.dataset.handled = 'true';
       set('sync-state', 'Sync handled: ' + r.syncOutcome, r.syncFailed ? 'False' : 'True');
     }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -47,7 +49,44 @@ func (r *Reconciler) readPhase(ctx context.Context, app *plumbv1.App, trigger qu
 		return nil, err
 	}
 	r.memory.rememberRead(key, app.Generation, result)
+	r.tellLeftOut(app, result)
 	return result, nil
+}
+
+// maxLeftOutListed bounds the objects a LeftOut Event names.
+const maxLeftOutListed = 10
+
+// tellLeftOut records an Event naming the rendered objects that are not
+// applied, once per render (a read served from the cache tells nothing).
+func (r *Reconciler) tellLeftOut(app *plumbv1.App, result *source.Result) {
+	if result.Cached || len(result.LeftOut) == 0 {
+		return
+	}
+	// Grouped by why, in the order the render gave them.
+	var reasons []string
+	byReason := map[string][]string{}
+	listed := 0
+	for _, l := range result.LeftOut {
+		if _, ok := byReason[l.Reason]; !ok {
+			reasons = append(reasons, l.Reason)
+		}
+		if listed < maxLeftOutListed {
+			byReason[l.Reason] = append(byReason[l.Reason], fmt.Sprintf("%s (%s)", l.ID, l.Source))
+			listed++
+		} else if byReason[l.Reason] == nil {
+			byReason[l.Reason] = []string{}
+		}
+	}
+	var parts []string
+	for _, reason := range reasons {
+		parts = append(parts, reason+": "+strings.Join(byReason[reason], ", "))
+	}
+	more := ""
+	if n := len(result.LeftOut) - listed; n > 0 {
+		more = fmt.Sprintf(" (and %d more)", n)
+	}
+	r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonLeftOut, "revision %s: not applied, as %s%s",
+		shortRevision(result.Revision.String()), strings.Join(parts, "; "), more)
 }
 
 // read asks Git (package source). With refresh it asks the remote afresh

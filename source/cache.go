@@ -12,6 +12,7 @@ import (
 type cachedRender struct {
 	engine    render.Engine
 	objects   []*Object
+	leftOut   []render.LeftOut
 	committed time.Time // the commit's committer date (zero if unknown)
 	err       error
 }

@@ -67,11 +67,11 @@ func (l *Local) Read(ctx context.Context, req Request) (*Result, error) {
 	}
 	opts := req.Render
 	opts.Isolation = l.Isolation
-	engine, objects, err := renderTree(ctx, t, filepath.ToSlash(rel), opts, l.Limits, DefaultRenderTimeout, "")
+	out, err := renderTree(ctx, t, filepath.ToSlash(rel), opts, l.Limits, DefaultRenderTimeout, "")
 	if err != nil {
 		return nil, err
 	}
-	return &Result{Revision: git.Revision{Name: LocalRevision}, Engine: engine, Objects: objects}, nil
+	return &Result{Revision: git.Revision{Name: LocalRevision}, Engine: out.engine, Objects: out.objects, LeftOut: out.leftOut}, nil
 }
 
 // repositoryRoot is the nearest folder at or above dir that holds a .git,

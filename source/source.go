@@ -94,6 +94,9 @@ type Result struct {
 	Engine render.Engine
 	// Objects are the rendered objects in a stable order.
 	Objects []*Object
+	// LeftOut are objects the render gave that are not to be applied
+	// (Helm's test hooks), with why.
+	LeftOut []render.LeftOut
 	// Cached is true when the ref had not moved and the render came from the
 	// cache: one round trip, no fetch, no render.
 	Cached bool
@@ -214,7 +217,7 @@ func (r *Reader) Read(ctx context.Context, req Request) (*Result, error) {
 		if cached.err != nil {
 			return nil, cached.err
 		}
-		result.Engine, result.Objects, result.Cached, result.CommitTime = cached.engine, cached.objects, true, cached.committed
+		result.Engine, result.Objects, result.LeftOut, result.Cached, result.CommitTime = cached.engine, cached.objects, cached.leftOut, true, cached.committed
 		return result, nil
 	}
 
@@ -222,7 +225,7 @@ func (r *Reader) Read(ctx context.Context, req Request) (*Result, error) {
 		return nil, classify(rev.String(), err)
 	}
 	result.HistoryRewritten = r.historyRewritten(req, rev)
-	engine, objects, err := r.render(ctx, &req, rev, key, &lookup)
+	out, err := r.render(ctx, &req, rev, key, &lookup)
 	if err != nil {
 		if lasting(err) && ctx.Err() == nil {
 			r.renders.add(lookup, &cachedRender{err: err})
@@ -232,8 +235,8 @@ func (r *Reader) Read(ctx context.Context, req Request) (*Result, error) {
 	// The commit's date only labels a metric: a commit that cannot say
 	// when it was made still renders.
 	committed, _ := r.repos.CommitTime(req.URL, req.Auth, rev.Hash)
-	r.renders.add(lookup, &cachedRender{engine: engine, objects: objects, committed: committed})
-	result.Engine, result.Objects, result.CommitTime = engine, objects, committed
+	r.renders.add(lookup, &cachedRender{engine: out.engine, objects: out.objects, leftOut: out.leftOut, committed: committed})
+	result.Engine, result.Objects, result.LeftOut, result.CommitTime = out.engine, out.objects, out.leftOut, committed
 	return result, nil
 }
 
@@ -255,20 +258,20 @@ func withCapabilities(ctx context.Context, req *Request, key string) (string, er
 // render reads the commit's tree and renders the folder, within the limits
 // and the render timeout. For a Helm chart it first asks what the cluster
 // serves, and moves *lookup to the render key that includes it.
-func (r *Reader) render(ctx context.Context, req *Request, rev git.Revision, key string, lookup *string) (render.Engine, []*Object, error) {
+func (r *Reader) render(ctx context.Context, req *Request, rev git.Revision, key string, lookup *string) (rendered, error) {
 	r.rendered.Add(1)
 	t, err := r.repos.Tree(req.URL, req.Auth, rev.Hash, tree.Limits{
 		MaxFiles: r.limits.MaxFiles, MaxTotalBytes: r.limits.MaxTotalBytes, MaxFileBytes: r.limits.MaxFileBytes,
 	})
 	if err != nil {
-		return "", nil, classify(rev.String(), err)
+		return rendered{}, classify(rev.String(), err)
 	}
 	if engine, err := render.Detect(t, req.Path); err == nil {
 		r.engines.Add(key, engine)
 		if engine == render.Helm && req.Render.Helm.KubeVersion == "" {
 			helmKey, err := withCapabilities(ctx, req, key)
 			if err != nil {
-				return "", nil, &Error{Reason: ReasonRenderFailed, Revision: rev.String(), Err: err, retry: true}
+				return rendered{}, &Error{Reason: ReasonRenderFailed, Revision: rev.String(), Err: err, retry: true}
 			}
 			*lookup = helmKey
 		}
@@ -278,11 +281,19 @@ func (r *Reader) render(ctx context.Context, req *Request, rev git.Revision, key
 	return renderTree(ctx, t, req.Path, opts, r.limits, r.renderTimeout, rev.String())
 }
 
+// rendered is what a render of a folder gave: the encoded objects to
+// apply, and those left out.
+type rendered struct {
+	engine  render.Engine
+	objects []*Object
+	leftOut []render.LeftOut
+}
+
 // renderTree renders the folder dir of t within the render timeout and
-// the object limit, and encodes the objects; errors name revision and
-// never quote a Secret's value.
+// the object limit, leaves a chart's test hooks out, and encodes the
+// objects; errors name revision and never quote a Secret's value.
 func renderTree(ctx context.Context, t *tree.Tree, dir string, opts render.Options, limits Limits, timeout time.Duration,
-	revision string) (render.Engine, []*Object, error) {
+	revision string) (rendered, error) {
 	renderCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	engine, objects, err := render.Render(renderCtx, t, dir, opts)
@@ -291,20 +302,24 @@ func renderTree(ctx context.Context, t *tree.Tree, dir string, opts render.Optio
 			err = &tree.LimitError{Limit: "render time in seconds", Max: int64(timeout.Seconds()),
 				Got: int64(timeout.Seconds()), Path: displayPath(dir)}
 		}
-		return "", nil, classify(revision, redactSecrets(err, t))
+		return rendered{}, classify(revision, redactSecrets(err, t))
+	}
+	var leftOut []render.LeftOut
+	if engine == render.Helm {
+		objects, leftOut = render.LeaveOutHelmTests(objects)
 	}
 	if max := limits.MaxObjects; max > 0 && len(objects) > max {
-		return "", nil, &Error{Reason: ReasonLimitExceeded, Revision: revision,
+		return rendered{}, &Error{Reason: ReasonLimitExceeded, Revision: revision,
 			Err: &tree.LimitError{Limit: "rendered object count", Max: int64(max), Got: int64(len(objects)), Path: displayPath(dir)}}
 	}
 	if err := manifest.Duplicates(objects); err != nil {
-		return "", nil, &Error{Reason: ReasonInvalidManifest, Revision: revision, Err: err}
+		return rendered{}, &Error{Reason: ReasonInvalidManifest, Revision: revision, Err: err}
 	}
 	encoded, err := encodeAll(objects)
 	if err != nil {
-		return "", nil, &Error{Reason: ReasonInvalidManifest, Revision: revision, Err: err}
+		return rendered{}, &Error{Reason: ReasonInvalidManifest, Revision: revision, Err: err}
 	}
-	return engine, encoded, nil
+	return rendered{engine: engine, objects: encoded, leftOut: leftOut}, nil
 }
 
 // lasting reports a read error that the same revision, path and options

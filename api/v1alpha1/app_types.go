@@ -803,4 +803,7 @@ const (
 	// ReasonNotPruned is the Event that names the objects that left Git and
 	// that the prune guard keeps (see AppStatus.Kept).
 	ReasonNotPruned = "NotPruned"
+	// ReasonLeftOut is the Event that names rendered objects that are not
+	// applied (a Helm chart's test hooks), and why.
+	ReasonLeftOut = "LeftOut"
 )

@@ -100,11 +100,12 @@ generate: $(CONTROLLER_GEN) ## Generate deep-copy code and the CRD (also into th
 	cp api/v1alpha1/crd/plumb.dev_apps.yaml api/v1alpha1/crd/plumb.dev_notifications.yaml charts/plumb/crds/
 
 .PHONY: lint
-lint: ## gofmt, go vet, and a check that generated files are current.
+lint: ## gofmt, go vet, a check that generated files are current, and commit subjects of at most 72 characters.
 	@unformatted="$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go'))"; \
 	if [[ -n "$$unformatted" ]]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
 	bash hack/verify-generated.sh
+	bash hack/verify-commit-subjects.sh
 
 $(CONTROLLER_GEN): hack/tools/codegen/go.mod
 	cd hack/tools/codegen && go build -o $(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen

@@ -59,8 +59,8 @@ bench-quick: controlplane ## The performance harness at smaller sizes (a few min
 	go run ./bench --quick --json
 
 .PHONY: bench-micro
-bench-micro: controlplane ## The Go micro-benchmarks of source/ and diff/, each beside its baseline.
-	go test -run '^$$' -bench . -benchmem ./source/... ./diff/
+bench-micro: controlplane ## The Go micro-benchmarks of source/, diff/ and ui/, each beside its baseline.
+	go test -run '^$$' -bench . -benchmem ./source/... ./diff/ ./ui/
 
 .PHONY: build
 build: ## Build bin/plumb.

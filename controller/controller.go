@@ -353,13 +353,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		// alerts it opened end with it (a replica that lost the Lease must
 		// not refresh alerts the next leader resolved).
 		delivering, stopDelivering := context.WithCancel(context.Background())
-		delivered := make(chan struct{})
-		go func() { notifier.Run(delivering); close(delivered) }()
+		delivered := notifier.Begin(delivering)
 		log.Info("Started ticking", zap.Int("workers", opts.Workers))
 		q.Run(runCtx)
 		close(ran)
 		stopDelivering()
-		<-delivered
+		delivered()
 		apps.set(nil)
 		observer.Stop()
 		secrets.Stop()

@@ -12,7 +12,15 @@ if ! git cat-file -e "$since^{commit}" 2>/dev/null; then
 	echo "verify-commit-subjects: $since is not in this clone (a shallow one?): checking HEAD only (git fetch --unshallow checks them all)"
 	range=(-1 HEAD)
 fi
-long="$(git log --format='%h %s' "${range[@]}" | awk -v max="$max" '{ s = substr($0, index($0, " ") + 1); if (length(s) > max) print length(s) " characters: " $0 }')"
+# Characters, not bytes (awk may count bytes): bash under a UTF-8 locale.
+export LC_ALL=C.UTF-8
+long=""
+while IFS= read -r line; do
+	subject="${line#* }"
+	if ((${#subject} > max)); then
+		long+="${#subject} characters: $line"$'\n'
+	fi
+done < <(git log --format='%h %s' "${range[@]}")
 if [[ -n "$long" ]]; then
 	echo "commit subjects longer than $max characters (put the details in the body):"
 	echo "$long" | cut -c1-160

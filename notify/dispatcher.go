@@ -241,10 +241,11 @@ func wants(n *plumbv1.Notification, e *Event) bool {
 }
 
 // resolves reports whether e ends an alert that Notification n holds open
-// for e's App: n gets it whatever its events and appSelector say now (they
-// may have changed since the alert fired, or never asked for resolves),
-// or Alertmanager would be told the alert fires for ever. An alert held by
-// a Notification that is no longer an Alertmanager one is forgotten.
+// for e's App, or will once the firing post queued for it is sent: n gets
+// it whatever its events and appSelector say now (they may have changed
+// since the alert fired, or never asked for resolves), or Alertmanager
+// would be told the alert fires for ever. An alert held by a Notification
+// that is no longer an Alertmanager one is forgotten.
 func (d *Dispatcher) resolves(n *plumbv1.Notification, e *Event) bool {
 	if e.Kind != plumbv1.EventDriftResolved {
 		return false
@@ -252,7 +253,8 @@ func (d *Dispatcher) resolves(n *plumbv1.Notification, e *Event) bool {
 	key := alertKey{notification: types.NamespacedName{Namespace: n.Namespace, Name: n.Name}, app: e.App}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, open := d.alerts[key]; !open {
+	_, open := d.alerts[key]
+	if !open && !d.firingQueued(key) {
 		return false
 	}
 	if n.Spec.Type != plumbv1.SinkAlertmanager {
@@ -260,6 +262,21 @@ func (d *Dispatcher) resolves(n *plumbv1.Notification, e *Event) bool {
 		return false
 	}
 	return true
+}
+
+// firingQueued reports whether key's Notification has a DriftDetected of
+// key's App queued or under way (not yet an open alert); d.mu is held.
+func (d *Dispatcher) firingQueued(key alertKey) bool {
+	box := d.outboxes[key.notification]
+	if box == nil {
+		return false
+	}
+	for _, dl := range box.pending {
+		if dl.event.App == key.app && dl.event.Kind == plumbv1.EventDriftDetected && !dl.refresh {
+			return true
+		}
+	}
+	return false
 }
 
 // enqueue adds a delivery to the queue of Notification key, or drops it
@@ -331,6 +348,14 @@ func (d *Dispatcher) deliverNext(ctx context.Context) bool {
 	if err == nil {
 		err = d.send(ctx, n, head)
 	}
+	if err != nil && ctx.Err() != nil {
+		// The term ended during the attempt: no failure of the sink's, so
+		// neither reported in its status nor logged; the event is dropped
+		// with the term's other queued ones.
+		d.finish(key, box.sink, head, "dropped")
+		d.queue.Forget(key)
+		return true
+	}
 	now := d.opts.Clock.Now()
 	d.report(key, err)
 	var permanent *permanentError
@@ -338,7 +363,7 @@ func (d *Dispatcher) deliverNext(ctx context.Context) bool {
 	case err == nil:
 		d.recovered(key, box)
 		d.finish(key, box.sink, head, "delivered")
-	case errors.As(err, &permanent) || now.Sub(head.queued) >= d.opts.MaxAge || ctx.Err() != nil:
+	case errors.As(err, &permanent) || now.Sub(head.queued) >= d.opts.MaxAge:
 		d.opts.Metrics.ObserveNotificationAttemptFailure(box.sink)
 		d.logFailure(key, box, err, "gave up")
 		if head.event.Kind == plumbv1.EventDriftResolved {

@@ -743,14 +743,8 @@ func TestATermsAlertsEndWithIt(t *testing.T) {
 		Notifications: func(context.Context, string) ([]plumbv1.Notification, error) { return []plumbv1.Notification{n}, nil }})
 	runTerm := func() (stop func()) {
 		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { terms.Run(ctx); close(done) }()
-		waitFor(t, "the term's Dispatcher", func() bool {
-			terms.mu.Lock()
-			defer terms.mu.Unlock()
-			return terms.current != nil
-		})
-		return func() { cancel(); <-done }
+		end := terms.Begin(ctx) // takes events from here on: no wait
+		return func() { cancel(); end() }
 	}
 
 	stop := runTerm()
@@ -774,5 +768,84 @@ func TestATermsAlertsEndWithIt(t *testing.T) {
 	terms.mu.Unlock()
 	if open != 0 {
 		t.Errorf("the next term starts with %d open alerts, want none", open)
+	}
+}
+
+// TestAResolveCatchesUpWithAnAlertStillOnItsWay: the resolve of an alert
+// whose firing post is still being sent (a slow Alertmanager) reaches the
+// Notification too, though its events never ask for resolves.
+func TestAResolveCatchesUpWithAnAlertStillOnItsWay(t *testing.T) {
+	r := newReceiver(t)
+	r.hold = make(chan struct{})
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(r.hold) }) }) // before the server closes, should the test fail
+	n := notification("am", plumbv1.SinkAlertmanager, r.URL, "")
+	n.Spec.Events = []plumbv1.NotificationEvent{plumbv1.EventDriftDetected}
+	f := newFixture(t, Options{}, n)
+	f.d.Notify(driftEvent(false))
+	waitFor(t, "the firing post to reach the sink", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.attempts == 1
+	})
+	resolved := driftEvent(false)
+	resolved.Kind, resolved.Objects = plumbv1.EventDriftResolved, nil
+	f.d.Notify(resolved)
+	waitFor(t, "the resolve to be queued behind it", func() bool {
+		f.d.mu.Lock()
+		defer f.d.mu.Unlock()
+		box := f.d.outboxes[types.NamespacedName{Namespace: "team", Name: "am"}]
+		return box != nil && len(box.pending) == 2
+	})
+	release.Do(func() { close(r.hold) })
+	waitFor(t, "the alert and its resolve", func() bool { return len(r.got()) == 2 })
+	waitFor(t, "no alert left open", func() bool {
+		f.d.mu.Lock()
+		defer f.d.mu.Unlock()
+		return len(f.d.alerts) == 0
+	})
+}
+
+// TestATermEndingDuringADeliveryReportsNoFailure: a delivery cut short by
+// the end of the term (the Lease lost, the process stopping) is no failure
+// of the sink's: the Notification's status is not turned to failing, and
+// nothing is logged as given up.
+func TestATermEndingDuringADeliveryReportsNoFailure(t *testing.T) {
+	r := newReceiver(t)
+	r.hold = make(chan struct{})
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(r.hold) }) })
+	n := notification("hook", plumbv1.SinkWebhook, r.URL, "")
+	metrics := &counts{results: map[string]int{}, retries: map[string]int{}}
+	core, logs := observer.New(zap.DebugLevel)
+	var mu sync.Mutex
+	var reported []string
+	terms := NewTerms(Options{Metrics: metrics, Client: NewClient(nil), Log: zap.New(core),
+		Notifications: func(context.Context, string) ([]plumbv1.Notification, error) { return []plumbv1.Notification{n}, nil },
+		Report: func(_ types.NamespacedName, delivered bool, message string) {
+			mu.Lock()
+			defer mu.Unlock()
+			reported = append(reported, fmt.Sprint(delivered, " ", message))
+		}})
+	ctx, cancel := context.WithCancel(context.Background())
+	end := terms.Begin(ctx)
+	terms.Notify(driftEvent(false))
+	waitFor(t, "the delivery to reach the sink", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.attempts == 1
+	})
+	cancel()
+	end()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reported) != 0 {
+		t.Errorf("reported %q at the end of the term, want nothing", reported)
+	}
+	if logs.FilterMessageSnippet("gave up").Len() != 0 {
+		t.Errorf("logged a give-up at the end of the term: %v", logs.All())
+	}
+	if got := metrics.get("webhook/dropped"); got != 1 {
+		t.Errorf("%d deliveries counted dropped, want the one cut short", got)
 	}
 }

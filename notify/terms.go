@@ -38,19 +38,23 @@ func (t *Terms) Notify(e Event) {
 	d.Notify(e)
 }
 
-// Run delivers for one term: with a new Dispatcher, until ctx ends. It
-// returns once that Dispatcher has stopped.
-func (t *Terms) Run(ctx context.Context) {
+// Begin starts delivering for one term, with a new Dispatcher that takes
+// events from the moment Begin returns, until ctx ends. end waits until
+// that Dispatcher has stopped.
+func (t *Terms) Begin(ctx context.Context) (end func()) {
 	d := New(t.opts)
 	t.mu.Lock()
 	t.current = d
 	t.mu.Unlock()
-	defer func() {
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = d.Start(ctx)
 		t.mu.Lock()
 		if t.current == d {
 			t.current = nil
 		}
 		t.mu.Unlock()
 	}()
-	_ = d.Start(ctx)
+	return func() { <-stopped }
 }

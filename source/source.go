@@ -42,6 +42,9 @@ type Limits struct {
 	MaxFileBytes int64
 	// MaxObjects bounds the rendered objects.
 	MaxObjects int
+	// MaxFetchBytes bounds the pack one fetch may download over HTTP(S)
+	// (0: git.DefaultTransferLimits'); it is not part of a tree's limits.
+	MaxFetchBytes int64
 }
 
 // DefaultLimits are generous for a GitOps repository and small enough that a
@@ -52,6 +55,7 @@ func DefaultLimits() Limits {
 		MaxTotalBytes: 128 << 20,
 		MaxFileBytes:  8 << 20,
 		MaxObjects:    10_000,
+		MaxFetchBytes: git.DefaultTransferLimits().MaxFetchBytes,
 	}
 }
 
@@ -156,6 +160,11 @@ func NewReader(opts Options) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
+	transfer := git.DefaultTransferLimits()
+	if opts.Limits.MaxFetchBytes > 0 {
+		transfer.MaxFetchBytes = opts.Limits.MaxFetchBytes
+	}
+	repos.SetTransferLimits(transfer)
 	switch {
 	case opts.RefsTTL < 0:
 		repos.SetRefsTTL(0)

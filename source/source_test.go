@@ -257,6 +257,8 @@ func TestEveryErrorClass(t *testing.T) {
 			limits: source.Limits{MaxFiles: 3}, reason: source.ReasonLimitExceeded, want: "file count limit exceeded"},
 		{name: "repository size", req: source.Request{URL: url, Ref: git.Ref{Branch: "main"}, Path: "ok", Auth: auth},
 			limits: source.Limits{MaxTotalBytes: 1500}, reason: source.ReasonLimitExceeded, want: "repository size limit exceeded"},
+		{name: "fetched pack", req: source.Request{URL: url, Ref: git.Ref{Branch: "main"}, Path: "ok", Auth: auth},
+			limits: source.Limits{MaxFetchBytes: 100}, reason: source.ReasonLimitExceeded, want: "the pack is larger than 100 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -109,7 +109,7 @@ var valueSets = map[string]string{
 	"dashboardTLS": "dashboard: {enabled: true, addr: ':9443', trustedProxies: [], tls: {secretName: dashboard-tls, clientCASecretName: proxy-ca, clientCertNames: [oauth2-proxy.auth.svc]}, service: {targetPort: 9443}}",
 	"everything": `controller: {workers: 8, logLevel: debug, logEncoding: console, appLabelSelector: "shard=a", defaultServiceAccount: deployer,
   noCrossNamespace: true, notificationBlockedCIDRs: [10.0.0.0/8], notificationBlockDefaultCIDRs: false, extraArgs: ["--pprof-addr=127.0.0.1:6060"],
-  readLimits: {maxRepositoryFiles: 11, maxRepositoryBytes: 12, maxFileBytes: 13, maxObjects: 14},
+  readLimits: {maxRepositoryFiles: 11, maxRepositoryBytes: 12, maxFileBytes: 13, maxObjects: 14, maxFetchBytes: 15},
   renderTimeout: 3m, renderMemoryBytes: 536870912, renderCacheBytes: 1048576, shutdownTimeout: 50s, kubeAPIQPS: 20, kubeAPIBurst: 40}
 webhook: {maxBodyBytes: 2048}
 rbac: {extraRules: [{apiGroups: [example.com], resources: [widgets], verbs: [get, list, watch, create, patch, delete]}]}`,
@@ -400,7 +400,7 @@ func TestEveryValueReachesTheRenderedObjects(t *testing.T) {
 	a := args(t, objects)
 	for _, flag := range []string{"--workers=8", "--log-level=debug", "--log-encoding=console", "--app-label-selector=shard=a",
 		"--default-service-account=deployer", "--no-cross-namespace", "--notification-blocked-cidrs=10.0.0.0/8", "--notification-block-default-cidrs=false",
-		"--pprof-addr=127.0.0.1:6060", "--max-repository-files=11", "--max-repository-bytes=12", "--max-file-bytes=13", "--max-objects=14",
+		"--pprof-addr=127.0.0.1:6060", "--max-repository-files=11", "--max-repository-bytes=12", "--max-file-bytes=13", "--max-objects=14", "--max-fetch-bytes=15",
 		"--render-timeout=3m", "--render-memory-bytes=536870912", "--render-cache-bytes=1048576", "--shutdown-timeout=50s",
 		"--kube-api-qps=20", "--kube-api-burst=40", "--webhook-max-body-bytes=2048"} {
 		if !slices.Contains(a, flag) {
@@ -520,7 +520,7 @@ func TestTheDashboardIsOffByDefaultAndTrustsOnlyItsProxy(t *testing.T) {
 		"--user-prefix=dashboard:", "--groups-prefix=dashboard:",
 		// previews read and render as the controller does
 		"--max-repository-files=10000", "--max-repository-bytes=268435456", "--max-file-bytes=16777216", "--max-objects=5000",
-		"--render-timeout=2m", "--render-memory-bytes=2147483648", "--max-previews=1"} {
+		"--max-fetch-bytes=1073741824", "--render-timeout=2m", "--render-memory-bytes=2147483648", "--max-previews=1"} {
 		if !slices.Contains(dashArgs, want) {
 			t.Errorf("the dashboard's args %v lack %s", dashArgs, want)
 		}
@@ -592,10 +592,16 @@ func TestTheDashboardIsOffByDefaultAndTrustsOnlyItsProxy(t *testing.T) {
 	if _, _, err := render(t, values(t, "dashboard: {enabled: true, addr: ':9400', trustedProxies: []}")); err == nil || !strings.Contains(err.Error(), "believes user headers only from its proxy") {
 		t.Errorf("a dashboard trusting no proxy: %v, want the chart's refusal", err)
 	}
-	for _, loopback := range []string{"127.0.0.1/32", "::1", "0.0.0.0/0"} {
+	for _, loopback := range []string{"127.0.0.1/32", "::1", "0.0.0.0/0", "0.0.0.0/1", "::ffff:127.0.0.1", "0:0:0:0:0:0:0:1", "::/0"} {
 		if _, _, err := render(t, values(t, "dashboard: {enabled: true, addr: ':9400', trustedProxies: ['"+loopback+"']}")); err == nil || !strings.Contains(err.Error(), "port-forward") {
 			t.Errorf("a dashboard trusting %s: %v, want the chart's refusal naming port-forward", loopback, err)
 		}
+	}
+	if _, _, err := render(t, values(t, "dashboard: {enabled: true}")); err == nil || !strings.Contains(err.Error(), "only proxyContainers in its pod can reach") {
+		t.Errorf("a dashboard on its socket with no proxy container: %v, want the chart's refusal", err)
+	}
+	if _, _, err := render(t, values(t, "dashboard: {enabled: true, addr: 'unix:///tmp/ui.sock', proxyContainers: [{name: p, image: p}]}")); err == nil || !strings.Contains(err.Error(), "/run/plumb-dashboard/") {
+		t.Errorf("a dashboard socket outside the shared folder: %v, want the chart's refusal", err)
 	}
 	if _, _, err := render(t, values(t, "dashboard: {enabled: true}\nrbac: {mode: namespaces, namespaces: [team-a]}")); err == nil || !strings.Contains(err.Error(), "cluster-wide RBAC") {
 		t.Errorf("a dashboard in rbac.mode namespaces: %v, want the chart's refusal (it needs cluster-wide RBAC)", err)
@@ -608,11 +614,11 @@ func TestTheDashboardIsOffByDefaultAndTrustsOnlyItsProxy(t *testing.T) {
 	if dashArgs, _, _ = unstructured.NestedStringSlice(containers[0].(map[string]any), "args"); !slices.Contains(dashArgs, "--proxy-secret-file=/etc/plumb/dashboard-proxy-secret/secret") {
 		t.Errorf("the dashboard with proxySecretName: args %v lack --proxy-secret-file", dashArgs)
 	}
-	if _, _, err := render(t, values(t, "dashboard: {enabled: true, tls: {secretName: a, clientCASecretName: b}}")); err == nil || !strings.Contains(err.Error(), "clientCertNames") {
+	if _, _, err := render(t, values(t, "dashboard: {enabled: true, addr: ':9443', tls: {secretName: a, clientCASecretName: b}}")); err == nil || !strings.Contains(err.Error(), "clientCertNames") {
 		t.Errorf("a dashboard trusting a whole CA: %v, want the chart's refusal", err)
 	}
 	// It previews as the controller ticks: with its lockdown.
-	objects, _, err = render(t, values(t, "dashboard: {enabled: true}\ncontroller: {defaultServiceAccount: deployer, noCrossNamespace: true}"))
+	objects, _, err = render(t, values(t, valueSets["dashboard"]+"\ncontroller: {defaultServiceAccount: deployer, noCrossNamespace: true}"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -741,7 +747,7 @@ func TestThePodPassesTheRestrictedPodSecurityLevel(t *testing.T) {
 	if _, err := clients.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "plumb-dashboard"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	objects, _, err := render(t, values(t, "dashboard: {enabled: true}"))
+	objects, _, err := render(t, values(t, valueSets["dashboard"])) // with the proxy's container
 	if err != nil {
 		t.Fatal(err)
 	}

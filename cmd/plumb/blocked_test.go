@@ -29,6 +29,7 @@ func TestBlockedRangesAddToTheDefaults(t *testing.T) {
 		{"the defaults switched off", []string{"--notification-block-default-cidrs=false", "--notification-blocked-cidrs=10.0.0.0/8"},
 			[]string{"10.1.2.3"}, []string{"169.254.169.254", "127.0.0.1"}, false},
 		{"nothing blocked at all", []string{"--notification-block-default-cidrs=false"}, nil, []string{"169.254.169.254", "127.0.0.1", "10.1.2.3"}, false},
+		{"a range in IPv4-mapped form", []string{"--notification-blocked-cidrs=::ffff:10.0.0.0/104"}, []string{"10.1.2.3"}, []string{"192.168.1.1"}, false},
 		{"not a CIDR", []string{"--notification-blocked-cidrs=10.0.0.0"}, nil, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

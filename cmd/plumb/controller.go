@@ -95,6 +95,7 @@ func (f *controllerFlags) register(flags *pflag.FlagSet) {
 	flags.Int64Var(&f.ReadLimits.MaxTotalBytes, "max-repository-bytes", f.ReadLimits.MaxTotalBytes, "largest total size in bytes of a repository's files at a revision (0: no limit)")
 	flags.Int64Var(&f.ReadLimits.MaxFileBytes, "max-file-bytes", f.ReadLimits.MaxFileBytes, "largest single file in bytes (0: no limit)")
 	flags.IntVar(&f.ReadLimits.MaxObjects, "max-objects", f.ReadLimits.MaxObjects, "largest number of objects one App may render (0: no limit)")
+	flags.Int64Var(&f.ReadLimits.MaxFetchBytes, "max-fetch-bytes", f.ReadLimits.MaxFetchBytes, "largest pack in bytes one Git fetch over HTTP(S) may download (a remote that sends more fails the Read with LimitExceeded)")
 	flags.StringVar(&f.Policy.DefaultServiceAccount, "default-service-account", "", "ServiceAccount, in each App's own namespace, that Apps naming none in spec.serviceAccountName act as (without it such Apps act with the controller's own rights)")
 	flags.BoolVar(&f.Policy.NoCrossNamespace, "no-cross-namespace", false, "refuse renders that place objects outside the App's namespace or hold cluster-scoped objects, and dependsOn on Apps of other namespaces")
 	flags.StringSliceVar(&f.blockedCIDRs, "notification-blocked-cidrs", nil,
@@ -124,8 +125,8 @@ func (f controllerFlags) validate() error {
 		}
 	}
 	l := f.ReadLimits
-	if l.MaxFiles < 0 || l.MaxTotalBytes < 0 || l.MaxFileBytes < 0 || l.MaxObjects < 0 {
-		return fmt.Errorf("--max-repository-files, --max-repository-bytes, --max-file-bytes and --max-objects must not be negative")
+	if l.MaxFiles < 0 || l.MaxTotalBytes < 0 || l.MaxFileBytes < 0 || l.MaxObjects < 0 || l.MaxFetchBytes < 1 {
+		return fmt.Errorf("--max-repository-files, --max-repository-bytes, --max-file-bytes and --max-objects must not be negative, --max-fetch-bytes must be positive")
 	}
 	if f.kubeAPIBurst < 1 {
 		return fmt.Errorf("--kube-api-burst %d: want at least 1", f.kubeAPIBurst)
@@ -189,6 +190,11 @@ func parseCIDRs(values []string) ([]netip.Prefix, error) {
 		p, err := netip.ParsePrefix(strings.TrimSpace(v))
 		if err != nil {
 			return nil, fmt.Errorf("--notification-blocked-cidrs %q: want CIDRs such as 169.254.0.0/16: %w", v, err)
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			// ::ffff:10.0.0.0/104 is 10.0.0.0/8: addresses are checked as
+			// the IPv4 address they carry.
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 		}
 		out = append(out, p.Masked())
 	}

@@ -101,6 +101,7 @@ subjectaccessreviews, and list and watch on Apps.`,
 	flags.Int64Var(&f.limits.MaxTotalBytes, "max-repository-bytes", f.limits.MaxTotalBytes, "previews: the controller's --max-repository-bytes")
 	flags.Int64Var(&f.limits.MaxFileBytes, "max-file-bytes", f.limits.MaxFileBytes, "previews: the controller's --max-file-bytes")
 	flags.IntVar(&f.limits.MaxObjects, "max-objects", f.limits.MaxObjects, "previews: the controller's --max-objects")
+	flags.Int64Var(&f.limits.MaxFetchBytes, "max-fetch-bytes", f.limits.MaxFetchBytes, "previews: the controller's --max-fetch-bytes")
 	flags.DurationVar(&f.renderTimeout, "render-timeout", source.DefaultRenderTimeout, "previews: how long one Kustomize or Helm build may take")
 	flags.Uint64Var(&f.renderMemoryBytes, "render-memory-bytes", preview.DefaultRenderMemoryBytes, "previews: memory one Kustomize or Helm build's process may take, in bytes")
 	flags.IntVar(&f.maxPreviews, "max-previews", ui.DefaultMaxPreviews, "how many previews (App pages' diffs) run at once, for everyone: each may take --render-memory-bytes")
@@ -134,8 +135,8 @@ func (f uiFlags) validate() error {
 		return errors.New("--proxy-secret-file needs --proxy: it names the proxy's requests")
 	}
 	l := f.limits
-	if l.MaxFiles < 0 || l.MaxTotalBytes < 0 || l.MaxFileBytes < 0 || l.MaxObjects < 0 || f.renderTimeout <= 0 || f.renderMemoryBytes < 256<<20 || f.maxPreviews < 1 {
-		return errors.New("--max-repository-files, --max-repository-bytes, --max-file-bytes and --max-objects must not be negative, --render-timeout must be positive, --render-memory-bytes at least 256 MiB and --max-previews at least 1")
+	if l.MaxFiles < 0 || l.MaxTotalBytes < 0 || l.MaxFileBytes < 0 || l.MaxObjects < 0 || l.MaxFetchBytes < 1 || f.renderTimeout <= 0 || f.renderMemoryBytes < 256<<20 || f.maxPreviews < 1 {
+		return errors.New("--max-repository-files, --max-repository-bytes, --max-file-bytes and --max-objects must not be negative, --max-fetch-bytes and --render-timeout must be positive, --render-memory-bytes at least 256 MiB and --max-previews at least 1")
 	}
 	return nil
 }

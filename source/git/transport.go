@@ -64,6 +64,11 @@ func withTransfer(ctx context.Context, limits TransferLimits, caBundle []byte) c
 // replace its HTTP client).
 var installOnce sync.Once
 
+// go-git casts the client's transport to *http.Transport (and panics if it
+// is not one) when a list or fetch passes a CA bundle, a client
+// certificate, a proxy or InsecureSkipTLS in its options: plumb passes
+// none of them there (the CA bundle travels in the context instead), and
+// must not start to.
 func installTransport() {
 	installOnce.Do(func() {
 		client := githttp.NewClient(&http.Client{Transport: newBoundedTransport()})
@@ -91,7 +96,10 @@ const maxCATransports = 64
 
 func newBoundedTransport() *boundedTransport {
 	base := http.DefaultTransport.(*http.Transport).Clone()
-	return &boundedTransport{base: base, withCAs: lru.New(maxCATransports)}
+	// An evicted transport's idle connections would stay open until they
+	// time out: close them.
+	withCAs := lru.NewWithEvictionFunc(maxCATransports, func(_ lru.Key, value any) { value.(*http.Transport).CloseIdleConnections() })
+	return &boundedTransport{base: base, withCAs: withCAs}
 }
 
 func (t *boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) {

@@ -20,11 +20,13 @@ type LeftOut struct {
 }
 
 // LeaveOutHelmTests takes Helm's test hooks out of a chart's objects:
-// those whose helm.sh/hook events are all test (or its old name,
-// test-success). Helm creates them only when `helm test` is run, never on
-// an install or an upgrade, so applying them as ordinary objects runs
-// the test Pods with every sync and waits for them to be healthy. Other
-// hooks are kept as they are (applied as ordinary objects).
+// hooks none of whose helm.sh/hook events is one of an install, upgrade,
+// rollback or delete (test, its old name test-success, or names Helm does
+// not know, such as Helm 2's test-failure; Helm reads them in any case).
+// Helm creates them only when `helm test` is run, never on an install or
+// an upgrade, so applying them as ordinary objects runs the test Pods with
+// every sync and waits for them to be healthy. Other hooks are kept as
+// they are (applied as ordinary objects).
 func LeaveOutHelmTests(objects []manifest.Object) (kept []manifest.Object, left []LeftOut) {
 	kept = objects[:0:0]
 	for _, o := range objects {
@@ -38,15 +40,21 @@ func LeaveOutHelmTests(objects []manifest.Object) (kept []manifest.Object, left 
 	return kept, left
 }
 
-// isHelmTest reports whether a helm.sh/hook value lists test events only.
+// lifecycleHooks are the hook events of an install, an upgrade, a
+// rollback or a delete: Helm runs a hook that names one of them then.
+var lifecycleHooks = map[string]bool{
+	"pre-install": true, "post-install": true, "pre-upgrade": true, "post-upgrade": true,
+	"pre-rollback": true, "post-rollback": true, "pre-delete": true, "post-delete": true,
+}
+
+// isHelmTest reports whether a helm.sh/hook value names no lifecycle
+// event (an empty value is no hook).
 func isHelmTest(hook string) bool {
 	if strings.TrimSpace(hook) == "" {
 		return false
 	}
 	for _, event := range strings.Split(hook, ",") {
-		switch strings.TrimSpace(event) {
-		case "test", "test-success":
-		default:
+		if lifecycleHooks[strings.ToLower(strings.TrimSpace(event))] {
 			return false
 		}
 	}

@@ -114,6 +114,7 @@ true
 - --max-repository-bytes={{ int64 .Values.controller.readLimits.maxRepositoryBytes }}
 - --max-file-bytes={{ int64 .Values.controller.readLimits.maxFileBytes }}
 - --max-objects={{ int64 .Values.controller.readLimits.maxObjects }}
+- --max-fetch-bytes={{ int64 .Values.controller.readLimits.maxFetchBytes }}
 - --render-timeout={{ .Values.controller.renderTimeout }}
 - --render-memory-bytes={{ int64 .Values.controller.renderMemoryBytes }}
 - --render-cache-bytes={{ int64 .Values.controller.renderCacheBytes }}

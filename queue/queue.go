@@ -24,10 +24,46 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Handler runs one tick for key. It returns the key's interval (the fallback
-// timer) and the tick's error. Returning Forget stops scheduling the key
-// (its object is gone).
-type Handler[K comparable] func(ctx context.Context, key K, trigger Trigger) (interval time.Duration, err error)
+// Handler runs one tick for key. It returns what the tick settled about
+// the key's schedule and the tick's error.
+type Handler[K comparable] func(ctx context.Context, key K, trigger Trigger) (Outcome, error)
+
+// Outcome is what a tick settled about its key's schedule.
+type Outcome struct {
+	// Interval is the key's fallback timer: its slots lie one Interval
+	// apart, and it caps the backoff after a failure.
+	Interval time.Duration
+	// Next says how the key is scheduled after the tick.
+	Next Next
+}
+
+// Next says how a key is scheduled after a tick.
+type Next int
+
+const (
+	// Reschedule: the key's next slot after a success (or a terminal
+	// error), its backoff after another error.
+	Reschedule Next = iota
+	// Drop: the key is not scheduled again until it is added again (its
+	// object is gone).
+	Drop
+	// Keep: the tick settled nothing about the key's schedule (it only
+	// re-assessed something between ticks): the key keeps its next timer
+	// tick or retry and its count of failures, as if this tick had not
+	// run; a key that had none gets its next slot. The tick's error is
+	// not counted.
+	Keep
+)
+
+// Every is the outcome of a tick that reschedules its key on interval.
+func Every(interval time.Duration) Outcome { return Outcome{Interval: interval} }
+
+// Dropped is the outcome of a tick whose key is gone.
+func Dropped() Outcome { return Outcome{Next: Drop} }
+
+// Kept is the outcome of a tick that leaves the schedule of its key, whose
+// interval is interval, as it was.
+func Kept(interval time.Duration) Outcome { return Outcome{Interval: interval, Next: Keep} }
 
 // Trigger says why a tick runs.
 type Trigger int
@@ -46,9 +82,6 @@ func (t Trigger) String() string {
 	}
 	return "event"
 }
-
-// Forget, returned as the interval, drops the key until it is added again.
-const Forget time.Duration = -1
 
 // terminalError marks an error that retrying cannot fix (e.g. an invalid
 // spec): the key waits a full interval instead of backing off.
@@ -70,12 +103,6 @@ func IsTerminal(err error) bool {
 	var t *terminalError
 	return errors.As(err, &t)
 }
-
-// KeepSchedule, returned by a handler as its error, says the tick settled
-// nothing about the key's schedule (it only re-assessed something between
-// ticks): the key keeps its next timer tick or retry and its count of
-// failures, as if this tick had not run.
-var KeepSchedule = errors.New("the tick leaves the schedule as it was")
 
 // Options configure a Queue. Zero values take the defaults below.
 type Options[K comparable] struct {
@@ -101,10 +128,9 @@ type Options[K comparable] struct {
 	// thus return to their own places in the interval instead of ticking in
 	// step. The default is a hash of the key, the same in every replica.
 	Phase func(K) float64
-	// OnScheduled, when set, is told after each tick when the key's next
-	// tick is due (after is Forget when it was dropped) and how many times
-	// in a row it has failed. It must not block.
-	OnScheduled func(key K, after time.Duration, failures int)
+	// OnScheduled, when set, is told after each tick how the key was
+	// scheduled. It must not block.
+	OnScheduled func(key K, s Scheduled)
 	// EventInterval and EventBurst limit the ticks that AddEvent brings
 	// forward, per key: EventBurst at once, then one per EventInterval
 	// (defaults 1s and 5), so an object that changes all the time cannot
@@ -114,6 +140,15 @@ type Options[K comparable] struct {
 	// DrainTimeout is how long ticks under way may go on after Run's
 	// context ends; then their context ends too (default 30s).
 	DrainTimeout time.Duration
+}
+
+// Scheduled is how a key was scheduled after a tick: its next tick is due
+// After from then, unless it was Dropped; it has failed Failures times in
+// a row.
+type Scheduled struct {
+	After    time.Duration
+	Dropped  bool
+	Failures int
 }
 
 func (o *Options[K]) defaults() {
@@ -273,13 +308,14 @@ func (q *Queue[K]) processNext(run, tickCtx context.Context) bool {
 	if !scheduled || !q.opts.Clock.Now().Before(due) {
 		trigger = TriggerTimer
 	}
-	interval, err := q.handler(tickCtx, key, trigger)
+	outcome, err := q.handler(tickCtx, key, trigger)
+	interval := outcome.Interval
 	now := q.opts.Clock.Now()
-	after := Forget
+	var after time.Duration
 	switch {
-	case interval == Forget:
+	case outcome.Next == Drop:
 		q.backoff.Forget(key)
-	case errors.Is(err, KeepSchedule):
+	case outcome.Next == Keep:
 		// The timer or retry stays; a key that had none (or whose time has
 		// come) gets its next slot, its failures kept.
 		after = q.nextSlot(key, interval, now)
@@ -300,8 +336,9 @@ func (q *Queue[K]) processNext(run, tickCtx context.Context) bool {
 			after = interval
 		}
 	}
+	dropped := outcome.Next == Drop
 	q.mu.Lock()
-	if after == Forget {
+	if dropped {
 		delete(q.due, key)
 		delete(q.events, key)
 		delete(q.delayed, key)
@@ -309,11 +346,11 @@ func (q *Queue[K]) processNext(run, tickCtx context.Context) bool {
 		q.due[key] = now.Add(after)
 	}
 	q.mu.Unlock()
-	if after != Forget {
+	if !dropped {
 		q.queue.AddAfter(key, after)
 	}
 	if q.opts.OnScheduled != nil {
-		q.opts.OnScheduled(key, after, q.backoff.NumRequeues(key))
+		q.opts.OnScheduled(key, Scheduled{After: after, Dropped: dropped, Failures: q.backoff.NumRequeues(key)})
 	}
 	return true
 }

@@ -25,21 +25,22 @@ type recorder struct {
 }
 
 type result struct {
-	interval time.Duration
-	err      error
+	outcome Outcome
+	err     error
 }
 
 type schedule struct {
 	Key      string
 	After    time.Duration
 	Failures int
+	Dropped  bool
 }
 
 func newRecorder() *recorder {
 	return &recorder{ticks: map[string]int{}, results: map[string]result{}, block: map[string]chan struct{}{}}
 }
 
-func (r *recorder) handle(_ context.Context, key string, _ Trigger) (time.Duration, error) {
+func (r *recorder) handle(_ context.Context, key string, _ Trigger) (Outcome, error) {
 	r.mu.Lock()
 	r.ticks[key]++
 	res, ok := r.results[key]
@@ -49,15 +50,15 @@ func (r *recorder) handle(_ context.Context, key string, _ Trigger) (time.Durati
 		<-wait
 	}
 	if !ok {
-		res = result{interval: time.Minute}
+		res = result{outcome: Every(time.Minute)}
 	}
-	return res.interval, res.err
+	return res.outcome, res.err
 }
 
-func (r *recorder) onScheduled(key string, after time.Duration, failures int) {
+func (r *recorder) onScheduled(key string, s Scheduled) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.schedules = append(r.schedules, schedule{key, after, failures})
+	r.schedules = append(r.schedules, schedule{key, s.After, s.Failures, s.Dropped})
 }
 
 func (r *recorder) set(key string, res result) {
@@ -118,11 +119,11 @@ func start(t *testing.T, r *recorder, opts Options[string]) (*Queue[string], *cl
 
 func TestASuccessfulTickIsScheduledAgainAtTheInterval(t *testing.T) {
 	r := newRecorder()
-	r.set("app", result{interval: 3 * time.Minute})
+	r.set("app", result{outcome: Every(3 * time.Minute)})
 	q, clock := start(t, r, Options[string]{Workers: 1})
 	q.Add("app")
 	eventually(t, "the first tick", func() bool { return len(r.scheduled()) == 1 })
-	if diff := cmp.Diff([]schedule{{"app", 3 * time.Minute, 0}}, r.scheduled()); diff != "" {
+	if diff := cmp.Diff([]schedule{{"app", 3 * time.Minute, 0, false}}, r.scheduled()); diff != "" {
 		t.Fatalf("schedule (-want +got):\n%s", diff)
 	}
 	armedStep(t, clock, 3*time.Minute)
@@ -137,12 +138,12 @@ func TestASuccessfulTickIsScheduledAgainAtTheInterval(t *testing.T) {
 
 func TestFailuresBackOffExponentiallyCappedAtTheInterval(t *testing.T) {
 	r := newRecorder()
-	r.set("app", result{interval: 10 * time.Second, err: errors.New("boom")})
+	r.set("app", result{outcome: Every(10 * time.Second), err: errors.New("boom")})
 	q, clock := start(t, r, Options[string]{Workers: 1, BaseBackoff: time.Second, MaxBackoff: time.Hour})
 	q.Add("app")
 	var want []schedule
 	for i, after := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second} {
-		want = append(want, schedule{"app", after, i + 1})
+		want = append(want, schedule{"app", after, i + 1, false})
 		eventually(t, "a failed tick's schedule", func() bool { return len(r.scheduled()) == i+1 })
 		armedStep(t, clock, after)
 	}
@@ -152,7 +153,7 @@ func TestFailuresBackOffExponentiallyCappedAtTheInterval(t *testing.T) {
 
 	t.Run("a success resets the backoff", func(t *testing.T) {
 		eventually(t, "the tick after the last step", func() bool { return len(r.scheduled()) == len(want)+1 })
-		r.set("app", result{interval: 10 * time.Second})
+		r.set("app", result{outcome: Every(10 * time.Second)})
 		armedStep(t, clock, 10*time.Second)
 		eventually(t, "a successful tick", func() bool { return len(r.scheduled()) == len(want)+2 })
 		s := r.scheduled()
@@ -169,16 +170,16 @@ func TestFailuresBackOffExponentiallyCappedAtTheInterval(t *testing.T) {
 
 func TestATickThatKeepsTheScheduleLeavesTheRetryAndTheFailuresAsTheyWere(t *testing.T) {
 	r := newRecorder()
-	r.set("app", result{interval: time.Hour, err: errors.New("boom")})
+	r.set("app", result{outcome: Every(time.Hour), err: errors.New("boom")})
 	q, _ := start(t, r, Options[string]{Workers: 1, BaseBackoff: time.Minute, MaxBackoff: time.Hour})
 	q.Add("app")
 	eventually(t, "the failed tick's schedule", func() bool { return len(r.scheduled()) == 1 })
 	// An event tick 0s into the minute-long backoff that only re-assesses
 	// something: the retry stays a minute away, the failure counted.
-	r.set("app", result{interval: time.Hour, err: KeepSchedule})
+	r.set("app", result{outcome: Kept(time.Hour)})
 	q.AddEvent("app")
 	eventually(t, "the event tick's schedule", func() bool { return len(r.scheduled()) == 2 })
-	if diff := cmp.Diff(schedule{"app", time.Minute, 1}, r.scheduled()[1]); diff != "" {
+	if diff := cmp.Diff(schedule{"app", time.Minute, 1, false}, r.scheduled()[1]); diff != "" {
 		t.Errorf("after a tick that keeps the schedule (-want +got):\n%s", diff)
 	}
 	if q.Failures("app") != 1 {
@@ -188,35 +189,35 @@ func TestATickThatKeepsTheScheduleLeavesTheRetryAndTheFailuresAsTheyWere(t *test
 
 func TestATickThatKeepsTheScheduleOfAKeyWithoutOneGetsItsSlot(t *testing.T) {
 	r := newRecorder()
-	r.set("app", result{interval: time.Minute, err: KeepSchedule})
+	r.set("app", result{outcome: Kept(time.Minute)})
 	q, _ := start(t, r, Options[string]{Workers: 1})
 	q.Add("app") // its first tick: no timer yet
 	eventually(t, "the tick's schedule", func() bool { return len(r.scheduled()) == 1 })
 	// The fake clock stands on a slot: the next is a whole interval away.
-	if diff := cmp.Diff(schedule{"app", time.Minute, 0}, r.scheduled()[0]); diff != "" {
+	if diff := cmp.Diff(schedule{"app", time.Minute, 0, false}, r.scheduled()[0]); diff != "" {
 		t.Errorf("schedule (-want +got):\n%s", diff)
 	}
 }
 
 func TestATerminalErrorWaitsAFullInterval(t *testing.T) {
 	r := newRecorder()
-	r.set("app", result{interval: time.Minute, err: Terminal(errors.New("invalid spec"))})
+	r.set("app", result{outcome: Every(time.Minute), err: Terminal(errors.New("invalid spec"))})
 	q, _ := start(t, r, Options[string]{Workers: 1})
 	q.Add("app")
 	eventually(t, "the tick", func() bool { return len(r.scheduled()) == 1 })
-	if diff := cmp.Diff([]schedule{{"app", time.Minute, 0}}, r.scheduled()); diff != "" {
+	if diff := cmp.Diff([]schedule{{"app", time.Minute, 0, false}}, r.scheduled()); diff != "" {
 		t.Errorf("schedule (-want +got):\n%s", diff)
 	}
 }
 
-func TestForgetDropsTheKey(t *testing.T) {
+func TestDropForgetsTheKey(t *testing.T) {
 	r := newRecorder()
-	r.set("gone", result{interval: Forget})
+	r.set("gone", result{outcome: Dropped()})
 	q, _ := start(t, r, Options[string]{Workers: 1})
 	q.Add("gone")
 	eventually(t, "the tick", func() bool { return len(r.scheduled()) == 1 })
-	if got := r.scheduled()[0]; got.After != Forget {
-		t.Errorf("a forgotten key was scheduled in %s", got.After)
+	if got := r.scheduled()[0]; !got.Dropped {
+		t.Errorf("a dropped key was scheduled in %s", got.After)
 	}
 }
 
@@ -245,7 +246,7 @@ func TestAKeyAddedManyTimesWhileWaitingTicksOnce(t *testing.T) {
 
 func TestAnEventBringsTheNextTickForward(t *testing.T) {
 	r := newRecorder()
-	r.set("app", result{interval: time.Hour})
+	r.set("app", result{outcome: Every(time.Hour)})
 	q, _ := start(t, r, Options[string]{Workers: 2})
 	q.Add("app")
 	eventually(t, "the first tick", func() bool { return r.count("app") == 1 })
@@ -297,7 +298,7 @@ func newCtxRecorder() *ctxRecorder {
 	return &ctxRecorder{started: make(chan struct{}, 10), release: make(chan struct{})}
 }
 
-func (c *ctxRecorder) handle(ctx context.Context, _ string, _ Trigger) (time.Duration, error) {
+func (c *ctxRecorder) handle(ctx context.Context, _ string, _ Trigger) (Outcome, error) {
 	c.mu.Lock()
 	c.last = ctx
 	c.mu.Unlock()
@@ -311,7 +312,7 @@ func (c *ctxRecorder) handle(ctx context.Context, _ string, _ Trigger) (time.Dur
 	c.mu.Lock()
 	c.cancelled = append(c.cancelled, cancelled)
 	c.mu.Unlock()
-	return time.Minute, ctx.Err()
+	return Every(time.Minute), ctx.Err()
 }
 
 func (c *ctxRecorder) results() []bool {
@@ -373,17 +374,17 @@ type triggerRecorder struct {
 	schedule []time.Duration
 }
 
-func (r *triggerRecorder) handle(_ context.Context, _ string, trigger Trigger) (time.Duration, error) {
+func (r *triggerRecorder) handle(_ context.Context, _ string, trigger Trigger) (Outcome, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.triggers = append(r.triggers, trigger)
-	return time.Hour, nil
+	return Every(time.Hour), nil
 }
 
-func (r *triggerRecorder) onScheduled(_ string, after time.Duration, _ int) {
+func (r *triggerRecorder) onScheduled(_ string, s Scheduled) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.schedule = append(r.schedule, after)
+	r.schedule = append(r.schedule, s.After)
 }
 
 func (r *triggerRecorder) snapshot() ([]Trigger, []time.Duration) {
@@ -460,7 +461,7 @@ func TestKeysAddedTogetherSpreadTheirTimersOverTheInterval(t *testing.T) {
 	const keys, interval = 200, 100 * time.Second
 	r := newRecorder()
 	for i := range keys {
-		r.set(fmt.Sprintf("ns/app-%03d", i), result{interval: interval})
+		r.set(fmt.Sprintf("ns/app-%03d", i), result{outcome: Every(interval)})
 	}
 	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	q := New("fleet", r.handle, Options[string]{Workers: 4, Clock: clock, OnScheduled: r.onScheduled})
@@ -510,11 +511,11 @@ func TestHashPhaseIsWithinTheInterval(t *testing.T) {
 // first (the API server was down) must still spread once it succeeds.
 func TestAKeyTicksAtItsSlotAfterFailures(t *testing.T) {
 	r := newRecorder()
-	r.set("app", result{interval: 100 * time.Second, err: errors.New("down")})
+	r.set("app", result{outcome: Every(100 * time.Second), err: errors.New("down")})
 	q, clock := start(t, r, Options[string]{Workers: 1, BaseBackoff: time.Second, Phase: func(string) float64 { return 0.25 }})
 	q.Add("app")
 	eventually(t, "the failed tick", func() bool { return len(r.scheduled()) == 1 })
-	r.set("app", result{interval: 100 * time.Second})
+	r.set("app", result{outcome: Every(100 * time.Second)})
 	armedStep(t, clock, time.Second)
 	eventually(t, "the first success", func() bool { return len(r.scheduled()) == 2 })
 	armedStep(t, clock, 124*time.Second) // its slot: 25 s past a whole 100 s

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -25,9 +24,9 @@ import (
 // App's objects (those that still carry its labels) except those the prune
 // guard keeps, which lose the App's labels (no deleted App claims them) and
 // which a NotPruned Event names; otherwise it leaves them (orphans). Then it removes the finalizer and forgets the App.
-func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Logger) (time.Duration, error) {
+func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Logger) (queue.Outcome, error) {
 	if !slices.Contains(app.Finalizers, plumbv1.Finalizer) {
-		return queue.Forget, nil
+		return queue.Dropped(), nil
 	}
 	interval := app.Spec.IntervalOrDefault()
 	log = log.With(zap.String("phase", "finalize"), zap.String("revision", app.Status.LastAppliedRevision))
@@ -51,7 +50,7 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 				log.Warn("Orphaned the deleted App's objects: its ServiceAccount is gone", zap.Strings("objects", names), zap.Error(err))
 			case err != nil:
 				r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonPruneFailed, "pruning the deleted App's objects: %v", err)
-				return interval, fmt.Errorf("pruning the objects of deleted App %s/%s: %w", app.Namespace, app.Name, err)
+				return queue.Every(interval), fmt.Errorf("pruning the objects of deleted App %s/%s: %w", app.Namespace, app.Name, err)
 			default:
 				owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 				cs, guarded, err := applier.Prune(ctx, stale, owner)
@@ -60,7 +59,7 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 				}
 				if err != nil {
 					r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonPruneFailed, "pruning the deleted App's objects: %v", err)
-					return interval, fmt.Errorf("pruning the objects of deleted App %s/%s: %w", app.Namespace, app.Name, err)
+					return queue.Every(interval), fmt.Errorf("pruning the objects of deleted App %s/%s: %w", app.Namespace, app.Name, err)
 				}
 				r.disownKept(ctx, app, applier, owner, guarded, log)
 				log.Info("Pruned the deleted App's objects", zap.String("changes", changeSummary(cs)))
@@ -72,10 +71,10 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 	patch := client.MergeFrom(app.DeepCopy())
 	app.Finalizers = slices.DeleteFunc(app.Finalizers, func(f string) bool { return f == plumbv1.Finalizer })
 	if err := r.Client.Patch(ctx, app, patch); client.IgnoreNotFound(err) != nil {
-		return interval, fmt.Errorf("removing the finalizer of App %s/%s: %w", app.Namespace, app.Name, err)
+		return queue.Every(interval), fmt.Errorf("removing the finalizer of App %s/%s: %w", app.Namespace, app.Name, err)
 	}
 	r.forgetDeleted(client.ObjectKeyFromObject(app))
-	return queue.Forget, nil
+	return queue.Dropped(), nil
 }
 
 // forgetDeleted drops what the controller holds for a deleted App: its

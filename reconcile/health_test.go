@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -224,9 +223,9 @@ func TestAStatusChangeOfAnObjectReassessesHealthWithoutGitOrAPIRequests(t *testi
 		before := getApp(t, key)
 		h.r.HealthChanged(key)
 		h.counter.Reset()
-		_, err := h.r.Tick(context.Background(), key, queue.TriggerEvent)
-		if !errors.Is(err, queue.KeepSchedule) {
-			t.Errorf("a re-assessment returned %v, want queue.KeepSchedule (the retry or timer stays as it was)", err)
+		outcome, err := h.r.Tick(context.Background(), key, queue.TriggerEvent)
+		if err != nil || outcome.Next != queue.Keep {
+			t.Errorf("a re-assessment returned %+v, %v; want queue.Keep (the retry or timer stays as it was)", outcome, err)
 		}
 		if got := h.counter.Take(); len(got) != 0 {
 			t.Errorf("requests %q: a re-assessment that changes nothing writes nothing, not even a heartbeat", got)

@@ -124,10 +124,10 @@ func (r *Reconciler) IsOwnWrite(obj *compact.Object) bool {
 	return r.memory.ownWrite(key, idOfLive(obj), obj.GetResourceVersion())
 }
 
-// Tick runs one tick for the App key and returns its interval for the
-// queue. A tick that only an event brought forward reuses the App's last
+// Tick runs one tick for the App key and returns how the queue schedules
+// it next. A tick that only an event brought forward reuses the App's last
 // read instead of asking Git.
-func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger queue.Trigger) (time.Duration, error) {
+func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger queue.Trigger) (queue.Outcome, error) {
 	log := r.Log.With(zap.String("app", key.String()), zap.String("tick", tickID()))
 	marks := r.memory.takeMarks(key, r.now())
 	// A re-assessment of health waits for the App cache to catch up with
@@ -140,15 +140,15 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 		if r.EnqueueAfter != nil {
 			r.EnqueueAfter(key, time.Second)
 		}
-		return plumbv1.DefaultInterval, queue.KeepSchedule
+		return queue.Kept(plumbv1.DefaultInterval), nil
 	}
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forgetDeleted(key)
 			log.Debug("Forgot deleted App", zap.String("phase", "start"), zap.String("revision", ""))
-			return queue.Forget, nil
+			return queue.Dropped(), nil
 		}
-		return plumbv1.DefaultInterval, fmt.Errorf("reading App %s: %w", key, err)
+		return queue.Every(plumbv1.DefaultInterval), fmt.Errorf("reading App %s: %w", key, err)
 	}
 	interval := app.Spec.IntervalOrDefault()
 	if !app.DeletionTimestamp.IsZero() {
@@ -160,7 +160,7 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 		patch := client.MergeFrom(app.DeepCopy())
 		app.Finalizers = append(app.Finalizers, plumbv1.Finalizer)
 		if err := r.Client.Patch(ctx, app, patch); err != nil {
-			return interval, fmt.Errorf("adding the finalizer to App %s: %w", key, err)
+			return queue.Every(interval), fmt.Errorf("adding the finalizer to App %s: %w", key, err)
 		}
 		r.memory.setAppRV(key, app.ResourceVersion)
 	}
@@ -173,13 +173,13 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 		app.Status.LastHandledSyncRequest = app.Annotations[plumbv1.AnnotationSyncRequestedAt]
 		setCondition(app, plumbv1.ConditionReconciling, false, plumbv1.ReasonSuspended, "the App is suspended", r.now())
 		log.Debug("Skipped suspended App", zap.String("phase", "start"), zap.String("revision", app.Status.LastAppliedRevision))
-		return interval, nil
+		return queue.Every(interval), nil
 	}
 
 	if healthOnly(trigger, cause, marks) {
 		onlyIfChanged = true
 		r.reassess(app, log)
-		return interval, queue.KeepSchedule // not a tick's outcome: the retry or timer stays as it was
+		return queue.Kept(interval), nil // not a tick's outcome: the retry or timer stays as it was
 	}
 
 	tickCtx, cancel := context.WithTimeout(ctx, app.Spec.TimeoutOrDefault())
@@ -195,7 +195,7 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 		r.memory.setApplied(key, nil) // Ready says it waits: a re-assessment must not say otherwise
 		t := metav1.NewTime(r.now())
 		app.Status.LastTickTime = &t
-		return interval, waiting.queueErr
+		return queue.Every(interval), waiting.queueErr
 	}
 	outcome := r.recordOutcome(app, changes, err, start, log)
 	answered := ""
@@ -220,7 +220,7 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 	} else if errors.As(err, &phaseErr) {
 		r.metrics().ObserveTick(r.now().Sub(start), string(phaseErr.Phase), phaseErr.Reason)
 		if phaseErr.Terminal {
-			return interval, queue.Terminal(err)
+			return queue.Every(interval), queue.Terminal(err)
 		}
 	} else if err != nil {
 		r.metrics().ObserveTick(r.now().Sub(start), string(PhaseApply), plumbv1.ReasonApplyFailed)
@@ -230,7 +230,7 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 	if t := app.Status.LastSuccessfulTickTime; err == nil && t != nil {
 		r.memory.succeeded(key, t.Time)
 	}
-	return interval, err
+	return queue.Every(interval), err
 }
 
 // LastSuccess is when a tick of the App last succeeded in this process

@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,9 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -384,36 +380,6 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 
 func ptr[T any](v T) *T { return &v }
 
-// reportDelivery writes a Notification's Ready condition: whether its sink
-// takes what is sent, and if not why (the errors of package notify name no
-// address or token).
-// It reads the Notification from the API server, not the cache, so that
-// two changes in quick succession do not patch from the same stale copy.
-func reportDelivery(reader client.Reader, c client.Client, key types.NamespacedName, delivered bool, message string, log *zap.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	n := &plumbv1.Notification{}
-	if err := reader.Get(ctx, key, n); err != nil {
-		if !apierrors.IsNotFound(err) {
-			log.Warn("Could not read a Notification to write its status", zap.Stringer("notification", key), zap.Error(err))
-		}
-		return
-	}
-	patch := client.MergeFrom(n.DeepCopy())
-	cond := metav1.Condition{Type: plumbv1.ConditionReady, Status: metav1.ConditionTrue, Reason: plumbv1.ReasonDelivered,
-		Message: "the sink took the last event sent", ObservedGeneration: n.Generation}
-	if !delivered {
-		if len(message) > 1024 {
-			message = strings.ToValidUTF8(message[:1024], "")
-		}
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, plumbv1.ReasonDeliveryFailed, message
-	}
-	apimeta.SetStatusCondition(&n.Status.Conditions, cond)
-	if err := c.Status().Patch(ctx, n, patch); err != nil && !apierrors.IsNotFound(err) {
-		log.Warn("Could not write a Notification's status", zap.Stringer("notification", key), zap.Error(err))
-	}
-}
-
 // notifications makes the Terms that deliver what ticks tell them to the
 // Notifications of each App's namespace, read from the manager's cache
 // (started on first use, so that a cluster without the Notification CRD
@@ -440,9 +406,7 @@ func notifications(mgr manager.Manager, opts Options, m *metrics.Metrics, log *z
 			}
 			return secret, nil
 		},
-		Report: func(key types.NamespacedName, delivered bool, message string) {
-			reportDelivery(mgr.GetAPIReader(), mgr.GetClient(), key, delivered, message, log)
-		},
+		Report:       notify.StatusWriter(mgr.GetAPIReader(), mgr.GetClient(), log),
 		Client:       notify.NewClient(blocked),
 		AlertRefresh: opts.NotificationAlertRefresh,
 		Metrics:      m,

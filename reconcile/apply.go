@@ -192,9 +192,7 @@ func (r *Reconciler) reportKept(app *plumbv1.App, kept []plumbv1.KeptObject) {
 	if len(parts) == 0 {
 		return
 	}
-	if len(parts) > maxListed {
-		parts = append(parts[:maxListed], fmt.Sprintf("and %d more", len(parts)-maxListed))
-	}
+	parts = cutList(parts)
 	r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonNotPruned, "kept what left Git, still labelled as this App's: %s",
 		strings.Join(parts, "; "))
 }
@@ -211,9 +209,7 @@ func (r *Reconciler) reportUnserved(app *plumbv1.App, cs *fluxssa.ChangeSet) {
 	if len(gone) == 0 {
 		return
 	}
-	if len(gone) > maxListed {
-		gone = append(gone[:maxListed], fmt.Sprintf("and %d more", len(gone)-maxListed))
-	}
+	gone = cutList(gone)
 	r.Events.Eventf(app, corev1.EventTypeNormal, "KindNotServed",
 		"nothing to prune for %s: the API server no longer serves their kinds (their CRDs were removed)", strings.Join(gone, ", "))
 }

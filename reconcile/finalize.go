@@ -114,9 +114,7 @@ func (r *Reconciler) disownKept(ctx context.Context, app *plumbv1.App, applier A
 		}
 		parts = append(parts, part)
 	}
-	if len(parts) > maxListed {
-		parts = append(parts[:maxListed], fmt.Sprintf("and %d more", len(parts)-maxListed))
-	}
+	parts = cutList(parts)
 	r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonNotPruned,
 		"the App is deleted; kept what the prune guard protects, without the App's labels: %s", truncate(strings.Join(parts, "; "), 1000))
 }

@@ -296,9 +296,7 @@ func ownershipConflicts(owner ssa.Owner, desired []*unstructured.Unstructured, l
 	if len(conflicts) == 0 {
 		return nil
 	}
-	if len(conflicts) > maxListed {
-		conflicts = append(conflicts[:maxListed], fmt.Sprintf("and %d more", len(conflicts)-maxListed))
-	}
+	conflicts = cutList(conflicts)
 	return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Detail: "Conflict",
 		Err: fmt.Errorf("%s; nothing was applied (an App takes over another App's object only when the object is annotated %s=%s/%s)",
 			strings.Join(conflicts, ", "), plumbv1.AnnotationTakeover, owner.Namespace, owner.Name)}

@@ -35,6 +35,15 @@ import (
 // maxListed bounds how many objects a message or the drift summary names.
 const maxListed = 20
 
+// cutList cuts a list of what a message names to maxListed items, the
+// last saying how many more there are.
+func cutList(items []string) []string {
+	if len(items) <= maxListed {
+		return items
+	}
+	return append(items[:maxListed:maxListed], fmt.Sprintf("and %d more", len(items)-maxListed))
+}
+
 // phaseStatus returns the status entry of a phase.
 func phaseStatus(app *plumbv1.App, phase Phase) *plumbv1.PhaseStatus {
 	switch phase {
@@ -238,9 +247,7 @@ func changeSummary(changes *fluxssa.ChangeSet) string {
 			parts = append(parts, e.Subject+" "+string(e.Action))
 		}
 	}
-	if len(parts) > maxListed {
-		parts = append(parts[:maxListed], fmt.Sprintf("and %d more", len(parts)-maxListed))
-	}
+	parts = cutList(parts)
 	return strings.Join(parts, ", ")
 }
 

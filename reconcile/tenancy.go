@@ -121,9 +121,7 @@ func (r *Reconciler) checkNamespaces(app *plumbv1.App, desired []*unstructured.U
 		return nil
 	}
 	count := len(offending)
-	if len(offending) > maxListed {
-		offending = append(offending[:maxListed], fmt.Sprintf("and %d more", len(offending)-maxListed))
-	}
+	offending = cutList(offending)
 	return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: "PolicyViolation",
 		Err: fmt.Errorf("%s at %s breaks --no-cross-namespace (an App may place objects only in its own namespace %s and no cluster-scoped objects); "+
 			"nothing was applied or pruned. %d objects: %s", displayPath(app.Spec.Source.Path), revision, app.Namespace, count, strings.Join(offending, ", "))}
@@ -182,9 +180,7 @@ func (r *Reconciler) authorize(ctx context.Context, app *plumbv1.App, applier Ap
 			return &PhaseError{Phase: PhaseApply, Reason: check.reason, Err: err}
 		}
 		if len(denied) > 0 {
-			if len(denied) > maxListed {
-				denied = append(denied[:maxListed], fmt.Sprintf("and %d more", len(denied)-maxListed))
-			}
+			denied = cutList(denied)
 			return &PhaseError{Phase: PhaseApply, Reason: check.reason, Err: fmt.Errorf("%s; nothing was applied or pruned", strings.Join(denied, "; "))}
 		}
 	}

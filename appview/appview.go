@@ -256,7 +256,7 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 	} else {
 		b.WriteString("Drift: none\n")
 	}
-	episodes := eventsWith(events, "DriftDetected", "DriftConflict")
+	episodes := eventsWith(events, plumbv1.ReasonDriftDetected, plumbv1.ReasonDriftConflict)
 	if len(episodes) > 0 {
 		b.WriteString("Drift episodes (from events):\n")
 		for _, e := range episodes {

@@ -210,7 +210,7 @@ func (r *Reconciler) reportUnserved(app *plumbv1.App, cs *fluxssa.ChangeSet) {
 		return
 	}
 	gone = cutList(gone)
-	r.Events.Eventf(app, corev1.EventTypeNormal, "KindNotServed",
+	r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonKindNotServed,
 		"nothing to prune for %s: the API server no longer serves their kinds (their CRDs were removed)", strings.Join(gone, ", "))
 }
 

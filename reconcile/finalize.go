@@ -44,7 +44,7 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 				for _, obj := range stale {
 					names = append(names, idOf(obj).String())
 				}
-				r.Events.Eventf(app, corev1.EventTypeWarning, "Orphaned",
+				r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonOrphaned,
 					"the App is deleted but its ServiceAccount is gone, so its %d objects are left in place, not pruned: %v; %s",
 					len(stale), err, truncate(strings.Join(names, ", "), 800))
 				log.Warn("Orphaned the deleted App's objects: its ServiceAccount is gone", zap.Strings("objects", names), zap.Error(err))

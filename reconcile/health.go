@@ -165,8 +165,8 @@ func (r *Reconciler) settleHealth(app *plumbv1.App, outcome *appliedOutcome, cha
 func keepDriftConflict(app *plumbv1.App, now time.Time) {
 	ready := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
 	drift := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionDrifted)
-	if ready != nil && ready.Reason != plumbv1.ReasonHealthCheckFailed && drift != nil && drift.Status == metav1.ConditionTrue && drift.Reason == "DriftConflict" {
-		setCondition(app, plumbv1.ConditionReady, false, "DriftConflict", drift.Message, now)
+	if ready != nil && ready.Reason != plumbv1.ReasonHealthCheckFailed && drift != nil && drift.Status == metav1.ConditionTrue && drift.Reason == plumbv1.ReasonDriftConflict {
+		setCondition(app, plumbv1.ConditionReady, false, plumbv1.ReasonDriftConflict, drift.Message, now)
 	}
 }
 

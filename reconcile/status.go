@@ -196,7 +196,7 @@ func (r *Reconciler) recordOutcome(app *plumbv1.App, changes *fluxssa.ChangeSet,
 	t := metav1.NewTime(now)
 	app.Status.LastTickTime = &t
 	if summary := changeSummary(changes); summary != "" {
-		r.Events.Eventf(app, corev1.EventTypeNormal, "Applied", "revision %s: %s", app.Status.LastAttemptedRevision, summary)
+		r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonApplied, "revision %s: %s", app.Status.LastAttemptedRevision, summary)
 	}
 	if err == nil {
 		app.Status.ObservedGeneration = app.Generation
@@ -366,24 +366,24 @@ func (r *Reconciler) recordDrift(app *plumbv1.App, p *plan, healFailed bool) {
 			}
 		}
 		if drifted && d.newEpisode {
-			r.Events.Eventf(app, corev1.EventTypeWarning, "DriftDetected", "%s", truncate(describeDrift(id, d), 1000))
+			r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonDriftDetected, "%s", truncate(describeDrift(id, d), 1000))
 		}
 		if drifted && d.newConflict {
-			r.Events.Eventf(app, corev1.EventTypeWarning, "DriftConflict",
+			r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonDriftConflict,
 				"%s: another manager keeps changing these fields back; plumb leaves them to it until Git changes the object: %s",
 				id, truncate(strings.Join(lefts, ", "), 800))
 		}
 	}
 	switch {
 	case len(conflicts) > 0:
-		setCondition(app, plumbv1.ConditionDrifted, true, "DriftConflict",
+		setCondition(app, plumbv1.ConditionDrifted, true, plumbv1.ReasonDriftConflict,
 			"fields another manager keeps changing back, left to it: "+strings.Join(conflicts, "; "), now)
 	case len(left) > 0 && healFailed:
-		setCondition(app, plumbv1.ConditionDrifted, true, "DriftDetected", "changed outside Git, not put back (the Apply phase failed): "+strings.Join(left, "; "), now)
+		setCondition(app, plumbv1.ConditionDrifted, true, plumbv1.ReasonDriftDetected, "changed outside Git, not put back (the Apply phase failed): "+strings.Join(left, "; "), now)
 	case len(left) > 0:
-		setCondition(app, plumbv1.ConditionDrifted, true, "DriftDetected", "changed outside Git (policy alert): "+strings.Join(left, "; "), now)
+		setCondition(app, plumbv1.ConditionDrifted, true, plumbv1.ReasonDriftDetected, "changed outside Git (policy alert): "+strings.Join(left, "; "), now)
 	default:
-		setCondition(app, plumbv1.ConditionDrifted, false, "DriftHealed", "put back: "+strings.Join(healed, "; "), now)
+		setCondition(app, plumbv1.ConditionDrifted, false, plumbv1.ReasonDriftHealed, "put back: "+strings.Join(healed, "; "), now)
 	}
 }
 

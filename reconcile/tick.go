@@ -330,7 +330,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Tr
 	timer.revision = revision
 	log = log.With(zap.String("revision", revision))
 	if result.HistoryRewritten {
-		r.Events.Eventf(app, corev1.EventTypeWarning, "HistoryRewritten",
+		r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonHistoryRewritten,
 			"the history of %s was rewritten (force-push): %s no longer descends from %s", app.Spec.Source.Ref.Branch, revision, app.Status.LastAppliedRevision)
 	}
 	if err := r.refuseEmpty(app, result.Empty(), revision); err != nil {

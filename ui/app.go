@@ -242,7 +242,7 @@ func driftOf(app *plumbv1.App, events []corev1.Event, now time.Time) driftView {
 		v.More = int(d.Count) - len(d.Objects)
 	}
 	for _, e := range events {
-		if e.Reason == "DriftDetected" || e.Reason == "DriftConflict" || e.Reason == "DriftResolved" {
+		if e.Reason == plumbv1.ReasonDriftDetected || e.Reason == plumbv1.ReasonDriftConflict || e.Reason == string(plumbv1.EventDriftResolved) {
 			v.Episodes = append(v.Episodes, eventView{Age: appview.Age(appview.EventTime(e), now), Type: e.Type, Reason: appview.Printable(e.Reason), Message: appview.OneLine(e.Message)})
 		}
 	}

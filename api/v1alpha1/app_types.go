@@ -806,4 +806,23 @@ const (
 	// ReasonLeftOut is the Event that names rendered objects that are not
 	// applied (a Helm chart's test hooks), and why.
 	ReasonLeftOut = "LeftOut"
+	// ReasonApplied is the Event of a tick that changed objects, naming
+	// what it created, configured and deleted.
+	ReasonApplied = "Applied"
+	// ReasonDriftDetected (an Event per drifted object, and the Drifted
+	// condition's reason while drift is left) and ReasonDriftConflict
+	// (fields left to a manager that keeps changing them back) say what
+	// was changed outside Git; ReasonDriftHealed that plumb put it back.
+	ReasonDriftDetected = "DriftDetected"
+	ReasonDriftConflict = "DriftConflict"
+	ReasonDriftHealed   = "DriftHealed"
+	// ReasonHistoryRewritten is the Event of a branch whose new commit does
+	// not descend from the last one applied (a force-push).
+	ReasonHistoryRewritten = "HistoryRewritten"
+	// ReasonKindNotServed is the Event naming objects of a kind the API
+	// server no longer serves, which prune cannot reach.
+	ReasonKindNotServed = "KindNotServed"
+	// ReasonOrphaned is the Event of a deleted App whose objects are left
+	// in place.
+	ReasonOrphaned = "Orphaned"
 )

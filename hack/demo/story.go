@@ -117,12 +117,12 @@ func (s *story) tell(ctx context.Context, first string) error {
 		return err
 	}
 	s.n.say("Healed the drift in %s (the informer saw the change; the App's interval is 3m)", since(start))
-	detected, err := s.receiver.next(ctx, "DriftDetected")
+	detected, err := s.receiver.next(ctx, string(plumbv1.EventDriftDetected))
 	if err != nil {
 		return err
 	}
 	s.n.say("A DriftDetected notification reached the receiver, signature valid: %s", describeNotified(detected))
-	if _, err := s.receiver.next(ctx, "DriftResolved"); err != nil {
+	if _, err := s.receiver.next(ctx, string(plumbv1.EventDriftResolved)); err != nil {
 		return err
 	}
 	s.n.say("Then DriftResolved: the objects match Git again")
@@ -227,7 +227,7 @@ func (s *story) checkNoUnexpectedWarnings(ctx context.Context) error {
 	}
 	var unexpected []string
 	for _, e := range events.Items {
-		if e.InvolvedObject.Kind == "App" && e.Type == corev1.EventTypeWarning && e.Reason != "DriftDetected" && e.Reason != plumbv1.ReasonHealthCheckFailed {
+		if e.InvolvedObject.Kind == "App" && e.Type == corev1.EventTypeWarning && e.Reason != plumbv1.ReasonDriftDetected && e.Reason != plumbv1.ReasonHealthCheckFailed {
 			unexpected = append(unexpected, e.Reason+": "+e.Message)
 		}
 	}

@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/plumb-dev/plumb/webhook"
 )
 
 // webhookChanged is how many objects each push changes (scenario 6).
@@ -120,16 +118,10 @@ func sendGitHubPush(ctx context.Context, addr string, r *repo, before, after str
 	if err != nil {
 		return err
 	}
-	mac := hmac.New(sha256.New, []byte(webhookSecret))
-	mac.Write(body)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/hooks/github", bytes.NewReader(body))
+	req, err := webhook.NewGitHubPush(ctx, "http://"+addr+"/hooks/github", []byte(webhookSecret), body, fmt.Sprintf("bench-%s-%d", r.name, delivery))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-GitHub-Event", "push")
-	req.Header.Set("X-GitHub-Delivery", fmt.Sprintf("bench-%s-%d", r.name, delivery))
-	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err

@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -15,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/plumb-dev/plumb/webhook"
 )
 
 // recordedPayload reads a payload go-playground/webhooks recorded from a
@@ -42,9 +41,7 @@ func recordedPayload(t *testing.T, name string, rewrite func(map[string]any)) []
 }
 
 func hmacSHA256(body []byte) string {
-	mac := hmac.New(sha256.New, []byte(webhookSecret))
-	mac.Write(body)
-	return hex.EncodeToString(mac.Sum(nil))
+	return strings.TrimPrefix(webhook.GitHubSignature([]byte(webhookSecret), body), "sha256=")
 }
 
 // postHook sends a payload to the main controller's receiver.

@@ -3,9 +3,6 @@ package chart_test
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -38,6 +35,7 @@ import (
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/localcluster"
 	"github.com/plumb-dev/plumb/source/git/gittest"
+	"github.com/plumb-dev/plumb/webhook"
 )
 
 // helmConfig is the Helm SDK's configuration for the release's namespace
@@ -475,16 +473,10 @@ func pushHook(t *testing.T, addr, url string, secret []byte) (int, string) {
 		"ref": "refs/heads/main", "after": strings.Repeat("1", 40),
 		"repository": map[string]any{"clone_url": url, "html_url": url, "full_name": "chart/example"},
 	})
-	mac := hmac.New(sha256.New, secret)
-	mac.Write(body)
-	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/hooks/github", bytes.NewReader(body))
+	req, err := webhook.NewGitHubPush(context.Background(), "http://"+addr+"/hooks/github", secret, body, "chart-test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-GitHub-Event", "push")
-	req.Header.Set("X-GitHub-Delivery", "chart-test")
-	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
 	var code int
 	var answer string
 	// The receiver starts with plumb; wait until it listens.

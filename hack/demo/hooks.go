@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/plumb-dev/plumb/notify"
+	"github.com/plumb-dev/plumb/webhook"
 )
 
 // randomSecret is a fresh 32-byte secret, hex-encoded.
@@ -38,16 +37,10 @@ func sendPush(ctx context.Context, addr, secret, repoURL, hash string) error {
 	if err != nil {
 		return err
 	}
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write(body)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/hooks/github", bytes.NewReader(body))
+	req, err := webhook.NewGitHubPush(ctx, "http://"+addr+"/hooks/github", []byte(secret), body, hash)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-GitHub-Event", "push")
-	req.Header.Set("X-GitHub-Delivery", hash)
-	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("delivering the push webhook: %w", err)

@@ -26,7 +26,7 @@ import (
 
 // Handler runs one tick for key. It returns what the tick settled about
 // the key's schedule and the tick's error.
-type Handler[K comparable] func(ctx context.Context, key K, trigger Trigger) (Outcome, error)
+type Handler[K comparable] func(ctx context.Context, key K, wake Wake) (Outcome, error)
 
 // Outcome is what a tick settled about its key's schedule.
 type Outcome struct {
@@ -65,19 +65,21 @@ func Dropped() Outcome { return Outcome{Next: Drop} }
 // interval is interval, as it was.
 func Kept(interval time.Duration) Outcome { return Outcome{Interval: interval, Next: Keep} }
 
-// Trigger says why a tick runs.
-type Trigger int
+// Wake says what woke a key for its tick: its timer or an event (why the
+// tick runs in the App's terms, a push or a drift, is reconcile's
+// Trigger).
+type Wake int
 
 const (
-	// TriggerTimer: the key's first tick, or its fallback timer (or the
+	// WakeTimer: the key's first tick, or its fallback timer (or the
 	// retry after a failure) came due.
-	TriggerTimer Trigger = iota
-	// TriggerEvent: Add or AddEvent brought the tick forward.
-	TriggerEvent
+	WakeTimer Wake = iota
+	// WakeEvent: Add or AddEvent brought the tick forward.
+	WakeEvent
 )
 
-func (t Trigger) String() string {
-	if t == TriggerTimer {
+func (t Wake) String() string {
+	if t == WakeTimer {
 		return "timer"
 	}
 	return "event"
@@ -304,11 +306,11 @@ func (q *Queue[K]) processNext(run, tickCtx context.Context) bool {
 	due, scheduled := q.due[key]
 	delete(q.delayed, key)
 	q.mu.Unlock()
-	trigger := TriggerEvent
+	wake := WakeEvent
 	if !scheduled || !q.opts.Clock.Now().Before(due) {
-		trigger = TriggerTimer
+		wake = WakeTimer
 	}
-	outcome, err := q.handler(tickCtx, key, trigger)
+	outcome, err := q.handler(tickCtx, key, wake)
 	interval := outcome.Interval
 	now := q.opts.Clock.Now()
 	var after time.Duration
@@ -325,7 +327,7 @@ func (q *Queue[K]) processNext(run, tickCtx context.Context) bool {
 	case err == nil || IsTerminal(err):
 		q.backoff.Forget(key)
 		after = q.nextSlot(key, interval, now)
-		if trigger == TriggerEvent && due.Sub(now) < after {
+		if wake == WakeEvent && due.Sub(now) < after {
 			// An event tick does not move the fallback timer: otherwise a
 			// stream of events would postpone it for ever.
 			after = max(due.Sub(now), 0)

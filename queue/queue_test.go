@@ -40,7 +40,7 @@ func newRecorder() *recorder {
 	return &recorder{ticks: map[string]int{}, results: map[string]result{}, block: map[string]chan struct{}{}}
 }
 
-func (r *recorder) handle(_ context.Context, key string, _ Trigger) (Outcome, error) {
+func (r *recorder) handle(_ context.Context, key string, _ Wake) (Outcome, error) {
 	r.mu.Lock()
 	r.ticks[key]++
 	res, ok := r.results[key]
@@ -298,7 +298,7 @@ func newCtxRecorder() *ctxRecorder {
 	return &ctxRecorder{started: make(chan struct{}, 10), release: make(chan struct{})}
 }
 
-func (c *ctxRecorder) handle(ctx context.Context, _ string, _ Trigger) (Outcome, error) {
+func (c *ctxRecorder) handle(ctx context.Context, _ string, _ Wake) (Outcome, error) {
 	c.mu.Lock()
 	c.last = ctx
 	c.mu.Unlock()
@@ -370,11 +370,11 @@ func TestATickUnderWayIsCancelledWhenTheDrainTimeoutEnds(t *testing.T) {
 // triggerRecorder records each tick's trigger.
 type triggerRecorder struct {
 	mu       sync.Mutex
-	triggers []Trigger
+	triggers []Wake
 	schedule []time.Duration
 }
 
-func (r *triggerRecorder) handle(_ context.Context, _ string, trigger Trigger) (Outcome, error) {
+func (r *triggerRecorder) handle(_ context.Context, _ string, trigger Wake) (Outcome, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.triggers = append(r.triggers, trigger)
@@ -387,10 +387,10 @@ func (r *triggerRecorder) onScheduled(_ string, s Scheduled) {
 	r.schedule = append(r.schedule, s.After)
 }
 
-func (r *triggerRecorder) snapshot() ([]Trigger, []time.Duration) {
+func (r *triggerRecorder) snapshot() ([]Wake, []time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Trigger(nil), r.triggers...), append([]time.Duration(nil), r.schedule...)
+	return append([]Wake(nil), r.triggers...), append([]time.Duration(nil), r.schedule...)
 }
 
 func TestAnEventTickKeepsTheFallbackTimersSchedule(t *testing.T) {
@@ -414,7 +414,7 @@ func TestAnEventTickKeepsTheFallbackTimersSchedule(t *testing.T) {
 	armedStep(t, clock, 20*time.Minute) // the hour is up
 	ticks(3)
 	triggers, schedule := r.snapshot()
-	if diff := cmp.Diff([]Trigger{TriggerTimer, TriggerEvent, TriggerTimer}, triggers); diff != "" {
+	if diff := cmp.Diff([]Wake{WakeTimer, WakeEvent, WakeTimer}, triggers); diff != "" {
 		t.Errorf("triggers (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]time.Duration{time.Hour, 20 * time.Minute, time.Hour}, schedule); diff != "" {

@@ -28,7 +28,7 @@ func TestTheLastChangeSetSaysWhichSyncRequestItAnswered(t *testing.T) {
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
 
-	got := h.tick(t, key, queue.TriggerTimer)
+	got := h.tick(t, key, queue.WakeTimer)
 	ready(t, got)
 	if cs := got.Status.LastChangeSet; cs == nil || cs.Created != 1 || len(cs.Entries) != 1 || cs.Entries[0].Object != "ConfigMap/"+key.Namespace+"/a" ||
 		cs.Entries[0].Action != "created" || cs.SyncRequest != "" || cs.Revision != got.Status.LastAppliedRevision {
@@ -46,21 +46,21 @@ func TestTheLastChangeSetSaysWhichSyncRequestItAnswered(t *testing.T) {
 		cached := &plumbv1.App{}
 		return h.r.Client.Get(context.Background(), key, cached) == nil && cached.Annotations[plumbv1.AnnotationSyncRequestedAt] != ""
 	})
-	got = h.tick(t, key, queue.TriggerEvent)
+	got = h.tick(t, key, queue.WakeEvent)
 	if cs := got.Status.LastChangeSet; cs == nil || cs.SyncRequest != "2026-12-01T10:00:00Z" || cs.Created != 1 || cs.Entries[0].Object != "ConfigMap/"+key.Namespace+"/b" {
 		t.Fatalf("the change set of the tick that answered the request: %+v", cs)
 	}
 	answered := got.Status.LastChangeSet.DeepCopy()
 
 	// A timer tick that changes nothing keeps it.
-	got = h.tick(t, key, queue.TriggerTimer)
+	got = h.tick(t, key, queue.WakeTimer)
 	if cs := got.Status.LastChangeSet; cs == nil || cs.SyncRequest != answered.SyncRequest || !cs.Time.Equal(&answered.Time) {
 		t.Fatalf("a tick that changed nothing replaced the change set: %+v", cs)
 	}
 
 	// A timer tick that changes objects claims no request.
 	pushed(t, w, map[string]string{"deploy/b.yaml": ""})
-	got = h.tick(t, key, queue.TriggerTimer)
+	got = h.tick(t, key, queue.WakeTimer)
 	if cs := got.Status.LastChangeSet; cs == nil || cs.SyncRequest != "" || cs.Deleted != 1 {
 		t.Fatalf("the change set of a timer tick that pruned: %+v", cs)
 	}

@@ -38,7 +38,7 @@ func TestAFieldOneManagerKeepsChangingIsLeftToItAndOnlyThatField(t *testing.T) {
 	app := newApp(t, repo, noWait)
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	change := func(manager string, mutate func(*appsv1.Deployment)) {
 		t.Helper()
 		d := &appsv1.Deployment{}
@@ -54,10 +54,10 @@ func TestAFieldOneManagerKeepsChangingIsLeftToItAndOnlyThatField(t *testing.T) {
 	scale := func(d *appsv1.Deployment) { five := int32(5); d.Spec.Replicas = &five }
 	for range maxHeals {
 		change("autoscaler", scale)
-		ready(t, h.tick(t, key, queue.TriggerEvent)) // healed
+		ready(t, h.tick(t, key, queue.WakeEvent)) // healed
 	}
 	change("autoscaler", scale)
-	got := h.tick(t, key, queue.TriggerEvent)
+	got := h.tick(t, key, queue.WakeEvent)
 	cond := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionReady)
 	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "DriftConflict" ||
 		!strings.Contains(cond.Message, ".spec.replicas left to autoscaler") {
@@ -76,7 +76,7 @@ func TestAFieldOneManagerKeepsChangingIsLeftToItAndOnlyThatField(t *testing.T) {
 	// Someone else changes the image: that is still healed, and the
 	// replicas stay the autoscaler's.
 	change("kubectl-set", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "evil:2" })
-	h.tick(t, key, queue.TriggerEvent)
+	h.tick(t, key, queue.WakeEvent)
 	d := &appsv1.Deployment{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "web"}, d); err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestAFieldOneManagerKeepsChangingIsLeftToItAndOnlyThatField(t *testing.T) {
 		t.Helper()
 		for range maxHeals + 1 {
 			change("autoscaler", scale)
-			h.tick(t, key, queue.TriggerEvent)
+			h.tick(t, key, queue.WakeEvent)
 		}
 		if replicas, _ := replicasAndImage(); replicas != 5 {
 			t.Fatalf("replicas %d: the field was not left to the autoscaler", replicas)
@@ -106,7 +106,7 @@ func TestAFieldOneManagerKeepsChangingIsLeftToItAndOnlyThatField(t *testing.T) {
 
 	// Git changes the object: the conflict ends, Git's replicas are applied.
 	pushed(t, w, map[string]string{"deploy/web.yaml": strings.Replace(fightDeployment, "nginx:1.27", "nginx:1.28", 1)})
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	if replicas, image := replicasAndImage(); replicas != 2 || image != "nginx:1.28" {
 		t.Errorf("after Git changed the object: replicas %d, image %s; want 2 and nginx:1.28", replicas, image)
 	}
@@ -115,7 +115,7 @@ func TestAFieldOneManagerKeepsChangingIsLeftToItAndOnlyThatField(t *testing.T) {
 	// ends, and that change is healed.
 	conflictAgain()
 	change("kubectl-scale", func(d *appsv1.Deployment) { seven := int32(7); d.Spec.Replicas = &seven })
-	ready(t, h.tick(t, key, queue.TriggerEvent))
+	ready(t, h.tick(t, key, queue.WakeEvent))
 	if replicas, _ := replicasAndImage(); replicas != 2 {
 		t.Errorf("another manager's change of the left field: replicas %d, want it healed to 2", replicas)
 	}

@@ -52,7 +52,7 @@ func TestAnAppWaitsForTheAppsItDependsOnAndRefusesACycle(t *testing.T) {
 
 	t.Run("a dependency that does not exist, and one that has not ticked: nothing observed or applied", func(t *testing.T) {
 		h.counter.Reset()
-		app := h.tick(t, b, queue.TriggerTimer)
+		app := h.tick(t, b, queue.WakeTimer)
 		wantCondition(t, app, plumbv1.ConditionReady, metav1.ConditionFalse, plumbv1.ReasonDependencyNotReady,
 			"App "+a.Namespace+"/missing does not exist", "App "+a.String()+" has not ticked yet")
 		wantCondition(t, app, plumbv1.ConditionReconciling, metav1.ConditionTrue, plumbv1.ReasonDependencyNotReady)
@@ -71,9 +71,9 @@ func TestAnAppWaitsForTheAppsItDependsOnAndRefusesACycle(t *testing.T) {
 	})
 
 	t.Run("once its dependencies are Ready at their revisions, it applies", func(t *testing.T) {
-		ready(t, h.tick(t, a, queue.TriggerTimer))
+		ready(t, h.tick(t, a, queue.WakeTimer))
 		updateApp(t, h, b, func(app *plumbv1.App) { app.Spec.DependsOn = app.Spec.DependsOn[1:] })
-		ready(t, h.tick(t, b, queue.TriggerTimer))
+		ready(t, h.tick(t, b, queue.WakeTimer))
 		if err := c.Get(ctx, types.NamespacedName{Namespace: a.Namespace, Name: "from-b"}, &corev1.ConfigMap{}); err != nil {
 			t.Errorf("B's ConfigMap: %v", err)
 		}
@@ -81,7 +81,7 @@ func TestAnAppWaitsForTheAppsItDependsOnAndRefusesACycle(t *testing.T) {
 
 	t.Run("a cycle is refused, naming it", func(t *testing.T) {
 		updateApp(t, h, a, func(app *plumbv1.App) { app.Spec.DependsOn = []plumbv1.AppReference{{Name: b.Name}} })
-		_, err := h.r.Tick(ctx, a, queue.TriggerTimer)
+		_, err := h.r.Tick(ctx, a, queue.WakeTimer)
 		if !queue.IsTerminal(err) {
 			t.Errorf("tick error %v, want a terminal one (no retry of the same spec)", err)
 		}
@@ -91,7 +91,7 @@ func TestAnAppWaitsForTheAppsItDependsOnAndRefusesACycle(t *testing.T) {
 		wantCondition(t, app, plumbv1.ConditionStalled, metav1.ConditionTrue, plumbv1.ReasonDependencyCycle)
 		// B applied its current revision before the cycle formed: a tick of
 		// what it applied is not held, so it stays Ready.
-		ready(t, h.tick(t, b, queue.TriggerTimer))
+		ready(t, h.tick(t, b, queue.WakeTimer))
 	})
 
 	t.Run("an App of another namespace learns a dependency's reason, not its message", func(t *testing.T) {
@@ -99,7 +99,7 @@ func TestAnAppWaitsForTheAppsItDependsOnAndRefusesACycle(t *testing.T) {
 			app.Spec.DependsOn = []plumbv1.AppReference{{Name: a.Name, Namespace: a.Namespace}}
 		}))
 		h := newHarness(t)
-		ready := condition(t, h.tick(t, other, queue.TriggerTimer), plumbv1.ConditionReady)
+		ready := condition(t, h.tick(t, other, queue.WakeTimer), plumbv1.ConditionReady)
 		if want := "App " + a.String() + " is not Ready (DependencyCycle)"; ready.Reason != plumbv1.ReasonDependencyNotReady || !strings.Contains(ready.Message, want) {
 			t.Errorf("Ready %s: %s; want DependencyNotReady with %q", ready.Reason, ready.Message, want)
 		}
@@ -114,7 +114,7 @@ func TestAnAppWaitsForTheAppsItDependsOnAndRefusesACycle(t *testing.T) {
 		updateApp(t, h, b, func(app *plumbv1.App) {
 			app.Spec.DependsOn = []plumbv1.AppReference{{Name: "platform", Namespace: "kube-system"}}
 		})
-		_, err := h.r.Tick(ctx, b, queue.TriggerTimer)
+		_, err := h.r.Tick(ctx, b, queue.WakeTimer)
 		if !queue.IsTerminal(err) {
 			t.Errorf("tick error %v, want a terminal one", err)
 		}
@@ -134,7 +134,7 @@ func TestAnAppWaitsForTheAppsItDependsOnAndRefusesACycle(t *testing.T) {
 			_, err := h.r.Identities.For(ctx, tenant, "deployer")
 			return err == nil
 		})
-		_, err := h.r.Tick(ctx, tenant, queue.TriggerTimer)
+		_, err := h.r.Tick(ctx, tenant, queue.WakeTimer)
 		if err == nil || queue.IsTerminal(err) {
 			t.Errorf("tick error %v, want one retried with backoff (RBAC may change)", err)
 		}
@@ -155,7 +155,7 @@ func TestAnAppWaitsForTheAppsItDependsOnAndRefusesACycle(t *testing.T) {
 		// The authorizer sees new RBAC within moments: ask until it does.
 		var last metav1.Condition
 		eventually(t, func() bool {
-			last = condition(t, h.tick(t, tenant, queue.TriggerTimer), plumbv1.ConditionReady)
+			last = condition(t, h.tick(t, tenant, queue.WakeTimer), plumbv1.ConditionReady)
 			return last.Reason == plumbv1.ReasonDependencyNotReady
 		})
 		if want := "App " + a.String() + " is not Ready (DependencyCycle)"; !strings.Contains(last.Message, want) {

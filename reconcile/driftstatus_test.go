@@ -23,7 +23,7 @@ func TestAnObjectDeletedUnderTheAlertPolicyCountsAsDrift(t *testing.T) {
 	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.DriftPolicy = plumbv1.DriftPolicyAlert })
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	if err := admin(t).Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "a"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestAnObjectDeletedUnderTheAlertPolicyCountsAsDrift(t *testing.T) {
 		got, _ := h.r.Observer.Get(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, app.Namespace, "a")
 		return got == nil
 	})
-	got := h.tick(t, key, queue.TriggerEvent)
+	got := h.tick(t, key, queue.WakeEvent)
 	if cond := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionDrifted); cond == nil || cond.Status != metav1.ConditionTrue {
 		t.Errorf("Drifted = %+v, want True", cond)
 	}
@@ -49,7 +49,7 @@ func TestAHealThatFailsIsNotReportedAsHealed(t *testing.T) {
 	key := client.ObjectKeyFromObject(app)
 	serviceAccount(t, app.Namespace, "deployer", allVerbs...)
 	h := newHarnessAs(t, restrictedController(t), Policy{})
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 
 	// The App loses the right to put the object back (once the authorizer
 	// has seen the RoleBinding go), then someone edits it.
@@ -71,7 +71,7 @@ func TestAHealThatFailsIsNotReportedAsHealed(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCached(t, h, cm)
-	got := h.tick(t, key, queue.TriggerEvent)
+	got := h.tick(t, key, queue.WakeEvent)
 	if cond := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionReady); cond == nil || cond.Reason != plumbv1.ReasonApplyFailed {
 		t.Fatalf("Ready = %+v, want ApplyFailed (the heal is forbidden)", cond)
 	}

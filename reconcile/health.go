@@ -70,8 +70,8 @@ func (r *Reconciler) HealthChanged(key types.NamespacedName) {
 // brought it forward, only health changes (or a health deadline) asked for
 // it, and nothing about the App itself (its spec, a sync request) asks for
 // more.
-func healthOnly(trigger queue.Trigger, cause string, marks enqueueMarks) bool {
-	return trigger == queue.TriggerEvent && cause == TriggerDrift && marks.health && !marks.full && !marks.dependency
+func healthOnly(wake queue.Wake, cause Trigger, marks enqueueMarks) bool {
+	return wake == queue.WakeEvent && cause == TriggerDrift && marks.health && !marks.full && !marks.dependency
 }
 
 // reassess is a tick that only re-assesses health from the cache: it

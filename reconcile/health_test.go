@@ -165,7 +165,7 @@ func TestAStatusChangeOfAnObjectReassessesHealthWithoutGitOrAPIRequests(t *testi
 	h := newHarness(t)
 	installWidgets(t, h)
 
-	app := h.tick(t, key, queue.TriggerTimer)
+	app := h.tick(t, key, queue.WakeTimer)
 	t.Run("an object without status conventions is Current once applied: Ready", func(t *testing.T) {
 		wantCondition(t, app, plumbv1.ConditionReady, metav1.ConditionTrue, plumbv1.ReasonSucceeded)
 		wantCondition(t, app, plumbv1.ConditionHealthy, metav1.ConditionTrue, plumbv1.ReasonHealthy, "all 1 objects are Current")
@@ -188,7 +188,7 @@ func TestAStatusChangeOfAnObjectReassessesHealthWithoutGitOrAPIRequests(t *testi
 		}
 		h.counter.Reset()
 		before := gitRequests(repo)
-		app := h.tick(t, key, queue.TriggerEvent)
+		app := h.tick(t, key, queue.WakeEvent)
 		onlyStatusWrite(t, h.counter.Take(), key)
 		if got := gitRequests(repo) - before; got != 0 {
 			t.Errorf("%d Git requests, want none", got)
@@ -210,7 +210,7 @@ func TestAStatusChangeOfAnObjectReassessesHealthWithoutGitOrAPIRequests(t *testi
 		setWidgetStatus(t, key.Namespace, map[string]any{"conditions": readyCondition("True", "Warm", "ready")})
 		waitHealthEvents(t, h, 2) // the note's change was handled before the second: no event
 		h.counter.Reset()
-		app := h.tick(t, key, queue.TriggerEvent)
+		app := h.tick(t, key, queue.WakeEvent)
 		onlyStatusWrite(t, h.counter.Take(), key)
 		wantCondition(t, app, plumbv1.ConditionReady, metav1.ConditionTrue, plumbv1.ReasonSucceeded)
 		wantCondition(t, app, plumbv1.ConditionHealthy, metav1.ConditionTrue, plumbv1.ReasonHealthy)
@@ -223,7 +223,7 @@ func TestAStatusChangeOfAnObjectReassessesHealthWithoutGitOrAPIRequests(t *testi
 		before := getApp(t, key)
 		h.r.HealthChanged(key)
 		h.counter.Reset()
-		outcome, err := h.r.Tick(context.Background(), key, queue.TriggerEvent)
+		outcome, err := h.r.Tick(context.Background(), key, queue.WakeEvent)
 		if err != nil || outcome.Next != queue.Keep {
 			t.Errorf("a re-assessment returned %+v, %v; want queue.Keep (the retry or timer stays as it was)", outcome, err)
 		}
@@ -238,7 +238,7 @@ func TestAStatusChangeOfAnObjectReassessesHealthWithoutGitOrAPIRequests(t *testi
 		h.r.HealthChanged(key)
 		h.r.ObjectChanged(key)
 		started := time.Now()
-		if _, err := h.r.Tick(context.Background(), key, queue.TriggerEvent); err != nil {
+		if _, err := h.r.Tick(context.Background(), key, queue.WakeEvent); err != nil {
 			t.Fatal(err)
 		}
 		if last, ok := h.r.LastSuccess(key); !ok || last.Before(started) {
@@ -254,7 +254,7 @@ func TestHealthTimeoutFailureAndWaitFalse(t *testing.T) {
 	installWidgets(t, h)
 	clock := clocktesting.NewFakePassiveClock(time.Now())
 	h.r.Clock = clock
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	setWidgetStatus(t, key.Namespace, map[string]any{"observedGeneration": int64(1), "conditions": readyCondition("True", "Warm", "ready")})
 	waitHealthEvents(t, h, 1) // its message changed: "Resource is Ready"
 
@@ -269,7 +269,7 @@ func TestHealthTimeoutFailureAndWaitFalse(t *testing.T) {
 		}
 		observer := h.r.Observer
 		h.r.Observer = staleObjectObserver{Observer: observer, stale: before}
-		app := h.tick(t, key, queue.TriggerTimer)
+		app := h.tick(t, key, queue.WakeTimer)
 		h.r.Observer = observer
 		wantCondition(t, app, plumbv1.ConditionReady, metav1.ConditionUnknown, plumbv1.ReasonProgressing, "Widget.health.plumb.dev/"+key.Namespace+"/w InProgress")
 		if got := app.Status.Health.WaitingSince; got == nil || got.Time.Before(clock.Now()) || got.Time.Sub(clock.Now()) >= time.Second {
@@ -295,7 +295,7 @@ func TestHealthTimeoutFailureAndWaitFalse(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitCached(t, h, w)
-		app := h.tick(t, key, queue.TriggerEvent) // the drift event's tick: it heals
+		app := h.tick(t, key, queue.WakeEvent) // the drift event's tick: it heals
 		if got, _, _ := unstructured.NestedFieldNoCopy(getWidget(t, key.Namespace).Object, "spec", "size"); got != int64(2) {
 			t.Fatalf("spec.size %v after the heal, want Git's 2", got)
 		}
@@ -309,7 +309,7 @@ func TestHealthTimeoutFailureAndWaitFalse(t *testing.T) {
 		clock.SetTime(clock.Now().Add(51 * time.Second))
 		h.recorded()
 		h.counter.Reset()
-		app := h.tick(t, key, queue.TriggerEvent) // the tick EnqueueAfter asked for
+		app := h.tick(t, key, queue.WakeEvent) // the tick EnqueueAfter asked for
 		onlyStatusWrite(t, h.counter.Take(), key)
 		wantCondition(t, app, plumbv1.ConditionReady, metav1.ConditionFalse, plumbv1.ReasonHealthCheckFailed,
 			"1 of 1 objects not healthy after 1m0s", "Widget.health.plumb.dev/"+key.Namespace+"/w InProgress")
@@ -323,7 +323,7 @@ func TestHealthTimeoutFailureAndWaitFalse(t *testing.T) {
 	t.Run("healthy again: Ready", func(t *testing.T) {
 		setWidgetStatus(t, key.Namespace, map[string]any{"observedGeneration": getWidget(t, key.Namespace).GetGeneration(), "conditions": readyCondition("True", "Warm", "ready")})
 		waitHealthEvents(t, h, 2)
-		ready(t, h.tick(t, key, queue.TriggerEvent))
+		ready(t, h.tick(t, key, queue.WakeEvent))
 	})
 
 	t.Run("an object that failed fails the check at once", func(t *testing.T) {
@@ -331,7 +331,7 @@ func TestHealthTimeoutFailureAndWaitFalse(t *testing.T) {
 			"conditions": []any{map[string]any{"type": "Stalled", "status": "True", "reason": "OutOfParts", "message": "no parts left",
 				"lastTransitionTime": "2026-12-01T00:00:00Z"}}})
 		waitHealthEvents(t, h, 3)
-		app := h.tick(t, key, queue.TriggerEvent)
+		app := h.tick(t, key, queue.WakeEvent)
 		wantCondition(t, app, plumbv1.ConditionReady, metav1.ConditionFalse, plumbv1.ReasonHealthCheckFailed,
 			"1 of 1 objects failed", "Widget.health.plumb.dev/"+key.Namespace+"/w Failed (no parts left)")
 		if got := app.Status.Health; got.Failed != 1 {
@@ -341,7 +341,7 @@ func TestHealthTimeoutFailureAndWaitFalse(t *testing.T) {
 
 	t.Run("wait false: Ready once applied, health still reported", func(t *testing.T) {
 		updateApp(t, h, key, noWait)
-		app := h.tick(t, key, queue.TriggerEvent) // the spec changed: a whole tick
+		app := h.tick(t, key, queue.WakeEvent) // the spec changed: a whole tick
 		wantCondition(t, app, plumbv1.ConditionReady, metav1.ConditionTrue, plumbv1.ReasonSucceeded)
 		wantCondition(t, app, plumbv1.ConditionHealthy, metav1.ConditionFalse, plumbv1.ReasonHealthCheckFailed, "no parts left")
 	})

@@ -38,7 +38,7 @@ metadata: {name: web}
 	})
 	app := newApp(t, repo, nil)
 	h := newHarness(t)
-	ready(t, h.tick(t, client.ObjectKeyFromObject(app), queue.TriggerTimer))
+	ready(t, h.tick(t, client.ObjectKeyFromObject(app), queue.WakeTimer))
 	if err := admin(t).Get(context.Background(), client.ObjectKey{Namespace: app.Namespace, Name: "web"}, &policyv1.PodDisruptionBudget{}); err != nil {
 		t.Errorf("the PodDisruptionBudget was not applied as policy/v1: %v", err)
 	}
@@ -73,7 +73,7 @@ spec:
 	app := newApp(t, repo, nil)
 	h := newHarness(t)
 	key := client.ObjectKeyFromObject(app)
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	ctx := context.Background()
 	for _, name := range []string{"web-grpc-test", "web-service-test", "web-jwt-test"} {
 		if err := admin(t).Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: name}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
@@ -94,7 +94,7 @@ spec:
 		t.Errorf("a LeftOut Event names a hook that is applied: %q", events)
 	}
 	// The next tick reads the cached render: it says nothing again.
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	if events := h.recorded(); countContaining(events, "LeftOut") != 0 {
 		t.Errorf("a tick of the cached render repeated the LeftOut Event: %q", events)
 	}

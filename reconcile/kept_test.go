@@ -28,12 +28,12 @@ func TestANamespaceThePruneGuardKeepsIsNamedWithWhyAndPrunedOnceAnnotated(t *tes
 	app := newApp(t, repo, nil)
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	h.recorded()
 
 	// The Namespace leaves Git: the guard keeps it.
 	pushed(t, w, map[string]string{"deploy/ns.yaml": ""})
-	got := h.tick(t, key, queue.TriggerTimer)
+	got := h.tick(t, key, queue.WakeTimer)
 	ready(t, got)
 	ns := &corev1.Namespace{}
 	if err := c.Get(ctx, client.ObjectKey{Name: nsName}, ns); err != nil || ns.DeletionTimestamp != nil {
@@ -60,7 +60,7 @@ func TestANamespaceThePruneGuardKeepsIsNamedWithWhyAndPrunedOnceAnnotated(t *tes
 
 	// An unchanged tick neither asks the API server about it nor says it again.
 	h.counter.Reset()
-	got = h.tick(t, key, queue.TriggerTimer)
+	got = h.tick(t, key, queue.WakeTimer)
 	ready(t, got)
 	if reqs := h.counter.Matching("/namespaces/" + nsName + "?"); len(reqs) != 0 {
 		t.Errorf("an unchanged tick asked about the kept Namespace: %v", reqs)
@@ -78,7 +78,7 @@ func TestANamespaceThePruneGuardKeepsIsNamedWithWhyAndPrunedOnceAnnotated(t *tes
 		t.Fatal(err)
 	}
 	waitCached(t, h, ns)
-	got = h.tick(t, key, queue.TriggerEvent)
+	got = h.tick(t, key, queue.WakeEvent)
 	ready(t, got)
 	if err := c.Get(ctx, client.ObjectKey{Name: nsName}, ns); err == nil && ns.DeletionTimestamp == nil {
 		t.Error("the Namespace annotated plumb.dev/prune: enabled was not pruned")
@@ -98,9 +98,9 @@ func TestAnObjectAnnotatedPruneDisabledIsKeptUntilTheAnnotationGoes(t *testing.T
 	app := newApp(t, repo, nil)
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	pushed(t, w, map[string]string{"deploy/cm.yaml": ""})
-	got := h.tick(t, key, queue.TriggerTimer)
+	got := h.tick(t, key, queue.WakeTimer)
 	ready(t, got)
 	if len(got.Status.Kept) != 1 || got.Status.Kept[0].Name != "precious" || got.Status.Kept[0].Reason != "PruneDisabled" {
 		t.Fatalf("status.kept = %+v, want the ConfigMap annotated disabled", got.Status.Kept)
@@ -114,7 +114,7 @@ func TestAnObjectAnnotatedPruneDisabledIsKeptUntilTheAnnotationGoes(t *testing.T
 		t.Fatal(err)
 	}
 	waitCached(t, h, cm)
-	got = h.tick(t, key, queue.TriggerEvent)
+	got = h.tick(t, key, queue.WakeEvent)
 	ready(t, got)
 	waitGone(t, c, cm)
 	if len(got.Status.Kept) != 0 {
@@ -160,14 +160,14 @@ func TestADeletedAppsKeptNamespaceLosesItsLabels(t *testing.T) {
 	app := newApp(t, repo, nil)
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	if err := c.Delete(ctx, app); err != nil {
 		t.Fatal(err)
 	}
 	h.recorded()
 	var events []string
 	eventually(t, func() bool { // once the App cache has seen the deletion
-		_, _ = h.r.Tick(ctx, key, queue.TriggerTimer)
+		_, _ = h.r.Tick(ctx, key, queue.WakeTimer)
 		events = append(events, h.recorded()...)
 		return apierrors.IsNotFound(c.Get(ctx, key, &plumbv1.App{}))
 	})

@@ -32,7 +32,7 @@ func TestEveryLineOfATickNamesAppTickPhaseAndRevision(t *testing.T) {
 	core, logs := observer.New(zap.DebugLevel)
 	h.r.Log = zap.New(core)
 
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	c := admin(t)
 	for name, change := range map[string]func(client.Object){
 		"a": func(o client.Object) { o.(*corev1.ConfigMap).Data["color"] = "red" },
@@ -51,9 +51,9 @@ func TestEveryLineOfATickNamesAppTickPhaseAndRevision(t *testing.T) {
 		}
 		waitCached(t, h, obj)
 	}
-	h.tick(t, key, queue.TriggerEvent)
+	h.tick(t, key, queue.WakeEvent)
 	pushed(t, w, map[string]string{"deploy/a.yaml": "kind: [\n"})
-	h.tick(t, key, queue.TriggerTimer)
+	h.tick(t, key, queue.WakeTimer)
 
 	if logs.Len() < 4 {
 		t.Fatalf("%d lines over three ticks, want at least the apply, the heal and the failure", logs.Len())

@@ -242,7 +242,7 @@ func newRepo(t *testing.T, files map[string]string) (*gittest.Workdir, string) {
 }
 
 // tick runs one tick and returns the App as the API server has it after.
-func (h *harness) tick(t *testing.T, key types.NamespacedName, trigger queue.Trigger) *plumbv1.App {
+func (h *harness) tick(t *testing.T, key types.NamespacedName, trigger queue.Wake) *plumbv1.App {
 	t.Helper()
 	_, _ = h.r.Tick(context.Background(), key, trigger)
 	app := &plumbv1.App{}

@@ -26,9 +26,9 @@ func TestAnAppDoesNotTakeAnObjectFromAnotherApp(t *testing.T) {
 	appA := app(t, c, ns, "a", repoA)
 	appB := app(t, c, ns, "b", repoB)
 	h := newHarness(t)
-	ready(t, h.tick(t, appA, queue.TriggerTimer))
+	ready(t, h.tick(t, appA, queue.WakeTimer))
 
-	got := h.tick(t, appB, queue.TriggerTimer)
+	got := h.tick(t, appB, queue.WakeTimer)
 	cond := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionReady)
 	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != plumbv1.ReasonApplyFailed ||
 		got.Status.Phases.Apply.Reason != "Conflict" || !strings.Contains(cond.Message, "ConfigMap/"+ns+"/shared belongs to App "+ns+"/a") {
@@ -52,7 +52,7 @@ func TestAnAppDoesNotTakeAnObjectFromAnotherApp(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitCached(t, h, cm)
-		ready(t, h.tick(t, appB, queue.TriggerTimer))
+		ready(t, h.tick(t, appB, queue.WakeTimer))
 		if err := c.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +60,7 @@ func TestAnAppDoesNotTakeAnObjectFromAnotherApp(t *testing.T) {
 			t.Errorf("after the takeover: data %v, labels %v; want App b's", cm.Data, cm.Labels)
 		}
 		waitCached(t, h, cm)
-		got := h.tick(t, appA, queue.TriggerTimer)
+		got := h.tick(t, appA, queue.WakeTimer)
 		if got.Status.Phases.Apply.Reason != "Conflict" || !strings.Contains(got.Status.Phases.Apply.LastError, "belongs to App "+ns+"/b") {
 			t.Errorf("App a after the takeover: apply phase %+v, want a Conflict naming App b", got.Status.Phases.Apply)
 		}

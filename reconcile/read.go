@@ -23,13 +23,13 @@ import (
 // App's first tick read Git; a webhook, a sync request and a changed spec
 // ask the remote afresh, the others may share an ls-remote made moments
 // ago (and a render, or a render's failure, that is cached).
-func (r *Reconciler) readPhase(ctx context.Context, app *plumbv1.App, trigger queue.Trigger) (*source.Result, error) {
+func (r *Reconciler) readPhase(ctx context.Context, app *plumbv1.App, wake queue.Wake) (*source.Result, error) {
 	key := client.ObjectKeyFromObject(app)
 	syncRequest := app.Annotations[plumbv1.AnnotationSyncRequestedAt]
 	lastGeneration, known := r.memory.readGeneration(key)
 	refresh := (syncRequest != "" && syncRequest != app.Status.LastHandledSyncRequest) ||
 		(known && lastGeneration != app.Generation)
-	if trigger == queue.TriggerEvent && !refresh {
+	if wake == queue.WakeEvent && !refresh {
 		if last := r.memory.readAt(key, app.Generation); last != nil {
 			reused := *last
 			reused.Cached, reused.HistoryRewritten = true, false

@@ -19,10 +19,10 @@ func TestAFailedRenderRecordsTheRevisionItTried(t *testing.T) {
 	app := newApp(t, repo, nil)
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
-	good := h.tick(t, key, queue.TriggerTimer)
+	good := h.tick(t, key, queue.WakeTimer)
 	ready(t, good)
 	broken := pushed(t, w, map[string]string{"deploy/a.yaml": "kind: [\n"})
-	got := h.tick(t, key, queue.TriggerTimer)
+	got := h.tick(t, key, queue.WakeTimer)
 	if cond := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionReady); cond == nil || cond.Reason != plumbv1.ReasonReadFailed {
 		t.Fatalf("Ready = %+v, want ReadFailed", cond)
 	}
@@ -40,7 +40,7 @@ func TestTheTickThatHealsDriftSaysNoDriftIsLeft(t *testing.T) {
 	app := newApp(t, repo, nil)
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
-	first := h.tick(t, key, queue.TriggerTimer)
+	first := h.tick(t, key, queue.WakeTimer)
 	ready(t, first)
 	if first.Status.Drift == nil || first.Status.Drift.Count != 0 {
 		t.Errorf("an App without drift: status.drift = %+v, want count 0", first.Status.Drift)
@@ -55,7 +55,7 @@ func TestTheTickThatHealsDriftSaysNoDriftIsLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCached(t, h, cm)
-	healed := h.tick(t, key, queue.TriggerEvent)
+	healed := h.tick(t, key, queue.WakeEvent)
 	cond := apimeta.FindStatusCondition(healed.Status.Conditions, plumbv1.ConditionDrifted)
 	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "DriftHealed" {
 		t.Fatalf("Drifted = %+v, want False DriftHealed", cond)

@@ -30,7 +30,7 @@ func TestRequestsPerTick(t *testing.T) {
 	app := newApp(t, repo, nil)
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
-	ready(t, h.tick(t, key, queue.TriggerTimer)) // the first tick creates every object
+	ready(t, h.tick(t, key, queue.WakeTimer)) // the first tick creates every object
 	cached := func(h *harness, want func(i int) string) {
 		t.Helper()
 		// The cache keeps no data: it has caught up when it holds each
@@ -54,17 +54,17 @@ func TestRequestsPerTick(t *testing.T) {
 		}
 	}
 	cached(h, func(int) string { return "one" })
-	ready(t, h.tick(t, key, queue.TriggerTimer)) // settles what the first tick's status write changed
+	ready(t, h.tick(t, key, queue.WakeTimer)) // settles what the first tick's status write changed
 
 	t.Run("an unchanged tick makes no request at all", func(t *testing.T) {
-		for _, trigger := range []queue.Trigger{queue.TriggerTimer, queue.TriggerEvent} {
+		for _, trigger := range []queue.Wake{queue.WakeTimer, queue.WakeEvent} {
 			lsRemotes := gitServer.RequestCounts(repo)[gittest.RequestListRefs]
 			h.counter.Reset()
 			ready(t, h.tick(t, key, trigger))
 			if got := h.counter.Matching(""); len(got) != 0 {
 				t.Errorf("%s tick: %d API requests, want 0: %v", trigger, len(got), got)
 			}
-			want := map[queue.Trigger]int{queue.TriggerTimer: 1, queue.TriggerEvent: 0}[trigger]
+			want := map[queue.Wake]int{queue.WakeTimer: 1, queue.WakeEvent: 0}[trigger]
 			if got := gitServer.RequestCounts(repo)[gittest.RequestListRefs] - lsRemotes; got != want {
 				t.Errorf("%s tick: %d ls-remotes, want %d", trigger, got, want)
 			}
@@ -75,14 +75,14 @@ func TestRequestsPerTick(t *testing.T) {
 		writes := 0
 		for range 2 * heartbeatEvery {
 			h.counter.Reset()
-			h.tick(t, key, queue.TriggerEvent)
+			h.tick(t, key, queue.WakeEvent)
 			writes += len(h.counter.Matching("/status"))
 		}
 		if writes != 2 {
 			t.Errorf("%d status writes in %d unchanged ticks, want 2", writes, 2*heartbeatEvery)
 		}
 		// The status lags; the last success the metrics serve does not.
-		written := h.tick(t, key, queue.TriggerEvent).Status.LastSuccessfulTickTime
+		written := h.tick(t, key, queue.WakeEvent).Status.LastSuccessfulTickTime
 		last, ok := h.r.LastSuccess(key)
 		if !ok || written == nil || !last.After(written.Time) {
 			t.Errorf("LastSuccess = %v (%v) after an unwritten tick, want later than the status's %v", last, ok, written)
@@ -98,7 +98,7 @@ func TestRequestsPerTick(t *testing.T) {
 		}
 		pushed(t, w, configMaps(objects, changed))
 		h.counter.Reset()
-		ready(t, h.tick(t, key, queue.TriggerTimer))
+		ready(t, h.tick(t, key, queue.WakeTimer))
 		got := h.counter.Matching("/namespaces/" + app.Namespace + "/configmaps/")
 		if len(got) != 5 {
 			t.Errorf("%d requests concerning the App's objects, want 5 (one apply each): %v", len(got), got)
@@ -113,7 +113,7 @@ func TestRequestsPerTick(t *testing.T) {
 		}
 		cached(h, changed)
 		h.counter.Reset()
-		ready(t, h.tick(t, key, queue.TriggerTimer))
+		ready(t, h.tick(t, key, queue.WakeTimer))
 		if got := h.counter.Matching("/namespaces/" + app.Namespace + "/configmaps/"); len(got) != 0 {
 			t.Errorf("the tick after the change made %d requests for its objects, want 0: %v", len(got), got)
 		}
@@ -121,12 +121,12 @@ func TestRequestsPerTick(t *testing.T) {
 
 	t.Run("a restarted controller asks nothing about objects as it left them", func(t *testing.T) {
 		restarted := newHarness(t)
-		ready(t, restarted.tick(t, key, queue.TriggerTimer))
+		ready(t, restarted.tick(t, key, queue.WakeTimer))
 		if got := restarted.counter.Matching("/namespaces/" + app.Namespace + "/configmaps/"); len(got) != 0 {
 			t.Errorf("the first tick after a restart made %d requests concerning its %d unchanged objects, want 0: %v", len(got), objects, got)
 		}
 		restarted.counter.Reset()
-		ready(t, restarted.tick(t, key, queue.TriggerTimer))
+		ready(t, restarted.tick(t, key, queue.WakeTimer))
 		if got := restarted.counter.Matching(""); len(got) > 1 {
 			t.Errorf("the second tick after a restart made %d requests, want at most the status write: %v", len(got), got)
 		}
@@ -142,7 +142,7 @@ func TestRequestsPerTick(t *testing.T) {
 			t.Fatal(err)
 		}
 		restarted := newHarness(t) // its informers start with this tick: they list the edit
-		ready(t, restarted.tick(t, key, queue.TriggerTimer))
+		ready(t, restarted.tick(t, key, queue.WakeTimer))
 		got := restarted.counter.Matching("/namespaces/" + app.Namespace + "/configmaps/")
 		var dryRuns, applies, reads []string
 		for _, req := range got {

@@ -24,7 +24,7 @@ func TestTheAlertPolicyLeavesAHandEditAloneAcrossACommitAndARestart(t *testing.T
 	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.DriftPolicy = plumbv1.DriftPolicyAlert })
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 
 	edited := &corev1.ConfigMap{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "a"}, edited); err != nil {
@@ -50,13 +50,13 @@ func TestTheAlertPolicyLeavesAHandEditAloneAcrossACommitAndARestart(t *testing.T
 			t.Errorf("the alert policy put the hand edit back: color %q", got.Data["color"])
 		}
 	}
-	drifted(t, h.tick(t, key, queue.TriggerEvent))
+	drifted(t, h.tick(t, key, queue.WakeEvent))
 
 	// Git moves on (another object changes), then the controller restarts.
 	next := pushed(t, w, map[string]string{"deploy/b.yaml": cm("b", "green")})
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	restarted := newHarness(t)
-	after := restarted.tick(t, key, queue.TriggerTimer)
+	after := restarted.tick(t, key, queue.WakeTimer)
 	drifted(t, after)
 	b := &corev1.ConfigMap{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "b"}, b); err != nil {

@@ -26,7 +26,7 @@ func TestAClusterScopedCustomResourceWhoseCRDComesAlongIsNeverPruned(t *testing.
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
 	for i := range 3 {
-		got := h.tick(t, key, queue.TriggerTimer)
+		got := h.tick(t, key, queue.WakeTimer)
 		ready(t, got)
 		if deletes := h.counter.Matching("DELETE "); len(deletes) != 0 {
 			t.Fatalf("tick %d deleted %v", i+1, deletes)
@@ -60,7 +60,7 @@ func TestAClusterScopedCustomResourceWhoseCRDComesAlongIsNeverPruned(t *testing.
 			t.Fatal(err)
 		}
 		h.counter.Reset()
-		ready(t, h.tick(t, key, queue.TriggerTimer))
+		ready(t, h.tick(t, key, queue.WakeTimer))
 		if deletes := h.counter.Matching("DELETE "); len(deletes) != 0 {
 			t.Fatalf("the tick deleted %v", deletes)
 		}
@@ -86,7 +86,7 @@ func TestDeletingAnAppWhoseKindsAreNoLongerServedFinishes(t *testing.T) {
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
 	waitServed(t, h, schema.GroupVersionKind{Group: "scope.plumb.dev", Version: "v1", Kind: "Doohickey"})
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 
 	// The CRD goes (its custom resources with it), then the App is deleted;
 	// a restarted controller no longer knows the kind.
@@ -98,7 +98,7 @@ func TestDeletingAnAppWhoseKindsAreNoLongerServedFinishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	restarted := newHarness(t)
-	if _, err := restarted.r.Tick(ctx, key, queue.TriggerTimer); err != nil {
+	if _, err := restarted.r.Tick(ctx, key, queue.WakeTimer); err != nil {
 		t.Fatalf("the deleted App's tick failed: %v", err)
 	}
 	if err := c.Get(ctx, key, &plumbv1.App{}); err == nil {

@@ -50,7 +50,7 @@ func TestATickAfterItsOwnStatusWriteDoesNotStartFromAStaleApp(t *testing.T) {
 	app := newApp(t, repo, nil)
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	stale := &staleApps{Client: h.r.Client}
 	h.r.Client = stale
 	before := &plumbv1.App{}
@@ -62,9 +62,9 @@ func TestATickAfterItsOwnStatusWriteDoesNotStartFromAStaleApp(t *testing.T) {
 	// One tick creates an object; Git removes it again before the cache
 	// has seen that tick's status (whose inventory lists the object).
 	pushed(t, w, map[string]string{"deploy/brief.yaml": cm("brief")})
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	pushed(t, w, map[string]string{"deploy/brief.yaml": ""})
-	after := h.tick(t, key, queue.TriggerTimer)
+	after := h.tick(t, key, queue.WakeTimer)
 	ready(t, after)
 	if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "brief"}, &corev1.ConfigMap{}); err == nil {
 		t.Error("the object that left Git was never pruned: the tick started from the stale App")
@@ -83,7 +83,7 @@ func TestAStatusWrittenOverAStaleCopyKeepsNoStaleField(t *testing.T) {
 	app := newApp(t, repo, nil)
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	current := &plumbv1.App{}
 	if err := c.Get(ctx, key, current); err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestAStatusWrittenOverAStaleCopyKeepsNoStaleField(t *testing.T) {
 	if err := c.Status().Update(ctx, current); err != nil {
 		t.Fatal(err)
 	}
-	after := restarted.tick(t, key, queue.TriggerTimer)
+	after := restarted.tick(t, key, queue.WakeTimer)
 	ready(t, after)
 	if cond := apimeta.FindStatusCondition(after.Status.Conditions, plumbv1.ConditionDrifted); cond == nil || cond.Status != metav1.ConditionFalse {
 		t.Errorf("Drifted = %+v after a tick that found no drift, want False", cond)
@@ -141,14 +141,14 @@ func TestALaggingCacheIsWaitedForNotTakenForADeletion(t *testing.T) {
 	app := newApp(t, repo, nil)
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	lagging := &laggingObserver{Observer: h.r.Observer, hidden: "fresh"}
 	h.r.Observer = lagging
 	pushed(t, w, map[string]string{"deploy/fresh.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fresh\n"})
-	ready(t, h.tick(t, key, queue.TriggerTimer)) // creates it
+	ready(t, h.tick(t, key, queue.WakeTimer)) // creates it
 	h.recorded()
 	h.counter.Reset()
-	ready(t, h.tick(t, key, queue.TriggerEvent)) // its own add event, say
+	ready(t, h.tick(t, key, queue.WakeEvent)) // its own add event, say
 	if len(lagging.waitsOn) == 0 {
 		t.Error("the tick did not wait for the cache to catch up with its last write")
 	}

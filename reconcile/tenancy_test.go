@@ -134,7 +134,7 @@ func TestAnAppActsAsItsServiceAccountAndGetsNoMoreRightsThanIt(t *testing.T) {
 	h := newHarnessAs(t, restrictedController(t), Policy{})
 
 	// The controller's user may write none of these: they were applied as the ServiceAccount.
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	before := &corev1.ConfigMap{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "config"}, before); err != nil {
 		t.Fatal(err)
@@ -146,9 +146,9 @@ func TestAnAppActsAsItsServiceAccountAndGetsNoMoreRightsThanIt(t *testing.T) {
 
 	// An unchanged tick asks nothing about its objects, as for an App with the controller's rights.
 	waitCached(t, h, before)
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	h.counter.Reset()
-	ready(t, h.tick(t, key, queue.TriggerEvent))
+	ready(t, h.tick(t, key, queue.WakeEvent))
 	if reqs := append(h.counter.Matching("/configmaps"), append(h.counter.Matching("/deployments"), h.counter.Matching("accessreviews")...)...); len(reqs) != 0 {
 		t.Errorf("an unchanged tick as the ServiceAccount made requests about its objects: %v", reqs)
 	}
@@ -162,7 +162,7 @@ func TestAnAppActsAsItsServiceAccountAndGetsNoMoreRightsThanIt(t *testing.T) {
 	}
 	pushed(t, w, escalation)
 	h.counter.Reset()
-	got := h.tick(t, key, queue.TriggerTimer)
+	got := h.tick(t, key, queue.WakeTimer)
 	msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, plumbv1.ReasonApplyFailed)
 	for _, want := range []string{"clusterrolebindings", "system:serviceaccount:" + app.Namespace + ":deployer", "forbidden", "nothing was applied or pruned"} {
 		if !strings.Contains(msg, want) {
@@ -190,13 +190,13 @@ func TestAnAppActsAsItsServiceAccountAndGetsNoMoreRightsThanIt(t *testing.T) {
 	// Git drops the escalation: the rest of the commit converges, and the
 	// App can still be deleted (its finalizer prunes as the ServiceAccount).
 	pushed(t, w, map[string]string{"deploy/escalate.yaml": ""})
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 	waitGone(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "old"}})
 	if err := c.Delete(ctx, app); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, func() bool {
-		_, _ = h.r.Tick(ctx, key, queue.TriggerTimer)
+		_, _ = h.r.Tick(ctx, key, queue.WakeTimer)
 		return apierrors.IsNotFound(c.Get(ctx, key, &plumbv1.App{}))
 	})
 	waitGone(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "config"}})
@@ -221,7 +221,7 @@ func TestTheDefaultServiceAccountAndNoCrossNamespaceHoldAnAppInItsNamespace(t *t
 
 	t.Run("--default-service-account: RBAC refuses the other namespace", func(t *testing.T) {
 		h := newHarnessAs(t, controllerUser, Policy{DefaultServiceAccount: "tenant"})
-		got := h.tick(t, key, queue.TriggerTimer)
+		got := h.tick(t, key, queue.WakeTimer)
 		msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, plumbv1.ReasonApplyFailed)
 		for _, want := range []string{"secrets", "system:serviceaccount:" + app.Namespace + ":tenant", other.Name} {
 			if !strings.Contains(msg, want) {
@@ -236,7 +236,7 @@ func TestTheDefaultServiceAccountAndNoCrossNamespaceHoldAnAppInItsNamespace(t *t
 	t.Run("--no-cross-namespace: the render is refused before any request", func(t *testing.T) {
 		h := newHarnessAs(t, controllerUser, Policy{DefaultServiceAccount: "tenant", NoCrossNamespace: true})
 		h.counter.Reset()
-		got := h.tick(t, key, queue.TriggerTimer)
+		got := h.tick(t, key, queue.WakeTimer)
 		msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "PolicyViolation")
 		if !strings.Contains(msg, "Secret/"+other.Name+"/planted (namespace "+other.Name+")") || !strings.Contains(msg, "--no-cross-namespace") {
 			t.Errorf("Ready message %q does not name the object and the rule", msg)
@@ -249,7 +249,7 @@ func TestTheDefaultServiceAccountAndNoCrossNamespaceHoldAnAppInItsNamespace(t *t
 		}
 		// An unchanged tick afterwards asks nothing about them either.
 		h.counter.Reset()
-		got = h.tick(t, key, queue.TriggerTimer)
+		got = h.tick(t, key, queue.WakeTimer)
 		failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "PolicyViolation")
 		if reqs := aboutObjects(); len(reqs) != 0 {
 			t.Errorf("an unchanged refused tick made requests about the App's objects: %v", reqs)
@@ -259,15 +259,15 @@ func TestTheDefaultServiceAccountAndNoCrossNamespaceHoldAnAppInItsNamespace(t *t
 	t.Run("an accepted render's unchanged tick asks nothing", func(t *testing.T) {
 		h := newHarnessAs(t, controllerUser, Policy{DefaultServiceAccount: "tenant", NoCrossNamespace: true})
 		pushed(t, w, map[string]string{"deploy/theirs.yaml": ""})
-		ready(t, h.tick(t, key, queue.TriggerTimer))
+		ready(t, h.tick(t, key, queue.WakeTimer))
 		mine := &corev1.ConfigMap{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "mine"}, mine); err != nil {
 			t.Fatal(err)
 		}
 		waitCached(t, h, mine)
-		ready(t, h.tick(t, key, queue.TriggerTimer))
+		ready(t, h.tick(t, key, queue.WakeTimer))
 		h.counter.Reset()
-		ready(t, h.tick(t, key, queue.TriggerEvent))
+		ready(t, h.tick(t, key, queue.WakeEvent))
 		if reqs := h.counter.Take(); len(reqs) != 0 {
 			t.Errorf("an unchanged tick made %d requests: %v", len(reqs), reqs)
 		}
@@ -277,7 +277,7 @@ func TestTheDefaultServiceAccountAndNoCrossNamespaceHoldAnAppInItsNamespace(t *t
 		_, repo := newRepo(t, map[string]string{"deploy/escalate.yaml": escalationYAML})
 		app := newApp(t, repo, nil)
 		h := newHarnessAs(t, controllerUser, Policy{NoCrossNamespace: true})
-		got := h.tick(t, client.ObjectKeyFromObject(app), queue.TriggerTimer)
+		got := h.tick(t, client.ObjectKeyFromObject(app), queue.WakeTimer)
 		msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "PolicyViolation")
 		if !strings.Contains(msg, "ClusterRoleBinding.rbac.authorization.k8s.io/tenant-is-cluster-admin (cluster-scoped)") {
 			t.Errorf("Ready message %q does not name the cluster-scoped object", msg)
@@ -292,7 +292,7 @@ func TestPruneAndTheFinalizersPruneActAsTheServiceAccount(t *testing.T) {
 	key := client.ObjectKeyFromObject(app)
 
 	pushed(t, w, map[string]string{"deploy/b.yaml": ""})
-	got := h.tick(t, key, queue.TriggerTimer)
+	got := h.tick(t, key, queue.WakeTimer)
 	msg := failed(t, got, PhaseApply, plumbv1.ReasonPruneFailed, plumbv1.ReasonPruneFailed)
 	if !strings.Contains(msg, "cannot delete") || !strings.Contains(msg, "system:serviceaccount:"+app.Namespace+":no-delete") {
 		t.Errorf("Ready message %q does not say the ServiceAccount may not delete", msg)
@@ -310,7 +310,7 @@ func TestPruneAndTheFinalizersPruneActAsTheServiceAccount(t *testing.T) {
 	}
 	h.recorded()
 	eventually(t, func() bool { // once the App cache has seen the deletion
-		h.tick(t, key, queue.TriggerTimer)
+		h.tick(t, key, queue.WakeTimer)
 		return countContaining(h.recorded(), "Warning PruneFailed", "cannot delete", "no-delete") == 1
 	})
 	for _, name := range []string{"a", "b"} {
@@ -330,7 +330,7 @@ func TestAMissingServiceAccountFailsNamingItUntilItExists(t *testing.T) {
 	key := client.ObjectKeyFromObject(app)
 	h := newHarnessAs(t, restrictedController(t), Policy{})
 	h.counter.Reset()
-	got := h.tick(t, key, queue.TriggerTimer)
+	got := h.tick(t, key, queue.WakeTimer)
 	msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, "ServiceAccountNotFound")
 	if !strings.Contains(msg, app.Namespace+"/ghost") {
 		t.Errorf("Ready message %q does not name the ServiceAccount", msg)
@@ -341,7 +341,7 @@ func TestAMissingServiceAccountFailsNamingItUntilItExists(t *testing.T) {
 	serviceAccount(t, app.Namespace, "ghost", allVerbs...)
 	// The ServiceAccount cache sees it soon; until then the tick fails the same way.
 	eventually(t, func() bool {
-		got = h.tick(t, key, queue.TriggerTimer)
+		got = h.tick(t, key, queue.WakeTimer)
 		cond := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionReady)
 		return cond != nil && cond.Status == metav1.ConditionTrue
 	})
@@ -351,7 +351,7 @@ func TestFileSourcesAreRefusedUnlessTheControllerAllowsThem(t *testing.T) {
 	app := newApp(t, "unused", func(a *plumbv1.App) { a.Spec.Source.URL = "file:///var/lib/other-tenant/repo.git" })
 	key := client.ObjectKeyFromObject(app)
 	controllerUser := restrictedController(t)
-	got := newHarnessAs(t, controllerUser, Policy{}).tick(t, key, queue.TriggerTimer)
+	got := newHarnessAs(t, controllerUser, Policy{}).tick(t, key, queue.WakeTimer)
 	msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "SourceRefused")
 	if !strings.Contains(msg, "--allow-file-sources") {
 		t.Errorf("Ready message %q does not name the flag", msg)
@@ -367,7 +367,7 @@ func TestFileSourcesAreRefusedUnlessTheControllerAllowsThem(t *testing.T) {
 			t.Errorf("%s was not refused", url)
 		}
 	}
-	allowed := newHarnessAs(t, controllerUser, Policy{AllowFileSources: true}).tick(t, key, queue.TriggerTimer)
+	allowed := newHarnessAs(t, controllerUser, Policy{AllowFileSources: true}).tick(t, key, queue.WakeTimer)
 	if ps := phaseStatus(allowed, PhaseRead); ps.Reason == "SourceRefused" {
 		t.Errorf("with --allow-file-sources the source is still refused: %s", ps.LastError)
 	}
@@ -381,7 +381,7 @@ func TestADeletedAppWhoseServiceAccountIsGoneLeavesItsObjects(t *testing.T) {
 	key := client.ObjectKeyFromObject(app)
 	serviceAccount(t, app.Namespace, "deployer", allVerbs...)
 	h := newHarnessAs(t, restrictedController(t), Policy{})
-	ready(t, h.tick(t, key, queue.TriggerTimer))
+	ready(t, h.tick(t, key, queue.WakeTimer))
 
 	// As when its namespace is deleted: the ServiceAccount goes first.
 	if err := c.Delete(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "deployer"}}); err != nil {
@@ -393,7 +393,7 @@ func TestADeletedAppWhoseServiceAccountIsGoneLeavesItsObjects(t *testing.T) {
 	h.recorded()
 	var events []string
 	eventually(t, func() bool {
-		_, _ = h.r.Tick(ctx, key, queue.TriggerTimer)
+		_, _ = h.r.Tick(ctx, key, queue.WakeTimer)
 		events = append(events, h.recorded()...)
 		return apierrors.IsNotFound(c.Get(ctx, key, &plumbv1.App{}))
 	})
@@ -421,7 +421,7 @@ func TestAnEntryThatIsGoneNeedsNoRightToDeleteIt(t *testing.T) {
 		return got == nil
 	})
 	pushed(t, w, map[string]string{"deploy/b.yaml": ""})
-	got := h.tick(t, key, queue.TriggerTimer)
+	got := h.tick(t, key, queue.WakeTimer)
 	ready(t, got)
 	if inventoryHas(got, "ConfigMap", "b") {
 		t.Error("the entry of the object that is gone stayed in the inventory")
@@ -453,7 +453,7 @@ func TestAnObjectWhoseCRDComesAlongIsAskedAboutBeforeTheCRDIsApplied(t *testing.
 		}
 	}
 	h := newHarnessAs(t, restrictedController(t), Policy{})
-	got := h.tick(t, client.ObjectKeyFromObject(app), queue.TriggerTimer)
+	got := h.tick(t, client.ObjectKeyFromObject(app), queue.WakeTimer)
 	msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, plumbv1.ReasonApplyFailed)
 	if !strings.Contains(msg, `cannot create resource "widgets" in API group "tenancy.plumb.dev"`) {
 		t.Errorf("Ready message %q does not name the refused Widget", msg)
@@ -473,6 +473,6 @@ func convergedWithoutDelete(t *testing.T) (*gittest.Workdir, *plumbv1.App, *harn
 	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.ServiceAccountName = "no-delete" })
 	serviceAccount(t, app.Namespace, "no-delete", "get", "list", "watch", "create", "update", "patch")
 	h := newHarnessAs(t, restrictedController(t), Policy{})
-	ready(t, h.tick(t, client.ObjectKeyFromObject(app), queue.TriggerTimer))
+	ready(t, h.tick(t, client.ObjectKeyFromObject(app), queue.WakeTimer))
 	return w, app, h
 }

@@ -127,13 +127,13 @@ func (r *Reconciler) IsOwnWrite(obj *compact.Object) bool {
 // Tick runs one tick for the App key and returns how the queue schedules
 // it next. A tick that only an event brought forward reuses the App's last
 // read instead of asking Git.
-func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger queue.Trigger) (queue.Outcome, error) {
+func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, wake queue.Wake) (queue.Outcome, error) {
 	log := r.Log.With(zap.String("app", key.String()), zap.String("tick", tickID()))
 	marks := r.memory.takeMarks(key, r.now())
 	// A re-assessment of health waits for the App cache to catch up with
 	// plumb's last write of the App rather than read it from the API
 	// server; when it does not, the re-assessment comes a second later.
-	patient := trigger == queue.TriggerEvent && marks.health && !marks.full && !marks.dependency
+	patient := wake == queue.WakeEvent && marks.health && !marks.full && !marks.dependency
 	app, err := r.getApp(ctx, key, patient)
 	if patient && err != nil && !apierrors.IsNotFound(err) {
 		r.memory.mark(key, enqueueMarks{health: true})
@@ -154,8 +154,8 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 	if !app.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, app, log)
 	}
-	cause := r.triggerOf(app, trigger, marks)
-	log = log.With(zap.String("trigger", cause))
+	cause := r.triggerOf(app, wake, marks)
+	log = log.With(zap.String("trigger", string(cause)))
 	if !slices.Contains(app.Finalizers, plumbv1.Finalizer) {
 		patch := client.MergeFrom(app.DeepCopy())
 		app.Finalizers = append(app.Finalizers, plumbv1.Finalizer)
@@ -176,7 +176,7 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 		return queue.Every(interval), nil
 	}
 
-	if healthOnly(trigger, cause, marks) {
+	if healthOnly(wake, cause, marks) {
 		onlyIfChanged = true
 		r.reassess(app, log)
 		return queue.Kept(interval), nil // not a tick's outcome: the retry or timer stays as it was
@@ -184,11 +184,11 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, trigger
 
 	tickCtx, cancel := context.WithTimeout(ctx, app.Spec.TimeoutOrDefault())
 	defer cancel()
-	r.metrics().ObserveSync(cause)
+	r.metrics().ObserveSync(string(cause))
 	start := r.now()
 	timer := r.newPhaseTimer(start)
 	previousRevision, previousGeneration := app.Status.LastAppliedRevision, app.Status.ObservedGeneration
-	changes, err := r.run(tickCtx, app, trigger, timer, log)
+	changes, err := r.run(tickCtx, app, wake, timer, log)
 	r.recordTick(key, app, timer.record(app, cause, changes, err))
 	var waiting *dependencyWait
 	if errors.As(err, &waiting) {
@@ -317,11 +317,11 @@ func (r *Reconciler) now() time.Time {
 }
 
 // run is the four phases. It returns the change set of the Apply phase.
-func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, trigger queue.Trigger, timer *phaseTimer, log *zap.Logger) (*fluxssa.ChangeSet, error) {
+func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, wake queue.Wake, timer *phaseTimer, log *zap.Logger) (*fluxssa.ChangeSet, error) {
 	key := client.ObjectKeyFromObject(app)
 
 	// Read.
-	result, err := r.readPhase(ctx, app, trigger)
+	result, err := r.readPhase(ctx, app, wake)
 	if err != nil {
 		return nil, err
 	}

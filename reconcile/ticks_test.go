@@ -24,13 +24,13 @@ func TestRecentTicks(t *testing.T) {
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
 
-	got := h.tick(t, key, queue.TriggerTimer)
+	got := h.tick(t, key, queue.WakeTimer)
 	ready(t, got)
 	if n := len(got.Status.RecentTicks); n != 1 {
 		t.Fatalf("%d recent ticks after the first, want 1: %+v", n, got.Status.RecentTicks)
 	}
 	first := got.Status.RecentTicks[0]
-	if first.Result != plumbv1.ReasonSucceeded || first.FailedPhase != "" || first.Changed != 1 || first.Trigger != TriggerSpec ||
+	if first.Result != plumbv1.ReasonSucceeded || first.FailedPhase != "" || first.Changed != 1 || first.Trigger != string(TriggerSpec) ||
 		first.Revision != got.Status.LastAppliedRevision || first.Start.IsZero() {
 		t.Errorf("the first tick's record = %+v, want Succeeded, 1 changed, trigger %s, revision %s", first, TriggerSpec, got.Status.LastAppliedRevision)
 	}
@@ -44,7 +44,7 @@ func TestRecentTicks(t *testing.T) {
 	// writes carries them all.
 	var written *plumbv1.App
 	for i := 0; i < 12; i++ {
-		got = h.tick(t, key, queue.TriggerEvent)
+		got = h.tick(t, key, queue.WakeEvent)
 		if len(got.Status.RecentTicks) == plumbv1.MaxRecentTicks && written == nil {
 			written = got
 		}
@@ -53,7 +53,7 @@ func TestRecentTicks(t *testing.T) {
 		t.Fatalf("no status write in 12 unchanged ticks carried %d ticks: %d", plumbv1.MaxRecentTicks, len(got.Status.RecentTicks))
 	}
 	for i, rec := range written.Status.RecentTicks[1:] {
-		if rec.Trigger != TriggerDrift || rec.Result != plumbv1.ReasonSucceeded || rec.Changed != 0 {
+		if rec.Trigger != string(TriggerDrift) || rec.Result != plumbv1.ReasonSucceeded || rec.Changed != 0 {
 			t.Errorf("unchanged tick %d = %+v, want a Succeeded drift check that changed nothing", i+1, rec)
 		}
 		if prev := written.Status.RecentTicks[i]; rec.Start.Before(&prev.Start) {
@@ -68,7 +68,7 @@ func TestRecentTicks(t *testing.T) {
 	var unwritten *plumbv1.App
 	var remembered []plumbv1.TickRecord
 	for range heartbeatEvery {
-		unwritten = h.tick(t, key, queue.TriggerTimer)
+		unwritten = h.tick(t, key, queue.WakeTimer)
 		if remembered = h.r.memory.ticksOf(key); summary(unwritten.Status.RecentTicks) != summary(remembered) {
 			break
 		}
@@ -82,7 +82,7 @@ func TestRecentTicks(t *testing.T) {
 		t.Fatal(err)
 	}
 	appCached(t, h, key, true)
-	got = h.tick(t, key, queue.TriggerEvent)
+	got = h.tick(t, key, queue.WakeEvent)
 	if !got.Spec.Suspend || summary(got.Status.RecentTicks) != summary(remembered) {
 		t.Errorf("the suspended App's status write carries ticks\n%s\nwant the remembered, the unwritten one last:\n%s", summary(got.Status.RecentTicks), summary(remembered))
 	}
@@ -96,7 +96,7 @@ func TestRecentTicks(t *testing.T) {
 	// A tick that fails in Read times Read and nothing after it, and names
 	// no revision (it read none).
 	pushed(t, w, map[string]string{"deploy/bad.yaml": "a: [unclosed"})
-	got = h.tick(t, key, queue.TriggerTimer)
+	got = h.tick(t, key, queue.WakeTimer)
 	last := got.Status.RecentTicks[len(got.Status.RecentTicks)-1]
 	if len(got.Status.RecentTicks) != plumbv1.MaxRecentTicks {
 		t.Errorf("%d recent ticks, want at most %d", len(got.Status.RecentTicks), plumbv1.MaxRecentTicks)
@@ -108,7 +108,7 @@ func TestRecentTicks(t *testing.T) {
 	// One refused after its Read (an empty render, which the prune guard
 	// refuses: an Apply failure) names the revision and times no Observe.
 	empty := pushed(t, w, map[string]string{"deploy/bad.yaml": "", "deploy/cm.yaml": "", "deploy/README.md": "Nothing here yet.\n"})
-	got = h.tick(t, key, queue.TriggerTimer)
+	got = h.tick(t, key, queue.WakeTimer)
 	last = got.Status.RecentTicks[len(got.Status.RecentTicks)-1]
 	if last.FailedPhase != "Apply" || !strings.HasSuffix(last.Revision, empty) || last.ReadMillis == nil || last.ObserveMillis != nil || last.DiffMillis != nil {
 		t.Errorf("the refused empty render's record = %+v, want a failed Apply at %s, only Read timed", last, empty)

@@ -7,27 +7,31 @@ import (
 	"github.com/plumb-dev/plumb/queue"
 )
 
-// The triggers of a tick: what asked for it, as the syncs metric and the
-// tick's log lines name it.
+// Trigger is what asked for a tick, in the App's terms (the queue's Wake
+// says only whether its timer or an event woke it), as the syncs metric,
+// status.recentTicks and the tick's log lines name it.
+type Trigger string
+
+// The triggers of a tick.
 const (
-	TriggerTimer   = "timer"   // the fallback timer, or a retry after a failure
-	TriggerWebhook = "webhook" // a push webhook (the sync annotation, by the receiver)
-	TriggerDrift   = "drift"   // one of the App's objects changed
-	TriggerManual  = "manual"  // the sync annotation, set by anyone but the receiver
-	TriggerSpec    = "spec"    // a new App, or a spec not tried yet
+	TriggerTimer   Trigger = "timer"   // the fallback timer, or a retry after a failure
+	TriggerWebhook Trigger = "webhook" // a push webhook (the sync annotation, by the receiver)
+	TriggerDrift   Trigger = "drift"   // one of the App's objects changed
+	TriggerManual  Trigger = "manual"  // the sync annotation, set by anyone but the receiver
+	TriggerSpec    Trigger = "spec"    // a new App, or a spec not tried yet
 	// TriggerDependency: an App in spec.dependsOn changed its readiness.
-	TriggerDependency = "dependency"
+	TriggerDependency Trigger = "dependency"
 )
 
 // Triggers lists every trigger, for metrics that create their series at zero.
-var Triggers = []string{TriggerTimer, TriggerWebhook, TriggerDrift, TriggerManual, TriggerSpec, TriggerDependency}
+var Triggers = []Trigger{TriggerTimer, TriggerWebhook, TriggerDrift, TriggerManual, TriggerSpec, TriggerDependency}
 
 // triggerOf tells what asked for this tick of app, from the App itself and
 // the queue's word (timer or event). A spec that this controller has not
 // tried yet comes first, then an unanswered sync request; the timer and
 // events of the App's objects are what is left. Call it before the Read
 // phase records what it tried.
-func (r *Reconciler) triggerOf(app *plumbv1.App, queued queue.Trigger, marks enqueueMarks) string {
+func (r *Reconciler) triggerOf(app *plumbv1.App, queued queue.Wake, marks enqueueMarks) Trigger {
 	tried, known := r.memory.readGeneration(client.ObjectKeyFromObject(app))
 	if app.Status.ObservedGeneration != app.Generation && (!known || tried != app.Generation) {
 		return TriggerSpec
@@ -38,7 +42,7 @@ func (r *Reconciler) triggerOf(app *plumbv1.App, queued queue.Trigger, marks enq
 		}
 		return TriggerManual
 	}
-	if queued == queue.TriggerTimer {
+	if queued == queue.WakeTimer {
 		return TriggerTimer
 	}
 	if marks.dependency && !marks.full {

@@ -25,24 +25,24 @@ func TestTheTriggerOfATick(t *testing.T) {
 		name  string
 		app   *plumbv1.App
 		tried int64 // the generation the last Read tried; 0: none since the controller started
-		queue queue.Trigger
+		queue queue.Wake
 		marks enqueueMarks
-		want  string
+		want  Trigger
 	}{
-		{"a new App", app(1, 0, nil, ""), 0, queue.TriggerTimer, enqueueMarks{}, TriggerSpec},
-		{"a changed spec, brought forward by its event", app(3, 2, nil, ""), 2, queue.TriggerEvent, enqueueMarks{}, TriggerSpec},
-		{"a spec changed while the controller was down", app(3, 2, nil, ""), 0, queue.TriggerTimer, enqueueMarks{}, TriggerSpec},
-		{"the retry of a spec that failed", app(3, 2, nil, ""), 3, queue.TriggerTimer, enqueueMarks{}, TriggerTimer},
-		{"a push", app(2, 2, webhook, "t1"), 2, queue.TriggerEvent, enqueueMarks{}, TriggerWebhook},
-		{"a sync annotation by hand", app(2, 2, byHand, "t1"), 2, queue.TriggerEvent, enqueueMarks{}, TriggerManual},
-		{"a stale webhook mark under a new request by hand", app(2, 2, map[string]string{plumbv1.AnnotationSyncRequestedAt: "t2", plumbv1.AnnotationSyncRequestedBy: "someone"}, "t1"), 2, queue.TriggerEvent, enqueueMarks{}, TriggerManual},
-		{"a request already handled, and the timer", app(2, 2, webhook, "t2"), 2, queue.TriggerTimer, enqueueMarks{}, TriggerTimer},
-		{"a request already handled, and an object's event", app(2, 2, webhook, "t2"), 2, queue.TriggerEvent, enqueueMarks{}, TriggerDrift},
-		{"the fallback timer", app(2, 2, nil, ""), 2, queue.TriggerTimer, enqueueMarks{}, TriggerTimer},
-		{"an object's event", app(2, 2, nil, ""), 2, queue.TriggerEvent, enqueueMarks{}, TriggerDrift},
-		{"a dependency's readiness", app(2, 2, nil, ""), 2, queue.TriggerEvent, enqueueMarks{dependency: true}, TriggerDependency},
-		{"a dependency's readiness and an object's event", app(2, 2, nil, ""), 2, queue.TriggerEvent, enqueueMarks{dependency: true, full: true}, TriggerDrift},
-		{"a dependency's readiness, and the timer", app(2, 2, nil, ""), 2, queue.TriggerTimer, enqueueMarks{dependency: true}, TriggerTimer},
+		{"a new App", app(1, 0, nil, ""), 0, queue.WakeTimer, enqueueMarks{}, TriggerSpec},
+		{"a changed spec, brought forward by its event", app(3, 2, nil, ""), 2, queue.WakeEvent, enqueueMarks{}, TriggerSpec},
+		{"a spec changed while the controller was down", app(3, 2, nil, ""), 0, queue.WakeTimer, enqueueMarks{}, TriggerSpec},
+		{"the retry of a spec that failed", app(3, 2, nil, ""), 3, queue.WakeTimer, enqueueMarks{}, TriggerTimer},
+		{"a push", app(2, 2, webhook, "t1"), 2, queue.WakeEvent, enqueueMarks{}, TriggerWebhook},
+		{"a sync annotation by hand", app(2, 2, byHand, "t1"), 2, queue.WakeEvent, enqueueMarks{}, TriggerManual},
+		{"a stale webhook mark under a new request by hand", app(2, 2, map[string]string{plumbv1.AnnotationSyncRequestedAt: "t2", plumbv1.AnnotationSyncRequestedBy: "someone"}, "t1"), 2, queue.WakeEvent, enqueueMarks{}, TriggerManual},
+		{"a request already handled, and the timer", app(2, 2, webhook, "t2"), 2, queue.WakeTimer, enqueueMarks{}, TriggerTimer},
+		{"a request already handled, and an object's event", app(2, 2, webhook, "t2"), 2, queue.WakeEvent, enqueueMarks{}, TriggerDrift},
+		{"the fallback timer", app(2, 2, nil, ""), 2, queue.WakeTimer, enqueueMarks{}, TriggerTimer},
+		{"an object's event", app(2, 2, nil, ""), 2, queue.WakeEvent, enqueueMarks{}, TriggerDrift},
+		{"a dependency's readiness", app(2, 2, nil, ""), 2, queue.WakeEvent, enqueueMarks{dependency: true}, TriggerDependency},
+		{"a dependency's readiness and an object's event", app(2, 2, nil, ""), 2, queue.WakeEvent, enqueueMarks{dependency: true, full: true}, TriggerDrift},
+		{"a dependency's readiness, and the timer", app(2, 2, nil, ""), 2, queue.WakeTimer, enqueueMarks{dependency: true}, TriggerTimer},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &Reconciler{}
@@ -65,7 +65,7 @@ func TestEveryTriggerHasItsOwnSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, trigger := range Triggers {
-		m.ObserveSync(trigger)
+		m.ObserveSync(string(trigger))
 	}
 	families, err := reg.Gather()
 	if err != nil {

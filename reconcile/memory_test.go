@@ -32,7 +32,7 @@ func TestTheFieldsRememberedPerObjectAreBounded(t *testing.T) {
 	for i := range 10 * maxFieldKeys { // a new manager name for every change, all at one moment
 		m.fieldDrifted(key, id, ".data.k", fmt.Sprintf("manager-%d", i), fmt.Sprint(i), now)
 	}
-	if n := len(m.app(key).fieldDrifts[id]); n > maxFieldKeys {
+	if n := len(m.app(key).conflicts.fieldDrifts[id]); n > maxFieldKeys {
 		t.Errorf("%d fields and managers remembered for one object, want at most %d", n, maxFieldKeys)
 	}
 }
@@ -47,7 +47,7 @@ func TestANewTermForgetsEpisodesAndConflictsNotRecords(t *testing.T) {
 	if !m.drifted(key, id) {
 		t.Error("a drift episode from before the term is still open: its next DriftDetected Event would be held back")
 	}
-	if n := len(m.app(key).fieldDrifts[id]); n != 0 {
+	if n := len(m.app(key).conflicts.fieldDrifts[id]); n != 0 {
 		t.Errorf("%d field changes from before the term are remembered", n)
 	}
 	if rv := m.writtenRV(key, id); rv != "7" {

@@ -94,44 +94,6 @@ func (r *Reconciler) recordTick(key types.NamespacedName, app *plumbv1.App, rec 
 	app.Status.RecentTicks = r.memory.addTick(key, app.Status.RecentTicks, rec)
 }
 
-// addTick appends rec to the App's remembered ticks (seeded from status
-// when this process remembers none), keeps the last MaxRecentTicks and
-// returns a copy.
-func (m *memory) addTick(key types.NamespacedName, fromStatus []plumbv1.TickRecord, rec plumbv1.TickRecord) []plumbv1.TickRecord {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	a := m.app(key)
-	if a.ticks == nil {
-		a.ticks = append([]plumbv1.TickRecord{}, fromStatus...)
-	}
-	a.ticks = append(a.ticks, rec)
-	if n := len(a.ticks); n > plumbv1.MaxRecentTicks {
-		a.ticks = append([]plumbv1.TickRecord{}, a.ticks[n-plumbv1.MaxRecentTicks:]...)
-	}
-	return copyTicks(a.ticks)
-}
-
-// copyTicks is a deep copy of ticks.
-func copyTicks(ticks []plumbv1.TickRecord) []plumbv1.TickRecord {
-	out := make([]plumbv1.TickRecord, len(ticks))
-	for i := range ticks {
-		ticks[i].DeepCopyInto(&out[i])
-	}
-	return out
-}
-
-// ticksOf is a copy of the App's remembered ticks (nil when this process
-// remembers none).
-func (m *memory) ticksOf(key types.NamespacedName) []plumbv1.TickRecord {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	a := m.app(key)
-	if a.ticks == nil {
-		return nil
-	}
-	return copyTicks(a.ticks)
-}
-
 // Every status write carries the remembered ticks, and at most
 // heartbeatEvery ticks in a row go unwritten: the list's MaxRecentTicks
 // hold them all. (This fails to compile should heartbeatEvery exceed it.)

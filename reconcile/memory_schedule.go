@@ -4,9 +4,17 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/plumb-dev/plumb/health"
 )
+
+// scheduleRecord is what memory keeps of why an App was enqueued since its
+// last tick began (pending), the health deadlines a tick was asked for at
+// (healthDue), and what its last full tick in this term applied, when it
+// succeeded (applied: a health assessment alone may then settle Ready).
+type scheduleRecord struct {
+	pending   enqueueMarks
+	healthDue []time.Time
+	applied   *appliedOutcome
+}
 
 // enqueueMarks say why an App was enqueued: full, for a change of one of
 // its objects that a tick must diff; dependency, for a change of an App it
@@ -32,83 +40,58 @@ type appliedOutcome struct {
 
 // mark records why the App was enqueued.
 func (m *memory) mark(key types.NamespacedName, marks enqueueMarks) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	a := m.app(key)
-	a.pending.full = a.pending.full || marks.full
-	a.pending.dependency = a.pending.dependency || marks.dependency
-	a.pending.health = a.pending.health || marks.health
+	m.updateApp(key, func(a *appMemory) {
+		p := &a.schedule.pending
+		p.full = p.full || marks.full
+		p.dependency = p.dependency || marks.dependency
+		p.health = p.health || marks.health
+	})
 }
 
 // takeMarks returns and clears why the App was enqueued: a health deadline
 // that has passed counts as a health mark (the tick asked for at it is a
 // re-assessment, also when its wait ended sooner).
 func (m *memory) takeMarks(key types.NamespacedName, now time.Time) enqueueMarks {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	a := m.app(key)
-	marks := a.pending
-	a.pending = enqueueMarks{}
-	kept := a.healthDue[:0]
-	for _, due := range a.healthDue {
-		if now.Before(due) {
-			kept = append(kept, due)
-		} else {
-			marks.health = true
+	return inApp(m, key, func(a *appMemory) enqueueMarks {
+		s := &a.schedule
+		marks := s.pending
+		s.pending = enqueueMarks{}
+		kept := s.healthDue[:0]
+		for _, due := range s.healthDue {
+			if now.Before(due) {
+				kept = append(kept, due)
+			} else {
+				marks.health = true
+			}
 		}
-	}
-	a.healthDue = kept
-	return marks
+		s.healthDue = kept
+		return marks
+	})
 }
 
 // addHealthDue records a health deadline at which a tick was asked for.
 func (m *memory) addHealthDue(key types.NamespacedName, at time.Time) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	a := m.app(key)
-	for _, due := range a.healthDue {
-		if due.Equal(at) {
-			return
+	m.updateApp(key, func(a *appMemory) {
+		s := &a.schedule
+		for _, due := range s.healthDue {
+			if due.Equal(at) {
+				return
+			}
 		}
-	}
-	if len(a.healthDue) >= maxDeadlines {
-		a.healthDue = a.healthDue[1:]
-	}
-	a.healthDue = append(a.healthDue, at)
+		if len(s.healthDue) >= maxDeadlines {
+			s.healthDue = s.healthDue[1:]
+		}
+		s.healthDue = append(s.healthDue, at)
+	})
 }
 
 // setApplied records what the App's last full tick applied (nil: it failed).
 func (m *memory) setApplied(key types.NamespacedName, outcome *appliedOutcome) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.app(key).applied = outcome
+	m.updateApp(key, func(a *appMemory) { a.schedule.applied = outcome })
 }
 
 // appliedOf is what the App's last full tick in this term applied, nil when
 // it failed or there was none.
 func (m *memory) appliedOf(key types.NamespacedName) *appliedOutcome {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if a := m.apps[key]; a != nil {
-		return a.applied
-	}
-	return nil
-}
-
-// wroteHealth records the health of an object as plumb's write left it.
-func (m *memory) wroteHealth(key types.NamespacedName, id objectID, h health.Result) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.object(key, id).writtenHealth = h
-}
-
-// written is the resourceVersion and health of plumb's last write of an
-// object ("" when none is known).
-func (m *memory) written(key types.NamespacedName, id objectID) (string, health.Result) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if o := m.peek(key, id); o != nil {
-		return o.written, o.writtenHealth
-	}
-	return "", health.Result{}
+	return peekApp(m, key, func(a *appMemory) *appliedOutcome { return a.schedule.applied })
 }

@@ -14,10 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/diff"
 	"github.com/plumb-dev/plumb/health"
 	"github.com/plumb-dev/plumb/ssa"
@@ -30,9 +28,9 @@ import (
 // from the cache and the informers know plumb's own writes. Events that
 // arrive meanwhile are held and, when one was not plumb's write after all,
 // the App is enqueued again.
-func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applier, p *plan, desired []*unstructured.Unstructured,
-	live map[objectID]*compact.Object, kinds *tickKinds, log *zap.Logger) (*fluxssa.ChangeSet, error) {
-	key := client.ObjectKeyFromObject(app)
+func (s *pass) apply(ctx context.Context) (*fluxssa.ChangeSet, error) {
+	r, app, key, applier, p, desired, live := s.r, s.app, s.key, s.applier, s.planned, s.desired, s.live
+	log := s.log.With(zap.String("phase", string(PhaseApply)))
 	r.memory.beginWrites(key)
 	defer func() {
 		if r.memory.endWrites(key) {
@@ -41,7 +39,7 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applie
 	}()
 	changes := fluxssa.NewChangeSet()
 	if sa := r.serviceAccountOf(app); sa != "" {
-		if err := r.authorize(ctx, app, applier, sa, p, desired, live, kinds); err != nil {
+		if err := s.authorize(ctx, sa); err != nil {
 			return changes, err
 		}
 	}
@@ -102,7 +100,7 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applie
 		r.memory.wroteHealth(key, id, health.Of(patched))
 		changes.Add(fluxssa.ChangeSetEntry{Subject: id.String(), Action: fluxssa.ConfiguredAction})
 	}
-	kept, err := r.prune(ctx, app, applier, desired, kinds, changes, log)
+	kept, err := s.prune(ctx, changes, log)
 	if err != nil {
 		return changes, err
 	}
@@ -126,8 +124,8 @@ func (r *Reconciler) apply(ctx context.Context, app *plumbv1.App, applier Applie
 // allows it prunes them. Whether an object the last tick kept is still
 // kept is read from the informer cache (it still carries the App's labels):
 // an unchanged tick asks the API server nothing about it.
-func (r *Reconciler) prune(ctx context.Context, app *plumbv1.App, applier Applier, desired []*unstructured.Unstructured,
-	kinds *tickKinds, changes *fluxssa.ChangeSet, log *zap.Logger) ([]plumbv1.KeptObject, error) {
+func (s *pass) prune(ctx context.Context, changes *fluxssa.ChangeSet, log *zap.Logger) ([]plumbv1.KeptObject, error) {
+	r, app, applier, desired, kinds := s.r, s.app, s.applier, s.desired, s.kinds
 	if !app.Spec.PruneEnabled() {
 		return nil, nil
 	}

@@ -14,14 +14,13 @@ import (
 	ssaerrors "github.com/fluxcd/pkg/ssa/errors"
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/diff"
+	"github.com/plumb-dev/plumb/source"
 	"github.com/plumb-dev/plumb/ssa"
 )
 
@@ -96,59 +95,23 @@ type PreviewObject struct {
 // so the Diff phase decides as a controller just restarted would.
 // app is the caller's copy, which Preview may change.
 func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, error) {
-	key := client.ObjectKeyFromObject(app)
 	log := r.Log
 	if log == nil {
 		log = zap.NewNop()
 	}
-	result, err := r.read(ctx, app, true)
-	if err != nil {
-		return nil, err
-	}
-	revision := result.Revision.String()
-	if err := r.refuseEmpty(app, result.Empty(), revision); err != nil {
-		return nil, err
-	}
-	// A tick would wait for the Apps in spec.dependsOn (or refuse them):
-	// said beside what it will apply once they are Ready.
-	waiting := ""
-	if err := r.gateOnDependencies(ctx, app, revision, log); err != nil {
-		var wait *dependencyWait
-		if !errors.As(err, &wait) {
-			return nil, err
-		}
-		if c := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady); c != nil {
-			waiting = c.Reason + ": " + c.Message
-		}
-	}
-	desired, kinds, err := r.prepare(app, result)
-	if err != nil {
-		return nil, err
-	}
-	if err := r.checkNamespaces(app, desired, revision); err != nil {
-		return nil, err
-	}
-	applier, err := r.applierFor(ctx, app)
-	if err != nil {
-		return nil, err
-	}
-	live, err := r.observe(ctx, key, app, desired, kinds, log)
-	if err != nil {
-		return nil, err
-	}
-	r.seedConflicts(key, app, desired, live)
-	p, err := r.diff(ctx, app, applier, desired, live, kinds, revision)
-	if err != nil {
+	s := r.newPass(app, log, nil)
+	if err := s.plan(ctx, func(ctx context.Context) (*source.Result, error) { return r.read(ctx, app, true) }); err != nil {
 		return nil, err
 	}
 	// As the Apply phase would, before anything: may the ServiceAccount
 	// make every write the tick plans?
 	if sa := r.serviceAccountOf(app); sa != "" {
-		if err := r.authorize(ctx, app, applier, sa, p, desired, live, kinds); err != nil {
+		if err := s.authorize(ctx, sa); err != nil {
 			return nil, err
 		}
 	}
-	preview := &Preview{Revision: revision, Suspended: app.Spec.Suspend, Waiting: waiting}
+	revision, p, desired, live, kinds, applier := s.revision, s.planned, s.desired, s.live, s.kinds, s.applier
+	preview := &Preview{Revision: revision, Suspended: app.Spec.Suspend, Waiting: s.waiting}
 	applies := map[objectID]bool{}
 	for _, obj := range p.apply {
 		applies[idOf(obj)] = true

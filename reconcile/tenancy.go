@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/impersonation"
 	"github.com/plumb-dev/plumb/source/git"
 	"github.com/plumb-dev/plumb/ssa"
@@ -133,8 +132,8 @@ func (r *Reconciler) checkNamespaces(app *plumbv1.App, desired []*unstructured.U
 // additions, and the prunes. One refusal fails the tick before anything is
 // applied or pruned, so that a commit is never half applied because RBAC
 // refuses a part of it. A tick that writes nothing asks nothing.
-func (r *Reconciler) authorize(ctx context.Context, app *plumbv1.App, applier Applier, serviceAccount string, p *plan,
-	desired []*unstructured.Unstructured, live map[objectID]*compact.Object, kinds *tickKinds) error {
+func (s *pass) authorize(ctx context.Context, serviceAccount string) error {
+	r, app, applier, p, desired, live, kinds := s.r, s.app, s.applier, s.planned, s.desired, s.live, s.kinds
 	var writes, deletes []ssa.Access
 	plurals := pluralsOf(desired)
 	for _, obj := range p.apply {

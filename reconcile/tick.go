@@ -17,7 +17,6 @@ import (
 
 	fluxssa "github.com/fluxcd/pkg/ssa"
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +30,7 @@ import (
 	"github.com/plumb-dev/plumb/compact"
 	"github.com/plumb-dev/plumb/health"
 	"github.com/plumb-dev/plumb/queue"
+	"github.com/plumb-dev/plumb/source"
 )
 
 // Reconciler runs ticks. Its fields are set once, before the first tick.
@@ -316,81 +316,31 @@ func (r *Reconciler) now() time.Time {
 	return r.Clock.Now()
 }
 
-// run is the four phases. It returns the change set of the Apply phase.
+// run is the four phases: the plan (Read, Observe, Diff), then Apply. It
+// returns the change set of the Apply phase.
 func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, wake queue.Wake, timer *phaseTimer, log *zap.Logger) (*fluxssa.ChangeSet, error) {
-	key := client.ObjectKeyFromObject(app)
-
-	// Read.
-	result, err := r.readPhase(ctx, app, wake)
-	if err != nil {
+	s := r.newPass(app, log, timer)
+	if err := s.plan(ctx, func(ctx context.Context) (*source.Result, error) { return r.readPhase(ctx, app, wake) }); err != nil {
 		return nil, err
 	}
-	revision := result.Revision.String()
-	app.Status.LastAttemptedRevision = revision
-	timer.revision = revision
-	log = log.With(zap.String("revision", revision))
-	if result.HistoryRewritten {
-		r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonHistoryRewritten,
-			"the history of %s was rewritten (force-push): %s no longer descends from %s", app.Spec.Source.Ref.Branch, revision, app.Status.LastAppliedRevision)
-	}
-	if err := r.refuseEmpty(app, result.Empty(), revision); err != nil {
-		return nil, err
-	}
-
-	// Before the render is prepared: a kind it needs may come with a
-	// dependency (its CRD).
-	if err := r.gateOnDependencies(ctx, app, revision, log); err != nil {
-		return nil, err
-	}
-	desired, kinds, err := r.prepare(app, result)
-	if err != nil {
-		return nil, err
-	}
-	if err := r.checkNamespaces(app, desired, revision); err != nil {
-		return nil, err
-	}
-	markSuccess(app, PhaseRead, r.now())
-	r.notifyPending(app, revision)
-	applier, err := r.applierFor(ctx, app)
-	if err != nil {
-		return nil, err
-	}
-
-	// Observe.
-	timer.done(PhaseObserve)
-	live, err := r.observe(ctx, key, app, desired, kinds, log.With(zap.String("phase", string(PhaseObserve))))
-	if err != nil {
-		return nil, err
-	}
-	markSuccess(app, PhaseObserve, r.now())
-	timer.done(PhaseDiff)
-
-	// Diff.
-	plan, err := r.diff(withLog(ctx, log.With(zap.String("phase", string(PhaseDiff)))), app, applier, desired, live, kinds, revision)
-	if err != nil {
-		return nil, err
-	}
-	markSuccess(app, PhaseDiff, r.now())
-	timer.done(PhaseApply)
-
-	// Apply.
-	changes, err := r.apply(ctx, app, applier, plan, desired, live, kinds, log.With(zap.String("phase", string(PhaseApply))))
-	r.recordDrift(app, plan, err != nil)
-	r.notifyDrift(app, plan, err != nil, revision)
+	s.next(PhaseApply)
+	changes, err := s.apply(ctx)
+	r.recordDrift(app, s.planned, err != nil)
+	r.notifyDrift(app, s.planned, err != nil, s.revision)
 	if err != nil {
 		return changes, err
 	}
 	markSuccess(app, PhaseApply, r.now())
-	timer.done("")
+	s.next("")
 	r.countChanges(changes)
-	if len(plan.left) == 0 {
+	if len(s.planned.left) == 0 {
 		// A revision that follows an earlier one went live: how long after
 		// its commit (an App's first revision measures its creation, not a
 		// delivery, and is not counted).
-		if previous := app.Status.LastAppliedRevision; previous != "" && previous != revision && !result.CommitTime.IsZero() {
-			r.metrics().ObserveCommitToApplied(r.now().Sub(result.CommitTime))
+		if previous := app.Status.LastAppliedRevision; previous != "" && previous != s.revision && !s.result.CommitTime.IsZero() {
+			r.metrics().ObserveCommitToApplied(r.now().Sub(s.result.CommitTime))
 		}
-		app.Status.LastAppliedRevision = revision
+		app.Status.LastAppliedRevision = s.revision
 	}
 	return changes, nil
 }

@@ -110,8 +110,28 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 			return nil, err
 		}
 	}
-	revision, p, desired, live, kinds, applier := s.revision, s.planned, s.desired, s.live, s.kinds, s.applier
-	preview := &Preview{Revision: revision, Suspended: app.Spec.Suspend, Waiting: s.waiting}
+	preview := &Preview{Revision: s.revision, Suspended: app.Spec.Suspend, Waiting: s.waiting}
+	objects, err := s.previewObjects(ctx)
+	if err != nil {
+		return nil, err
+	}
+	preview.Objects = objects
+	stale, err := r.previewPrune(ctx, app, s.desired, s.kinds)
+	if err != nil {
+		return nil, err
+	}
+	preview.Objects = append(preview.Objects, stale...)
+	sort.Slice(preview.Objects, func(i, j int) bool {
+		return preview.Objects[i].ObjectRef.String() < preview.Objects[j].ObjectRef.String()
+	})
+	return preview, nil
+}
+
+// previewObjects says of each desired object what the next tick would do
+// with it, with the API server's dry-run of each change.
+func (s *pass) previewObjects(ctx context.Context) ([]PreviewObject, error) {
+	r, p, desired, live, kinds, applier := s.r, s.planned, s.desired, s.live, s.kinds, s.applier
+	var out []PreviewObject
 	applies := map[objectID]bool{}
 	for _, obj := range p.apply {
 		applies[idOf(obj)] = true
@@ -142,7 +162,7 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 		case len(o.LeftTo) > 0:
 			// Only fields left to others differ: nothing to apply or show.
 			o.Action, o.Left = PreviewDrift, true
-			preview.Objects = append(preview.Objects, o)
+			out = append(out, o)
 			continue
 		}
 		if o.Action != PreviewUnchanged {
@@ -150,17 +170,9 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 				return nil, err
 			}
 		}
-		preview.Objects = append(preview.Objects, o)
+		out = append(out, o)
 	}
-	stale, err := r.previewPrune(ctx, app, desired, kinds)
-	if err != nil {
-		return nil, err
-	}
-	preview.Objects = append(preview.Objects, stale...)
-	sort.Slice(preview.Objects, func(i, j int) bool {
-		return preview.Objects[i].ObjectRef.String() < preview.Objects[j].ObjectRef.String()
-	})
-	return preview, nil
+	return out, nil
 }
 
 // seedConflicts remembers, as the controller's memory holds them, the

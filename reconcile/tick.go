@@ -124,10 +124,43 @@ func (r *Reconciler) IsOwnWrite(obj *compact.Object) bool {
 	return r.memory.ownWrite(key, idOfLive(obj), obj.GetResourceVersion())
 }
 
+// tick is one tick of an App, as Tick begins, runs and finishes it.
+type tick struct {
+	key      types.NamespacedName
+	wake     queue.Wake
+	marks    enqueueMarks
+	log      *zap.Logger
+	app      *plumbv1.App // the tick changes its status, written when it ends
+	original *plumbv1.App // the App as the tick began
+	cause    Trigger
+	interval time.Duration
+	// onlyIfChanged: a re-assessment writes nothing when nothing changed,
+	// not even a heartbeat.
+	onlyIfChanged bool
+}
+
 // Tick runs one tick for the App key and returns how the queue schedules
-// it next. A tick that only an event brought forward reuses the App's last
-// read instead of asking Git.
+// it next: it begins (reads the App; a deleted one is finalized or
+// forgotten), skips a suspended App or re-assesses health alone, else runs
+// the phases and finishes (status, health, notifications, metrics). The
+// status is written once, when the tick ends. A tick that only an event
+// brought forward reuses the App's last read instead of asking Git.
 func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, wake queue.Wake) (queue.Outcome, error) {
+	t, early, err := r.begin(ctx, key, wake)
+	if t == nil {
+		return early, err
+	}
+	defer func() { r.writeStatus(ctx, t.original, t.app, t.onlyIfChanged, t.log) }()
+	if outcome, skipped := r.skip(t); skipped {
+		return outcome, nil
+	}
+	return r.runPhases(ctx, t)
+}
+
+// begin reads the App and gets its tick ready; nil when there is no tick
+// to run (the App is gone or being deleted, or could not be read), with
+// what the queue is to do and the error.
+func (r *Reconciler) begin(ctx context.Context, key types.NamespacedName, wake queue.Wake) (*tick, queue.Outcome, error) {
 	log := r.Log.With(zap.String("app", key.String()), zap.String("tick", tickID()))
 	marks := r.memory.takeMarks(key, r.now())
 	// A re-assessment of health waits for the App cache to catch up with
@@ -135,102 +168,117 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, wake qu
 	// server; when it does not, the re-assessment comes a second later.
 	patient := wake == queue.WakeEvent && marks.health && !marks.full && !marks.dependency
 	app, err := r.getApp(ctx, key, patient)
-	if patient && err != nil && !apierrors.IsNotFound(err) {
+	switch {
+	case patient && err != nil && !apierrors.IsNotFound(err):
 		r.memory.mark(key, enqueueMarks{health: true})
 		if r.EnqueueAfter != nil {
 			r.EnqueueAfter(key, time.Second)
 		}
-		return queue.Kept(plumbv1.DefaultInterval), nil
+		return nil, queue.Kept(plumbv1.DefaultInterval), nil
+	case apierrors.IsNotFound(err):
+		r.forgetDeleted(key)
+		log.Debug("Forgot deleted App", zap.String("phase", "start"), zap.String("revision", ""))
+		return nil, queue.Dropped(), nil
+	case err != nil:
+		return nil, queue.Every(plumbv1.DefaultInterval), fmt.Errorf("reading App %s: %w", key, err)
+	case !app.DeletionTimestamp.IsZero():
+		outcome, err := r.finalize(ctx, app, log)
+		return nil, outcome, err
 	}
-	if err != nil {
-		if apierrors.IsNotFound(err) {
-			r.forgetDeleted(key)
-			log.Debug("Forgot deleted App", zap.String("phase", "start"), zap.String("revision", ""))
-			return queue.Dropped(), nil
-		}
-		return queue.Every(plumbv1.DefaultInterval), fmt.Errorf("reading App %s: %w", key, err)
-	}
-	interval := app.Spec.IntervalOrDefault()
-	if !app.DeletionTimestamp.IsZero() {
-		return r.finalize(ctx, app, log)
-	}
-	cause := r.triggerOf(app, wake, marks)
-	log = log.With(zap.String("trigger", string(cause)))
+	t := &tick{key: key, wake: wake, marks: marks, app: app, cause: r.triggerOf(app, wake, marks), interval: app.Spec.IntervalOrDefault()}
+	t.log = log.With(zap.String("trigger", string(t.cause)))
 	if !slices.Contains(app.Finalizers, plumbv1.Finalizer) {
 		patch := client.MergeFrom(app.DeepCopy())
 		app.Finalizers = append(app.Finalizers, plumbv1.Finalizer)
 		if err := r.Client.Patch(ctx, app, patch); err != nil {
-			return queue.Every(interval), fmt.Errorf("adding the finalizer to App %s: %w", key, err)
+			return nil, queue.Every(t.interval), fmt.Errorf("adding the finalizer to App %s: %w", key, err)
 		}
 		r.memory.setAppRV(key, app.ResourceVersion)
 	}
+	t.original = app.DeepCopy()
+	return t, queue.Outcome{}, nil
+}
 
-	original := app.DeepCopy()
-	onlyIfChanged := false // a re-assessment writes nothing when nothing changed, not even a heartbeat
-	defer func() { r.writeStatus(ctx, original, app, onlyIfChanged, log) }()
-
+// skip ends a tick that runs no phase: a suspended App's, or one that
+// only re-assesses health (no tick's outcome: the retry or timer stays as
+// it was).
+func (r *Reconciler) skip(t *tick) (queue.Outcome, bool) {
+	app := t.app
 	if app.Spec.Suspend {
 		app.Status.LastHandledSyncRequest = app.Annotations[plumbv1.AnnotationSyncRequestedAt]
 		setCondition(app, plumbv1.ConditionReconciling, false, plumbv1.ReasonSuspended, "the App is suspended", r.now())
-		log.Debug("Skipped suspended App", zap.String("phase", "start"), zap.String("revision", app.Status.LastAppliedRevision))
-		return queue.Every(interval), nil
+		t.log.Debug("Skipped suspended App", zap.String("phase", "start"), zap.String("revision", app.Status.LastAppliedRevision))
+		return queue.Every(t.interval), true
 	}
-
-	if healthOnly(wake, cause, marks) {
-		onlyIfChanged = true
-		r.reassess(app, log)
-		return queue.Kept(interval), nil // not a tick's outcome: the retry or timer stays as it was
+	if healthOnly(t.wake, t.cause, t.marks) {
+		t.onlyIfChanged = true
+		r.reassess(app, t.log)
+		return queue.Kept(t.interval), true
 	}
+	return queue.Outcome{}, false
+}
 
-	tickCtx, cancel := context.WithTimeout(ctx, app.Spec.TimeoutOrDefault())
+// runPhases runs the four phases within the App's timeout, records the
+// tick, and finishes it; a tick that waits for its dependsOn ends there.
+func (r *Reconciler) runPhases(ctx context.Context, t *tick) (queue.Outcome, error) {
+	tickCtx, cancel := context.WithTimeout(ctx, t.app.Spec.TimeoutOrDefault())
 	defer cancel()
-	r.metrics().ObserveSync(string(cause))
+	r.metrics().ObserveSync(string(t.cause))
 	start := r.now()
 	timer := r.newPhaseTimer(start)
-	previousRevision, previousGeneration := app.Status.LastAppliedRevision, app.Status.ObservedGeneration
-	changes, err := r.run(tickCtx, app, wake, timer, log)
-	r.recordTick(key, app, timer.record(app, cause, changes, err))
+	changes, err := r.run(tickCtx, t.app, t.wake, timer, t.log)
+	r.recordTick(t.key, t.app, timer.record(t.app, t.cause, changes, err))
 	var waiting *dependencyWait
 	if errors.As(err, &waiting) {
-		r.memory.setApplied(key, nil) // Ready says it waits: a re-assessment must not say otherwise
-		t := metav1.NewTime(r.now())
-		app.Status.LastTickTime = &t
-		return queue.Every(interval), waiting.queueErr
+		r.memory.setApplied(t.key, nil) // Ready says it waits: a re-assessment must not say otherwise
+		now := metav1.NewTime(r.now())
+		t.app.Status.LastTickTime = &now
+		return queue.Every(t.interval), waiting.queueErr
 	}
-	outcome := r.recordOutcome(app, changes, err, start, log)
+	return r.finish(t, changes, err, start)
+}
+
+// finish records a tick's outcome: conditions and change set, then the
+// health of what it applied, the notifications and the tick's metrics.
+func (r *Reconciler) finish(t *tick, changes *fluxssa.ChangeSet, err error, start time.Time) (queue.Outcome, error) {
+	app := t.app
+	outcome := r.recordOutcome(app, changes, err, start, t.log)
 	answered := ""
-	if request := app.Status.LastHandledSyncRequest; request != original.Status.LastHandledSyncRequest {
+	if request := app.Status.LastHandledSyncRequest; request != t.original.Status.LastHandledSyncRequest {
 		answered = request
 	}
 	r.recordChangeSet(app, changes, answered)
-	r.memory.setApplied(key, outcome)
+	r.memory.setApplied(t.key, outcome)
 	verdict := health.Healthy
 	if outcome != nil {
 		healthStart := r.now()
 		// A new revision or spec that changed objects starts a new wait; a
 		// heal or a prune does not postpone the one under way.
-		newWait := changedObjects(changes) && (previousRevision != app.Status.LastAppliedRevision || previousGeneration != app.Generation)
+		newWait := changedObjects(changes) &&
+			(t.original.Status.LastAppliedRevision != app.Status.LastAppliedRevision || t.original.Status.ObservedGeneration != app.Generation)
 		verdict, _ = r.settleHealth(app, outcome, newWait)
 		r.metrics().ObservePhase(string(PhaseHealth), r.now().Sub(healthStart))
 	}
 	r.notifyOutcome(app, err)
 	var phaseErr *PhaseError
-	if verdict == health.CheckFailed {
-		r.metrics().ObserveTick(r.now().Sub(start), string(PhaseHealth), plumbv1.ReasonHealthCheckFailed)
-	} else if errors.As(err, &phaseErr) {
-		r.metrics().ObserveTick(r.now().Sub(start), string(phaseErr.Phase), phaseErr.Reason)
+	took := r.now().Sub(start)
+	switch {
+	case verdict == health.CheckFailed:
+		r.metrics().ObserveTick(took, string(PhaseHealth), plumbv1.ReasonHealthCheckFailed)
+	case errors.As(err, &phaseErr):
+		r.metrics().ObserveTick(took, string(phaseErr.Phase), phaseErr.Reason)
 		if phaseErr.Terminal {
-			return queue.Every(interval), queue.Terminal(err)
+			return queue.Every(t.interval), queue.Terminal(err)
 		}
-	} else if err != nil {
-		r.metrics().ObserveTick(r.now().Sub(start), string(PhaseApply), plumbv1.ReasonApplyFailed)
-	} else {
-		r.metrics().ObserveTick(r.now().Sub(start), "", "")
+	case err != nil:
+		r.metrics().ObserveTick(took, string(PhaseApply), plumbv1.ReasonApplyFailed)
+	default:
+		r.metrics().ObserveTick(took, "", "")
 	}
-	if t := app.Status.LastSuccessfulTickTime; err == nil && t != nil {
-		r.memory.succeeded(key, t.Time)
+	if last := app.Status.LastSuccessfulTickTime; err == nil && last != nil {
+		r.memory.succeeded(t.key, last.Time)
 	}
-	return queue.Every(interval), err
+	return queue.Every(t.interval), err
 }
 
 // LastSuccess is when a tick of the App last succeeded in this process

@@ -60,7 +60,11 @@ func Run(ctx context.Context, cfg Config, term Term, log *zap.Logger) error {
 		var started atomic.Bool
 		lock := &renewals{Interface: baseLock}
 		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock: lock, Name: cfg.Name, ReleaseOnCancel: true,
+			// Not client-go's release: it reads the Lease afresh but judges
+			// whether this replica leads by what it saw last, so a replica
+			// cut off while another took the Lease would empty theirs (and
+			// campaign straight back in). Run releases it itself, on a stop.
+			Lock: lock, Name: cfg.Name, ReleaseOnCancel: false,
 			LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(leading context.Context) {
@@ -107,8 +111,28 @@ func Run(ctx context.Context, cfg Config, term Term, log *zap.Logger) error {
 		}
 		close(campaignDone)
 		cancelElector()
+		if ctx.Err() != nil && lock.acquired() {
+			release(baseLock, identity, log)
+		}
 	}
 	return nil
+}
+
+// release gives the Lease up on a stop, so that another replica need not
+// wait for it to expire: only while this replica holds it (read afresh;
+// the update is refused should anyone have written it since).
+func release(lock *resourcelock.LeaseLock, identity string, log *zap.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	record, _, err := lock.Get(ctx)
+	if err != nil || record.HolderIdentity != identity {
+		return // not ours (any more), or unreadable: it expires on its own
+	}
+	now := metav1.NewTime(time.Now())
+	if err := lock.Update(ctx, resourcelock.LeaderElectionRecord{LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now,
+		LeaderTransitions: record.LeaderTransitions}); err != nil {
+		log.Info("Could not release the lease; it expires on its own", zap.Error(err))
+	}
 }
 
 // renewals is the Lease lock, remembering when this replica last wrote the

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
@@ -122,4 +124,117 @@ func TestARenewalThatHangsEndsTheTermBeforeTheLeaseCouldPassOn(t *testing.T) {
 	close(unblock)
 	waitFor(t, "a second term once the API server answers", func() bool { n, _ := tr.state(); return n >= 2 })
 	stop()
+}
+
+// A replica whose renewal hung while another took the Lease must not give
+// the other's Lease away when its term ends: client-go's release (v0.37)
+// reads the Lease afresh but asks whether it leads from what it saw last,
+// and so empties a Lease another holds, which lets this replica campaign
+// straight back in while the other still ticks. Run releases the Lease
+// only on a stop, and only while it holds it.
+func TestATermLostWhileAnotherTookTheLeaseDoesNotReleaseTheirs(t *testing.T) {
+	clientA := fake.NewClientset()
+	// B shares A's objects but not its client, whose reactors run one at
+	// a time: A's hanging renewal must not hold B's requests up.
+	clientB := &fake.Clientset{}
+	clientB.AddReactor("*", "*", k8stesting.ObjectReaction(clientA.Tracker()))
+	var (
+		mu           sync.Mutex
+		hang         bool // A's renewals hang
+		unblock      = make(chan struct{})
+		taken        bool // B took the Lease
+		emptiedTaken bool // A emptied the Lease while B held it
+		getsAfter    int  // A's Lease reads after its hang ended
+		released     bool
+	)
+	holderOf := func(action k8stesting.Action) string {
+		lease := action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		if lease.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *lease.Spec.HolderIdentity
+	}
+	// While A is cut off, its renewals fail at once and its reads of the
+	// Lease hang (an API server that stops answering), until B has taken
+	// the Lease: A's elector then never sees B's Lease before its term ends.
+	clientA.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		holder := holderOf(action)
+		mu.Lock()
+		defer mu.Unlock()
+		if hang && holder != "" {
+			return true, nil, errors.New("the API server is unreachable")
+		}
+		if holder == "" && taken {
+			emptiedTaken = true
+		}
+		return false, nil, nil
+	})
+	clientA.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		cutOff := hang
+		if released {
+			getsAfter++
+		}
+		mu.Unlock()
+		if cutOff {
+			<-unblock
+			return true, nil, errors.New("timed out")
+		}
+		return false, nil, nil
+	})
+	clientB.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if holderOf(action) != "" {
+			mu.Lock()
+			taken = true
+			mu.Unlock()
+		}
+		return false, nil, nil
+	})
+	a, b := &terms{}, &terms{}
+	stopA := run(t, clientA, a)
+	waitFor(t, "a first term of A", func() bool { n, _ := a.state(); return n == 1 })
+	mu.Lock()
+	hang = true
+	mu.Unlock()
+	stopB := run(t, clientB, b)
+	defer stopB()
+	waitFor(t, "B to take the Lease while A is cut off", func() bool { n, _ := b.state(); return n == 1 })
+	mu.Lock()
+	hang, released = false, true
+	mu.Unlock()
+	close(unblock)
+	// A campaigns again (reading the Lease), after its elector has done
+	// whatever it does when its term ends.
+	waitFor(t, "A to campaign again", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return getsAfter >= 2
+	})
+	mu.Lock()
+	clobbered := emptiedTaken
+	mu.Unlock()
+	if clobbered {
+		t.Error("A emptied the Lease that B held (it released a Lease it no longer led)")
+	}
+	if n, _ := a.state(); n != 1 {
+		t.Errorf("A started %d terms while B held the Lease, want 1", n)
+	}
+	stopA()
+}
+
+// On a stop, the replica that leads gives the Lease up (after its term
+// drained), so that the next need not wait for it to expire.
+func TestAStopReleasesTheLease(t *testing.T) {
+	client := fake.NewClientset()
+	tr := &terms{}
+	stop := run(t, client, tr)
+	waitFor(t, "a term", func() bool { n, _ := tr.state(); return n == 1 })
+	stop()
+	lease, err := client.CoordinationV1().Leases("plumb").Get(context.Background(), "lease", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := lease.Spec.HolderIdentity; (h != nil && *h != "") || lease.Spec.LeaseDurationSeconds == nil || *lease.Spec.LeaseDurationSeconds != 1 {
+		t.Errorf("after the stop the Lease is held by %v for %v s, want released", lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds)
+	}
 }

@@ -100,7 +100,11 @@ func TestAReplicaThatLostTheLeaseRefreshesNoAlert(t *testing.T) {
 		return strings.Contains(first.tail(100000), "Stopped ticking"), "still ticking"
 	})
 
-	// The new leader resolves the drift's alert once it ends.
+	// The new leader finds the drift (it opens its own episode, and its own
+	// alert), then resolves the alert once the drift ends.
+	eventually(t, 60*time.Second, "the new leader to find the drift", func() (bool, string) {
+		return strings.Contains(second.tail(100000), `"reason": "DriftDetected"`), "no DriftDetected in its log"
+	})
 	changeByHand(t, ns, "resolved", "blue")
 	resolvedAt := -1
 	eventually(t, 30*time.Second, "the new leader to resolve the alert", func() (bool, string) {

@@ -236,17 +236,22 @@ func (l *loop) newTick() error {
 	l.secrets = credentials.New(l.clients.clientset)
 	l.notifier = notifications(l.mgr, l.opts, l.metrics, l.log.Named("notify"))
 	l.apps = &currentQueue{} // each term has a queue of its own; events between terms are dropped
-	l.tick = &reconcile.Reconciler{
+	l.tick, err = reconcile.New(reconcile.Deps{
 		Notifier: l.notifier, Metrics: l.metrics, Client: l.mgr.GetClient(), APIReader: l.mgr.GetAPIReader(),
 		Credentials: l.secrets, Mapper: l.mgr.GetRESTMapper(), Cluster: clusterinfo.New(l.clients.discovery, 0),
 		Reader: reader, Applier: ssa.NewManager(l.clients.direct), Identities: l.identities(), Policy: l.opts.Policy,
 		Events: l.mgr.GetEventRecorderFor("plumb"), Log: l.log.Named("tick"),
 		Enqueue: l.apps.AddEvent, EnqueueAfter: l.apps.AddAfter,
-	}
-	l.observer = informers.New(l.clients.dynamic, l.mgr.GetRESTMapper(), informers.Options{
-		OnEvent: l.tick.ObjectChanged, OnHealth: l.tick.HealthChanged, IsOwnWrite: l.tick.IsOwnWrite, Namespaces: l.opts.WatchNamespaces,
+		NewObserver: func(events reconcile.ObjectEvents) reconcile.Observer {
+			l.observer = informers.New(l.clients.dynamic, l.mgr.GetRESTMapper(), informers.Options{
+				OnEvent: events.ObjectChanged, OnHealth: events.HealthChanged, IsOwnWrite: events.IsOwnWrite, Namespaces: l.opts.WatchNamespaces,
+			})
+			return l.observer
+		},
 	})
-	l.tick.Observer = l.observer
+	if err != nil {
+		return err
+	}
 	// Per-App series, read from the App cache at scrape time (and the last
 	// success from the ticks, which status heartbeats lag).
 	return l.registry.Register(metrics.NewAppCollector(func(ctx context.Context) ([]plumbv1.App, error) {

@@ -178,19 +178,24 @@ func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.P
 			return err == nil, err
 		},
 	})
-	r := &reconcile.Reconciler{
+	r, err := reconcile.New(reconcile.Deps{
 		Client:      p.apps,
 		APIReader:   p.apps,
 		Credentials: secrets{clientset: p.clientset, local: p.opts.LocalDir != ""},
 		Mapper:      p.apps.RESTMapper(),
 		Cluster:     clusterinfo.New(p.discovery, 0),
 		Reader:      reader,
-		Observer:    informers.NewDirect(p.dynamic, p.apps.RESTMapper()),
-		Applier:     applier,
-		Identities:  identities,
-		Policy:      reconcile.Policy{NoCrossNamespace: p.opts.Policy.NoCrossNamespace, DefaultServiceAccount: p.opts.Policy.DefaultServiceAccount},
-		Events:      noEvents{},
-		Log:         p.opts.Log,
+		NewObserver: func(reconcile.ObjectEvents) reconcile.Observer {
+			return informers.NewDirect(p.dynamic, p.apps.RESTMapper())
+		},
+		Applier:    applier,
+		Identities: identities,
+		Policy:     reconcile.Policy{NoCrossNamespace: p.opts.Policy.NoCrossNamespace, DefaultServiceAccount: p.opts.Policy.DefaultServiceAccount},
+		Events:     noEvents{},
+		Log:        p.opts.Log,
+	})
+	if err != nil {
+		return nil, err
 	}
 	return r.Preview(ctx, app)
 }

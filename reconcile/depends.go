@@ -54,10 +54,9 @@ const maxDependencyWalk = 1000
 
 // dependencyWait ends a tick that waits for the Apps it depends on, or
 // refuses them: no phase failed, nothing was applied; queueErr is what the
-// queue is told (a terminal error for a refusal, nil for a wait).
+// queue is told (a terminal error for a refusal, nil for a wait). It is a
+// control signal, not an error: the tick that meets it ends well.
 type dependencyWait struct{ queueErr error }
-
-func (w *dependencyWait) Error() string { return "waiting for the Apps it depends on" }
 
 // gateOnDependencies holds a tick that would apply a revision or a spec the
 // App has not applied yet while an App in spec.dependsOn is not Ready at
@@ -70,7 +69,8 @@ func (w *dependencyWait) Error() string { return "waiting for the Apps it depend
 // DependencyCycle, naming the cycle), and so is a dependency in another
 // namespace that the App's ServiceAccount may not read, or any when the
 // controller forbids cross-namespace references (DependencyNotAllowed).
-func (r *Reconciler) gateOnDependencies(ctx context.Context, app *plumbv1.App, revision string, log *zap.Logger) error {
+// It returns nil when the tick goes on.
+func (r *Reconciler) gateOnDependencies(ctx context.Context, app *plumbv1.App, revision string, log *zap.Logger) *dependencyWait {
 	if len(app.Spec.DependsOn) == 0 || appliedBefore(app, revision) {
 		return nil
 	}
@@ -78,7 +78,7 @@ func (r *Reconciler) gateOnDependencies(ctx context.Context, app *plumbv1.App, r
 	now := r.now()
 	// stop reports the wait, or a refusal (stalled: retried only when a spec
 	// changes, or, for a refusal RBAC may lift, with backoff).
-	stop := func(reason, message string, stalled, retry bool) error {
+	stop := func(reason, message string, stalled, retry bool) *dependencyWait {
 		previous := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
 		setCondition(app, plumbv1.ConditionReady, false, reason, message, now)
 		setCondition(app, plumbv1.ConditionReconciling, !stalled, reason, message, now)

@@ -137,7 +137,8 @@ func newHarnessAs(t *testing.T, base *rest.Config, policy Policy) *harness {
 	secrets := credentials.New(clientset)
 	t.Cleanup(secrets.Stop)
 	events := record.NewFakeRecorder(10000)
-	r := &Reconciler{
+	h := &harness{events: events, counter: counter}
+	r, err := New(Deps{
 		Client: apps, APIReader: direct, Credentials: secrets, Mapper: mapper, Cluster: clusterinfo.New(discoveryClient, 0),
 		Reader: reader, Applier: ssa.NewManager(direct), Events: events, Log: zap.NewNop(), Policy: policy,
 		Identities: impersonation.New(cfg, impersonation.Options[Applier]{
@@ -150,16 +151,21 @@ func newHarnessAs(t *testing.T, base *rest.Config, policy Policy) *harness {
 			},
 			Exists: impersonation.ServiceAccountsIn(appCache),
 		}),
+		// No queue: what the tick and the informers would enqueue is counted.
+		Enqueue:      func(types.NamespacedName) { h.enqueued.Add(1) },
+		EnqueueAfter: func(_ types.NamespacedName, d time.Duration) { h.after.Store(int64(d)) },
+		NewObserver: func(events ObjectEvents) Observer {
+			observer := informers.New(dyn, mapper, informers.Options{IsOwnWrite: events.IsOwnWrite,
+				OnEvent:  events.ObjectChanged,
+				OnHealth: func(key types.NamespacedName) { h.healthEvents.Add(1); events.HealthChanged(key) }})
+			t.Cleanup(observer.Stop)
+			return observer
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	h := &harness{r: r, events: events, counter: counter}
-	// No queue: what the tick and the informers would enqueue is counted.
-	r.Enqueue = func(types.NamespacedName) { h.enqueued.Add(1) }
-	r.EnqueueAfter = func(_ types.NamespacedName, d time.Duration) { h.after.Store(int64(d)) }
-	observer := informers.New(dyn, mapper, informers.Options{IsOwnWrite: r.IsOwnWrite,
-		OnEvent:  r.ObjectChanged,
-		OnHealth: func(key types.NamespacedName) { h.healthEvents.Add(1); r.HealthChanged(key) }})
-	t.Cleanup(observer.Stop)
-	r.Observer = observer
+	h.r = r
 	return h
 }
 

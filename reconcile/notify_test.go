@@ -31,7 +31,7 @@ func (n *recordingNotifier) kinds() string {
 // backoff does not flap between pending and failure.
 func TestRevisionEventsAreToldOncePerChange(t *testing.T) {
 	n := &recordingNotifier{}
-	r := &Reconciler{Notifier: n}
+	r := &Reconciler{Deps: Deps{Notifier: n}}
 	app := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"},
 		Spec: plumbv1.AppSpec{Source: plumbv1.Source{URL: "https://user:hunter2@git.example.com/team/web.git"}}}
 	a, b := "main@sha1:"+strings.Repeat("a", 40), "main@sha1:"+strings.Repeat("b", 40)
@@ -100,7 +100,7 @@ func TestRevisionEventsAreToldOncePerChange(t *testing.T) {
 // (HealthCheckFailed) when the check fails.
 func TestARevisionRollingOutIsPendingUntilHealthDecides(t *testing.T) {
 	n := &recordingNotifier{}
-	r := &Reconciler{Notifier: n}
+	r := &Reconciler{Deps: Deps{Notifier: n}}
 	app := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"},
 		Spec: plumbv1.AppSpec{Source: plumbv1.Source{URL: "https://git.example.com/team/web.git"}}}
 	a, b := "main@sha1:"+strings.Repeat("a", 40), "main@sha1:"+strings.Repeat("b", 40)
@@ -146,7 +146,7 @@ func TestARevisionRollingOutIsPendingUntilHealthDecides(t *testing.T) {
 // episode resolved: no Notification keeps an alert that fires for ever.
 func TestAVanishedAppsOpenDriftIsResolved(t *testing.T) {
 	n := &recordingNotifier{}
-	r := &Reconciler{Notifier: n}
+	r := &Reconciler{Deps: Deps{Notifier: n}}
 	key := types.NamespacedName{Namespace: "team", Name: "web"}
 	r.memory.setDriftNotified(key, true)
 	r.forgetDeleted(key)

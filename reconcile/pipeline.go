@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"errors"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -30,7 +29,7 @@ type pass struct {
 	// timer times the tick's phases; nil for a preview, which is not timed.
 	timer *phaseTimer
 	// preview says the pass writes nothing and waits for nothing: a
-	// dependsOn wait is noted in waiting, not returned.
+	// dependsOn wait is noted in waiting, and the preview goes on.
 	preview bool
 
 	result   *source.Result
@@ -41,6 +40,8 @@ type pass struct {
 	live     map[objectID]*compact.Object
 	planned  *plan
 	waiting  string // why the tick would wait for its dependsOn (a preview's)
+	// held ends a tick's plan early, and well: it waits for its dependsOn.
+	held *dependencyWait
 }
 
 func (r *Reconciler) newPass(app *plumbv1.App, log *zap.Logger, timer *phaseTimer) *pass {
@@ -51,12 +52,13 @@ func (r *Reconciler) newPass(app *plumbv1.App, log *zap.Logger, timer *phaseTime
 // may reuse an event tick's last read), or a fresh read for a preview.
 type reader func(ctx context.Context) (*source.Result, error)
 
-// plan runs Read, the admission checks, Observe and Diff.
+// plan runs Read, the admission checks, Observe and Diff. A tick held by
+// its dependsOn ends after the checks, with s.held set and no error.
 func (s *pass) plan(ctx context.Context, read reader) error {
 	if err := s.read(ctx, read); err != nil {
 		return err
 	}
-	if err := s.admit(ctx); err != nil {
+	if err := s.admit(ctx); err != nil || s.held != nil {
 		return err
 	}
 	if err := s.observe(ctx); err != nil {
@@ -97,10 +99,10 @@ func (s *pass) read(ctx context.Context, read reader) error {
 // CRD), the render prepared, the namespaces it may place objects in, and
 // the identity the App acts as.
 func (s *pass) admit(ctx context.Context) error {
-	if err := s.r.gateOnDependencies(ctx, s.app, s.revision, s.log); err != nil {
-		var wait *dependencyWait
-		if !s.preview || !errors.As(err, &wait) {
-			return err
+	if wait := s.r.gateOnDependencies(ctx, s.app, s.revision, s.log); wait != nil {
+		if !s.preview {
+			s.held = wait
+			return nil
 		}
 		// A preview says it beside what the tick will apply once they are Ready.
 		if c := apimeta.FindStatusCondition(s.app.Status.Conditions, plumbv1.ConditionReady); c != nil {

@@ -33,12 +33,12 @@ import (
 	"github.com/plumb-dev/plumb/source"
 )
 
-// Reconciler runs ticks. Its fields are set once, before the first tick.
-type Reconciler struct {
+// Deps are the parts a Reconciler works with, given to New.
+type Deps struct {
 	// Client reads Apps (from a cache) and writes their status and finalizer.
 	Client client.Client
 	// APIReader reads an App from the API server when the cache has not
-	// caught up with plumb's own last write to it.
+	// caught up with plumb's own last write to it; nil never does.
 	APIReader client.Reader
 	// Credentials serves the Secrets that Apps name (package credentials).
 	Credentials Credentials
@@ -46,9 +46,12 @@ type Reconciler struct {
 	Mapper meta.RESTMapper
 	// Cluster tells Helm renders what the cluster serves; nil renders with
 	// Helm's defaults.
-	Cluster  ClusterInfo
-	Reader   Reader
-	Observer Observer
+	Cluster ClusterInfo
+	// Reader is the Read phase.
+	Reader Reader
+	// NewObserver makes the Observe phase's cache, which tells the
+	// Reconciler of its objects' changes (events).
+	NewObserver func(events ObjectEvents) Observer
 	// Applier acts on the App's objects with the controller's own rights,
 	// for Apps that act as no ServiceAccount.
 	Applier Applier
@@ -58,25 +61,71 @@ type Reconciler struct {
 	Identities Identities
 	// Policy holds the tenancy rules the controller enforces.
 	Policy Policy
+	// Events records Kubernetes Events on Apps.
 	Events EventRecorder
 	// Enqueue brings an App's next tick forward (the queue's AddEvent):
 	// ObjectChanged and HealthChanged call it, and a tick when someone else
-	// changed one of its objects while it was writing them.
+	// changed one of its objects while it was writing them; nil drops it.
 	Enqueue func(types.NamespacedName)
 	// EnqueueAfter asks for an event tick of an App after a delay (the
-	// queue's AddAfter): when its health timeout passes.
+	// queue's AddAfter): when its health timeout passes; nil drops it.
 	EnqueueAfter func(types.NamespacedName, time.Duration)
 	// Metrics records tick and phase metrics; nil records nothing.
 	Metrics MetricsRecorder
 	// Notifier is told of drift episodes and of each revision's progress;
 	// nil tells no one.
 	Notifier Notifier
-	Log      *zap.Logger
-	Clock    clock.PassiveClock
+	// Log is the ticks' logger; nil logs nothing.
+	Log *zap.Logger
+	// Clock tells the time; nil is the wall clock.
+	Clock clock.PassiveClock
 	// SyncTimeout bounds the wait for informer caches (default 30s).
 	SyncTimeout time.Duration
+}
 
-	memory memory // records, drift episodes and reads between ticks
+// ObjectEvents is what an Observer tells the Reconciler of the objects it
+// caches (the Reconciler's methods of these names).
+type ObjectEvents interface {
+	// ObjectChanged: an App's object changed.
+	ObjectChanged(app types.NamespacedName)
+	// HealthChanged: an App's object's health changed.
+	HealthChanged(app types.NamespacedName)
+	// IsOwnWrite: the object is plumb's own write, which needs no tick.
+	IsOwnWrite(obj *compact.Object) bool
+}
+
+// Reconciler runs ticks, and previews them. Make it with New.
+type Reconciler struct {
+	Deps
+	Observer Observer
+	memory   memory // records, drift episodes and reads between ticks
+}
+
+// New makes a Reconciler of deps, or says which part it lacks.
+func New(deps Deps) (*Reconciler, error) {
+	var missing []string
+	for name, absent := range map[string]bool{
+		"Client": deps.Client == nil, "Credentials": deps.Credentials == nil, "Mapper": deps.Mapper == nil,
+		"Reader": deps.Reader == nil, "NewObserver": deps.NewObserver == nil, "Applier": deps.Applier == nil,
+		"Events": deps.Events == nil,
+	} {
+		if absent {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, fmt.Errorf("reconcile.New: no %s given", strings.Join(missing, ", "))
+	}
+	if deps.Log == nil {
+		deps.Log = zap.NewNop()
+	}
+	r := &Reconciler{Deps: deps}
+	r.Observer = deps.NewObserver(r)
+	if r.Observer == nil {
+		return nil, errors.New("reconcile.New: NewObserver made no Observer")
+	}
+	return r, nil
 }
 
 // StartTerm is called when this replica starts leading (again): what it
@@ -226,14 +275,13 @@ func (r *Reconciler) runPhases(ctx context.Context, t *tick) (queue.Outcome, err
 	r.metrics().ObserveSync(string(t.cause))
 	start := r.now()
 	timer := r.newPhaseTimer(start)
-	changes, err := r.run(tickCtx, t.app, t.wake, timer, t.log)
-	r.recordTick(t.key, t.app, timer.record(t.app, t.cause, changes, err))
-	var waiting *dependencyWait
-	if errors.As(err, &waiting) {
+	changes, held, err := r.run(tickCtx, t.app, t.wake, timer, t.log)
+	r.recordTick(t.key, t.app, timer.record(t.app, t.cause, changes, held != nil, err))
+	if held != nil {
 		r.memory.setApplied(t.key, nil) // Ready says it waits: a re-assessment must not say otherwise
 		now := metav1.NewTime(r.now())
 		t.app.Status.LastTickTime = &now
-		return queue.Every(t.interval), waiting.queueErr
+		return queue.Every(t.interval), held.queueErr
 	}
 	return r.finish(t, changes, err, start)
 }
@@ -365,18 +413,19 @@ func (r *Reconciler) now() time.Time {
 }
 
 // run is the four phases: the plan (Read, Observe, Diff), then Apply. It
-// returns the change set of the Apply phase.
-func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, wake queue.Wake, timer *phaseTimer, log *zap.Logger) (*fluxssa.ChangeSet, error) {
+// returns the change set of the Apply phase, or the wait that held the
+// tick before Observe.
+func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, wake queue.Wake, timer *phaseTimer, log *zap.Logger) (*fluxssa.ChangeSet, *dependencyWait, error) {
 	s := r.newPass(app, log, timer)
-	if err := s.plan(ctx, func(ctx context.Context) (*source.Result, error) { return r.readPhase(ctx, app, wake) }); err != nil {
-		return nil, err
+	if err := s.plan(ctx, func(ctx context.Context) (*source.Result, error) { return r.readPhase(ctx, app, wake) }); err != nil || s.held != nil {
+		return nil, s.held, err
 	}
 	s.next(PhaseApply)
 	changes, err := s.apply(ctx)
 	r.recordDrift(app, s.planned, err != nil)
 	r.notifyDrift(app, s.planned, err != nil, s.revision)
 	if err != nil {
-		return changes, err
+		return changes, nil, err
 	}
 	markSuccess(app, PhaseApply, r.now())
 	s.next("")
@@ -390,7 +439,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, wake queue.Wake,
 		}
 		app.Status.LastAppliedRevision = s.revision
 	}
-	return changes, nil
+	return changes, nil, nil
 }
 
 // countChanges counts created, configured and deleted objects.

@@ -40,14 +40,13 @@ func (t *phaseTimer) done(next Phase) {
 // way is timed until now (a failure the tick reports as a later phase's,
 // such as the refusal of an empty render, which is Apply's, happens while
 // it is still Read's turn).
-func (t *phaseTimer) record(app *plumbv1.App, trigger Trigger, changes *fluxssa.ChangeSet, err error) plumbv1.TickRecord {
+func (t *phaseTimer) record(app *plumbv1.App, trigger Trigger, changes *fluxssa.ChangeSet, held bool, err error) plumbv1.TickRecord {
 	now := t.r.now()
 	rec := plumbv1.TickRecord{Start: metav1.NewTime(t.start), Trigger: string(trigger), Revision: t.revision,
 		Result: plumbv1.ReasonSucceeded, TotalMillis: now.Sub(t.start).Milliseconds()}
-	var waiting *dependencyWait
 	var phaseErr *PhaseError
 	switch {
-	case errors.As(err, &waiting):
+	case held:
 		rec.Result = TickWaiting
 	case errors.As(err, &phaseErr):
 		rec.Result, rec.FailedPhase = phaseErr.Reason, phaseName(phaseErr.Phase)

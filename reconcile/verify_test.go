@@ -193,7 +193,7 @@ func TestADriftIsHandledWhenItsObjectCannotBeReadWhole(t *testing.T) {
 	live := liveConfigMap(t, "2", map[string][]string{plumbv1.FieldManager: {"a"}, "kubectl-edit": {"b"}})
 
 	fetcher := &fetchingObserver{err: fmt.Errorf("etcdserver: request timed out")}
-	r := &Reconciler{Observer: fetcher, Log: zap.NewNop()}
+	r := &Reconciler{Observer: fetcher, Deps: Deps{Log: zap.NewNop()}}
 	r.memory.remember(key, id, rec)
 	result, _, err := r.compare(context.Background(), key, app, desired.DeepCopy(), hash, cachedAs(t, live), "", nil, nil)
 	if err != nil || result.Kind != diff.Drifted {
@@ -232,7 +232,7 @@ func TestADriftIsHandledWhenItsObjectCannotBeReadWhole(t *testing.T) {
 	taken := live.DeepCopy()
 	taken.SetLabels(map[string]string{plumbv1.LabelAppName: "other", plumbv1.LabelAppNamespace: "team-b"})
 	fetcher.err, fetcher.live = nil, taken
-	r = &Reconciler{Observer: fetcher, Log: zap.NewNop()}
+	r = &Reconciler{Observer: fetcher, Deps: Deps{Log: zap.NewNop()}}
 	r.memory.remember(key, id, rec)
 	_, _, err = r.compare(context.Background(), key, app, desired.DeepCopy(), hash, cachedAs(t, live), "", nil, nil)
 	var phaseErr *PhaseError

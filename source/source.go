@@ -47,6 +47,15 @@ type Limits struct {
 	MaxFetchBytes int64
 }
 
+// Validate refuses limits no read could keep: a negative bound, or no
+// room to fetch (the errors name the flags that set them).
+func (l Limits) Validate() error {
+	if l.MaxFiles < 0 || l.MaxTotalBytes < 0 || l.MaxFileBytes < 0 || l.MaxObjects < 0 || l.MaxFetchBytes < 1 {
+		return errors.New("--max-repository-files, --max-repository-bytes, --max-file-bytes and --max-objects must not be negative, --max-fetch-bytes must be positive")
+	}
+	return nil
+}
+
 // DefaultLimits are generous for a GitOps repository and small enough that a
 // hostile one cannot exhaust the controller.
 func DefaultLimits() Limits {

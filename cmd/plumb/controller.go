@@ -124,9 +124,8 @@ func (f controllerFlags) validate() error {
 			return fmt.Errorf("%s %q: want host:port: %w", name, addr, err)
 		}
 	}
-	l := f.ReadLimits
-	if l.MaxFiles < 0 || l.MaxTotalBytes < 0 || l.MaxFileBytes < 0 || l.MaxObjects < 0 || l.MaxFetchBytes < 1 {
-		return fmt.Errorf("--max-repository-files, --max-repository-bytes, --max-file-bytes and --max-objects must not be negative, --max-fetch-bytes must be positive")
+	if err := f.ReadLimits.Validate(); err != nil {
+		return err
 	}
 	if f.kubeAPIBurst < 1 {
 		return fmt.Errorf("--kube-api-burst %d: want at least 1", f.kubeAPIBurst)

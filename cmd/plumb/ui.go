@@ -3,18 +3,12 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -34,15 +28,10 @@ import (
 
 // uiFlags are plumb ui's flags.
 type uiFlags struct {
-	addr string
+	endpoint ui.Endpoint
 	// proxy mode
-	proxy                     bool
-	trustedProxies            []string
-	userHeader, groupsHeader  string
-	userPrefix, groupsPrefix  string
-	tlsCert, tlsKey, clientCA string
-	clientCertNames           []string
-	proxySecretFile           string
+	userHeader, groupsHeader string
+	userPrefix, groupsPrefix string
 	// the controller's lockdown and limits, for previews
 	policy            reconcile.Policy
 	limits            source.Limits
@@ -52,7 +41,7 @@ type uiFlags struct {
 }
 
 func newUICommand(cluster *clusterFlags) *cobra.Command {
-	f := uiFlags{addr: "127.0.0.1:9400", limits: source.DefaultLimits()}
+	f := uiFlags{endpoint: ui.Endpoint{Addr: "127.0.0.1:9400"}, limits: source.DefaultLimits()}
 	cmd := &cobra.Command{
 		Use:   "ui",
 		Short: "Serve the web dashboard, with your kubeconfig's rights (or, behind a proxy, each user's)",
@@ -83,18 +72,18 @@ subjectaccessreviews, and list and watch on Apps.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runUI(cmd, cluster, f) },
 	}
 	flags := cmd.Flags()
-	flags.StringVar(&f.addr, "addr", f.addr, "address to serve the dashboard on (keep it on loopback unless --proxy: it acts with your rights)")
-	flags.BoolVar(&f.proxy, "proxy", false, "serve behind an authenticating proxy, acting for the user its headers name")
-	flags.StringSliceVar(&f.trustedProxies, "trusted-proxy", nil, "with --proxy: an address or CIDR the proxy connects from (repeatable); only its headers are believed")
+	flags.StringVar(&f.endpoint.Addr, "addr", f.endpoint.Addr, "address to serve the dashboard on (keep it on loopback unless --proxy: it acts with your rights)")
+	flags.BoolVar(&f.endpoint.Proxy, "proxy", false, "serve behind an authenticating proxy, acting for the user its headers name")
+	flags.StringSliceVar(&f.endpoint.TrustedProxies, "trusted-proxy", nil, "with --proxy: an address or CIDR the proxy connects from (repeatable); only its headers are believed")
 	flags.StringVar(&f.userHeader, "user-header", "X-Forwarded-User", "with --proxy: the header naming the authenticated user")
 	flags.StringVar(&f.groupsHeader, "groups-header", "X-Forwarded-Groups", "with --proxy: the header naming the user's groups (comma-separated)")
-	flags.StringVar(&f.tlsCert, "tls-cert-file", "", "serve HTTPS with this certificate (and --tls-key-file)")
-	flags.StringVar(&f.tlsKey, "tls-key-file", "", "the key of --tls-cert-file")
-	flags.StringVar(&f.clientCA, "client-ca-file", "", "with --proxy and TLS: believe the headers of connections whose client certificate this CA signed and --client-cert-name names (mutual TLS with the proxy)")
-	flags.StringSliceVar(&f.clientCertNames, "client-cert-name", nil, "with --client-ca-file: the proxy's certificate's common name or DNS name (repeatable)")
+	flags.StringVar(&f.endpoint.TLSCertFile, "tls-cert-file", "", "serve HTTPS with this certificate (and --tls-key-file)")
+	flags.StringVar(&f.endpoint.TLSKeyFile, "tls-key-file", "", "the key of --tls-cert-file")
+	flags.StringVar(&f.endpoint.ClientCAFile, "client-ca-file", "", "with --proxy and TLS: believe the headers of connections whose client certificate this CA signed and --client-cert-name names (mutual TLS with the proxy)")
+	flags.StringSliceVar(&f.endpoint.ClientCertNames, "client-cert-name", nil, "with --client-ca-file: the proxy's certificate's common name or DNS name (repeatable)")
 	flags.StringVar(&f.userPrefix, "user-prefix", "", "with --proxy: put before the user the proxy names (as the API server's --oidc-username-prefix), so that its logins are no other authenticator's users")
 	flags.StringVar(&f.groupsPrefix, "groups-prefix", "", "with --proxy: put before each group the proxy names (as --oidc-groups-prefix)")
-	flags.StringVar(&f.proxySecretFile, "proxy-secret-file", "", "with --proxy: a file holding a secret that the proxy sends in the X-Plumb-Proxy-Secret header: requests with it are the proxy's")
+	flags.StringVar(&f.endpoint.ProxySecretFile, "proxy-secret-file", "", "with --proxy: a file holding a secret that the proxy sends in the X-Plumb-Proxy-Secret header: requests with it are the proxy's")
 	flags.BoolVar(&f.policy.NoCrossNamespace, "no-cross-namespace", false, "preview (the App page's diff) as a controller run with --no-cross-namespace ticks")
 	flags.StringVar(&f.policy.DefaultServiceAccount, "default-service-account", "", "preview as a controller run with --default-service-account ticks (with --proxy, the App page says such Apps cannot be previewed: Kubernetes impersonates once)")
 	flags.IntVar(&f.limits.MaxFiles, "max-repository-files", f.limits.MaxFiles, "previews: the controller's --max-repository-files")
@@ -108,35 +97,16 @@ subjectaccessreviews, and list and watch on Apps.`,
 	return cmd
 }
 
-// socketPath is the path of an --addr unix:///PATH (or unix:PATH).
-func socketPath(addr string) (string, bool) {
-	if rest, ok := strings.CutPrefix(addr, "unix://"); ok {
-		return rest, true
-	}
-	return strings.CutPrefix(addr, "unix:")
-}
-
 // validate checks plumb ui's flags before anything starts.
 func (f uiFlags) validate() error {
-	if socket, ok := socketPath(f.addr); ok {
-		if !f.proxy || !filepath.IsAbs(socket) {
-			return fmt.Errorf("--addr %q: a Unix socket (unix:///ABSOLUTE/PATH) serves an authenticating proxy, with --proxy", f.addr)
-		}
-	} else {
-		host, port, err := net.SplitHostPort(f.addr)
-		if err != nil {
-			return fmt.Errorf("--addr %q: %w", f.addr, err)
-		}
-		if ip := net.ParseIP(host); !f.proxy && (host == "" || (ip != nil && ip.IsUnspecified())) {
-			return fmt.Errorf("--addr %q serves every interface: the dashboard acts with your rights, so give the one address to serve on (127.0.0.1:%s)", f.addr, port)
-		}
+	if err := f.endpoint.Validate(); err != nil {
+		return err
 	}
-	if f.proxySecretFile != "" && !f.proxy {
-		return errors.New("--proxy-secret-file needs --proxy: it names the proxy's requests")
+	if err := f.limits.Validate(); err != nil {
+		return err
 	}
-	l := f.limits
-	if l.MaxFiles < 0 || l.MaxTotalBytes < 0 || l.MaxFileBytes < 0 || l.MaxObjects < 0 || l.MaxFetchBytes < 1 || f.renderTimeout <= 0 || f.renderMemoryBytes < 256<<20 || f.maxPreviews < 1 {
-		return errors.New("--max-repository-files, --max-repository-bytes, --max-file-bytes and --max-objects must not be negative, --max-fetch-bytes and --render-timeout must be positive, --render-memory-bytes at least 256 MiB and --max-previews at least 1")
+	if f.renderTimeout <= 0 || f.renderMemoryBytes < 256<<20 || f.maxPreviews < 1 {
+		return errors.New("--render-timeout must be positive, --render-memory-bytes at least 256 MiB and --max-previews at least 1")
 	}
 	return nil
 }
@@ -145,17 +115,8 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	socket, onSocket := socketPath(f.addr)
-	host, port, _ := net.SplitHostPort(f.addr)
-	if (f.tlsCert == "") != (f.tlsKey == "") {
-		return errors.New("--tls-cert-file and --tls-key-file go together")
-	}
-	if f.clientCA != "" && (!f.proxy || f.tlsCert == "") {
-		return errors.New("--client-ca-file needs --proxy and --tls-cert-file: it names the proxy's certificates")
-	}
-	if (f.clientCA == "") != (len(f.clientCertNames) == 0) {
-		return errors.New("--client-ca-file and --client-cert-name go together: a CA may sign other workloads' certificates too, so the proxy's own name is needed")
-	}
+	e := f.endpoint
+	socket, onSocket := e.Socket()
 	c, err := cluster.appsClient()
 	if err != nil {
 		return err
@@ -192,42 +153,14 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 	if apps != nil {
 		opts.Apps = apps
 	}
-	var tlsConfig *tls.Config
-	if f.tlsCert != "" {
-		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	trusted, secret, tlsConfig, err := e.ProxyTrust()
+	if err != nil {
+		return err
 	}
-	if f.proxy {
-		trusted, err := parsePrefixes(f.trustedProxies)
-		if err != nil {
-			return err
-		}
-		if f.clientCA != "" {
-			pem, err := os.ReadFile(f.clientCA)
-			if err != nil {
-				return fmt.Errorf("--client-ca-file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return fmt.Errorf("--client-ca-file %s holds no PEM certificate", f.clientCA)
-			}
-			tlsConfig.ClientCAs, tlsConfig.ClientAuth = pool, tls.RequireAndVerifyClientCert
-			if len(trusted) > 0 {
-				tlsConfig.ClientAuth = tls.VerifyClientCertIfGiven
-			}
-		}
-		var secret []byte
-		if f.proxySecretFile != "" {
-			data, err := os.ReadFile(f.proxySecretFile)
-			if err != nil {
-				return fmt.Errorf("--proxy-secret-file: %w", err)
-			}
-			if secret = []byte(strings.TrimSpace(string(data))); len(secret) < 16 {
-				return fmt.Errorf("--proxy-secret-file %s holds %d characters: want a secret of at least 16", f.proxySecretFile, len(secret))
-			}
-		}
+	if e.Proxy {
 		identity, err := ui.NewProxy(ui.ProxyOptions{Config: cfg, Scheme: c.Scheme(), Mapper: c.RESTMapper(),
 			UserHeader: f.userHeader, GroupsHeader: f.groupsHeader, UserPrefix: f.userPrefix, GroupsPrefix: f.groupsPrefix,
-			TrustedProxies: trusted, ClientCertNames: f.clientCertNames, Socket: onSocket, Secret: secret,
+			TrustedProxies: trusted, ClientCertNames: e.ClientCertNames, Socket: onSocket, Secret: secret,
 			NewPreview: newPreview, GitCacheDir: cacheDir})
 		if err != nil {
 			return fmt.Errorf("--proxy: %w (serve on --addr unix:///PATH, or give --proxy-secret-file, --trusted-proxy or --client-ca-file)", err)
@@ -246,23 +179,11 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 		}
 	}
 
-	listener, err := listen(f.addr, socket, onSocket)
+	listener, err := e.Listen()
 	if err != nil {
 		return err
 	}
-	if !onSocket {
-		_, port, _ = net.SplitHostPort(listener.Addr().String())
-	}
-	if tcp, ok := listener.Addr().(*net.TCPAddr); !f.proxy && (!ok || !tcp.IP.IsLoopback()) {
-		listener.Close()
-		return fmt.Errorf("--addr %s is not a loopback address: plumb ui acts with your rights, so anyone who reaches it would too (serve it on 127.0.0.1, or behind an authenticating proxy with --proxy)", f.addr)
-	}
-	if !f.proxy {
-		opts.AllowedHosts = []string{net.JoinHostPort(host, port)}
-		if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
-			opts.AllowedHosts = append(opts.AllowedHosts, net.JoinHostPort("localhost", port), net.JoinHostPort("127.0.0.1", port), net.JoinHostPort("::1", port))
-		}
-	}
+	opts.AllowedHosts = e.AllowedHosts(listener)
 	server, err := ui.New(opts)
 	if err != nil {
 		return err
@@ -282,15 +203,8 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 	if tlsConfig != nil {
 		scheme = "https"
 	}
-	if f.proxy {
-		from := append(slices.Clone(f.trustedProxies), clientCAName(f.clientCA)...)
-		if onSocket {
-			from = append(from, "the Unix socket")
-		}
-		if f.proxySecretFile != "" {
-			from = append(from, "requests with the proxy's secret")
-		}
-		mode = " behind an authenticating proxy (" + f.userHeader + " believed from " + strings.Join(from, ", ") + ")"
+	if e.Proxy {
+		mode = " behind an authenticating proxy (" + f.userHeader + " believed from " + strings.Join(e.ProxyKnownBy(), ", ") + ")"
 	}
 	query := ""
 	if opts.Token != "" {
@@ -302,7 +216,7 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "Serving the dashboard at %s%s%s (Ctrl-C stops); live updates: %s\n", where, query, mode, scope)
 	if tlsConfig != nil {
-		err = srv.ServeTLS(listener, f.tlsCert, f.tlsKey)
+		err = srv.ServeTLS(listener, e.TLSCertFile, e.TLSKeyFile)
 	} else {
 		err = srv.Serve(listener)
 	}
@@ -310,55 +224,6 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 		return err
 	}
 	return nil
-}
-
-// listen listens on addr: TCP, or the Unix socket at socket (a stale
-// socket file of an earlier run is replaced; the socket is for its
-// owner's group only).
-func listen(addr, socket string, onSocket bool) (net.Listener, error) {
-	if !onSocket {
-		listener, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("listening on %s: %w (pick another with --addr)", addr, err)
-		}
-		return listener, nil
-	}
-	if info, err := os.Lstat(socket); err == nil && info.Mode()&os.ModeSocket != 0 {
-		_ = os.Remove(socket)
-	}
-	listener, err := net.Listen("unix", socket)
-	if err != nil {
-		return nil, fmt.Errorf("listening on the Unix socket %s: %w", socket, err)
-	}
-	if err := os.Chmod(socket, 0o660); err != nil {
-		listener.Close()
-		return nil, fmt.Errorf("the Unix socket %s: %w", socket, err)
-	}
-	return listener, nil
-}
-
-func clientCAName(path string) []string {
-	if path == "" {
-		return nil
-	}
-	return []string{"client certificates of " + path}
-}
-
-// parsePrefixes reads --trusted-proxy: CIDRs or single addresses.
-func parsePrefixes(values []string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, v := range values {
-		if prefix, err := netip.ParsePrefix(v); err == nil {
-			out = append(out, prefix.Masked())
-			continue
-		}
-		addr, err := netip.ParseAddr(v)
-		if err != nil {
-			return nil, fmt.Errorf("--trusted-proxy %q: not an address or a CIDR", v)
-		}
-		out = append(out, netip.PrefixFrom(addr, addr.BitLen()))
-	}
-	return out, nil
 }
 
 // liveApps is the cache whose App informer feeds the dashboard's live

@@ -20,13 +20,13 @@ TEST_FLAGS ?= -count=1 -timeout 45m
 # duration-bounded run with a spurious "context deadline exceeded" (golang/go#75804).
 FUZZTIME ?= 50000x
 # Packages whose shared state is read from many goroutines run again under the
-# race detector (not source/render: the detector cannot allocate its shadow memory
+# race detector (not internal/source/render: the detector cannot allocate its shadow memory
 # under the render sandbox's memory limit).
-RACE_PACKAGES := ./source/git ./compact ./digest ./queue ./notify
+RACE_PACKAGES := ./internal/source/git ./informers/compact ./internal/digest ./queue ./internal/notify
 # package:target[:executions] — a target whose executions are slow (a whole
 # Kustomize build each) runs fewer.
-FUZZ_TARGETS := ./source/manifest:FuzzParse ./source/tree:FuzzResolve ./webhook:FuzzNormalizeURL ./webhook:FuzzHandler \
-	./source/render:FuzzKustomizeResources:3000x
+FUZZ_TARGETS := ./internal/source/manifest:FuzzParse ./internal/source/tree:FuzzResolve ./webhook:FuzzNormalizeURL ./webhook:FuzzHandler \
+	./internal/source/render:FuzzKustomizeResources:3000x
 
 .PHONY: help
 help: ## List the targets.
@@ -52,15 +52,15 @@ fuzz: ## Run each native fuzz target for FUZZTIME executions (default 50000x).
 
 .PHONY: bench
 bench: controlplane bench-micro ## Measure plumb beside Flux-style, Argo-style and naive baselines (full sizes), and the micro-benchmarks.
-	go run ./bench --json
+	go run ./hack/bench --json
 
 .PHONY: bench-quick
 bench-quick: controlplane ## The performance harness at smaller sizes (a few minutes).
-	go run ./bench --quick --json
+	go run ./hack/bench --quick --json
 
 .PHONY: bench-micro
-bench-micro: controlplane ## The Go micro-benchmarks of source/, diff/ and ui/, each beside its baseline.
-	go test -run '^$$' -bench . -benchmem ./source/... ./diff/ ./ui/
+bench-micro: controlplane ## The Go micro-benchmarks of internal/source/, internal/diff/ and internal/ui/, each beside its baseline.
+	go test -run '^$$' -bench . -benchmem ./internal/source/... ./internal/diff/ ./internal/ui/
 
 .PHONY: build
 build: ## Build bin/plumb.
@@ -100,11 +100,12 @@ generate: $(CONTROLLER_GEN) ## Generate deep-copy code and the CRD (also into th
 	cp api/v1alpha1/crd/plumb.dev_apps.yaml api/v1alpha1/crd/plumb.dev_notifications.yaml charts/plumb/crds/
 
 .PHONY: lint
-lint: ## gofmt, go vet, a check that generated files are current, and commit subjects of at most 72 characters.
+lint: ## gofmt, go vet, a check that generated files are current, layers that import only downward, and commit subjects of at most 72 characters.
 	@unformatted="$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go'))"; \
 	if [[ -n "$$unformatted" ]]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
 	go vet ./...
 	bash hack/verify-generated.sh
+	bash hack/verify-layers.sh
 	bash hack/verify-commit-subjects.sh
 
 $(CONTROLLER_GEN): hack/tools/codegen/go.mod

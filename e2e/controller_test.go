@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plumb-dev/plumb/localcluster"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // controllerProcess is `plumb controller` running against the local cluster.
@@ -36,7 +36,7 @@ func startController(t *testing.T, name string, extra ...string) *controllerProc
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs := localcluster.FreeAddrsForTest(t, 3)
+	addrs := testenv.FreeAddrsForTest(t, 3)
 	metricsAddr, webhookAddr, healthAddr := addrs[0], addrs[1], addrs[2]
 	secretFile := filepath.Join(dir, "webhook-secret")
 	if err := os.WriteFile(secretFile, []byte(webhookSecret+"\n"), 0o600); err != nil {

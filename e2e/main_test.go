@@ -22,15 +22,15 @@ import (
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/api/v1alpha1/crd"
-	"github.com/plumb-dev/plumb/localcluster"
-	"github.com/plumb-dev/plumb/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // The package's shared parts, started once in TestMain: a full local
 // control plane, a Git server, and plumb's controller running as its own
 // process, exactly as a user runs it.
 var (
-	cluster    *localcluster.Cluster
+	cluster    *testenv.Cluster
 	gitServer  *gittest.Server
 	k8s        client.Client
 	plumbBin   string
@@ -82,7 +82,7 @@ func setUp(t *testing.T) {
 	if cluster != nil {
 		return
 	}
-	c, err := localcluster.Start(context.Background(), localcluster.Options{Mode: localcluster.ModeFull})
+	c, err := testenv.Start(context.Background(), testenv.Options{Mode: testenv.ModeFull})
 	if err != nil {
 		t.Fatalf("starting the local control plane: %v", err)
 	}

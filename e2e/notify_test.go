@@ -24,8 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/localcluster"
-	"github.com/plumb-dev/plumb/localtools"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // sink is a test HTTP receiver that records what it gets.
@@ -188,7 +187,7 @@ func TestADriftIsNotifiedOnceSignedAndResolvedAfterHealing(t *testing.T) {
 // alertmanager runs a real Alertmanager on a free loopback port.
 func alertmanager(t *testing.T) string {
 	t.Helper()
-	bin, err := localtools.Path("alertmanager")
+	bin, err := testenv.ToolPath("alertmanager")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +196,7 @@ func alertmanager(t *testing.T) string {
 	if err := os.WriteFile(config, []byte("route:\n  receiver: none\nreceivers:\n  - name: none\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := localcluster.FreeAddrsForTest(t, 1)[0]
+	addr := testenv.FreeAddrsForTest(t, 1)[0]
 	cmd := exec.Command(bin, "--config.file", config, "--storage.path", filepath.Join(dir, "data"),
 		"--web.listen-address", addr, "--cluster.listen-address", "")
 	logFile, err := os.Create(filepath.Join(dir, "alertmanager.log"))

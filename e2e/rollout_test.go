@@ -12,7 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/plumb-dev/plumb/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/source/git/gittest"
 )
 
 // ticksOf counts the controller's finished ticks of App ns/name in its log.

@@ -11,8 +11,8 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# shellcheck source=../localcluster/versions.env
-source "$repo/localcluster/versions.env"
+# shellcheck source=../internal/testenv/versions.env
+source "$repo/internal/testenv/versions.env"
 
 cache_root="${PLUMB_CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/plumb/controlplane}"
 stamp="kubernetes-${KUBERNETES_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}"
@@ -26,7 +26,7 @@ die() { echo "controlplane: $*" >&2; exit 1; }
 staging="v0.${KUBERNETES_VERSION#v1.}"
 check_pin() { # module-dir module version
 	grep -qE "^(require)?[[:space:]]*$2 $3( |$)" "$tools/$1/go.mod" ||
-		die "hack/tools/$1/go.mod does not require $2 $3 (localcluster/versions.env); fix one of them"
+		die "hack/tools/$1/go.mod does not require $2 $3 (internal/testenv/versions.env); fix one of them"
 }
 check_pin kubernetes k8s.io/kubernetes "$KUBERNETES_VERSION"
 check_pin etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"

@@ -9,8 +9,8 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# shellcheck source=../localtools/versions.env
-source "$repo/localtools/versions.env"
+# shellcheck source=../internal/testenv/tools.env
+source "$repo/internal/testenv/tools.env"
 
 cache_root="${PLUMB_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/plumb/tools}"
 dir="$cache_root/prometheus-${PROMETHEUS_VERSION}_alertmanager-${ALERTMANAGER_VERSION}"
@@ -19,9 +19,9 @@ tools="$repo/hack/tools"
 
 die() { echo "tools: $*" >&2; exit 1; }
 grep -qE "^(require)?[[:space:]]*github.com/prometheus/prometheus $PROMETHEUS_VERSION( |$)" "$tools/prometheus/go.mod" ||
-	die "hack/tools/prometheus/go.mod does not require prometheus $PROMETHEUS_VERSION (localtools/versions.env); fix one of them"
+	die "hack/tools/prometheus/go.mod does not require prometheus $PROMETHEUS_VERSION (internal/testenv/tools.env); fix one of them"
 grep -qE "^(require)?[[:space:]]*github.com/prometheus/alertmanager $ALERTMANAGER_VERSION( |$)" "$tools/alertmanager/go.mod" ||
-	die "hack/tools/alertmanager/go.mod does not require alertmanager $ALERTMANAGER_VERSION (localtools/versions.env); fix one of them"
+	die "hack/tools/alertmanager/go.mod does not require alertmanager $ALERTMANAGER_VERSION (internal/testenv/tools.env); fix one of them"
 
 mkdir -p "$bin"
 exec 9>"$dir/.lock"

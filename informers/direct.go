@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/compact"
+	"github.com/plumb-dev/plumb/informers/compact"
 )
 
 // Direct serves the Observe phase without informers, for a process that

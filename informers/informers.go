@@ -30,7 +30,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/compact"
+	"github.com/plumb-dev/plumb/informers/compact"
 )
 
 // ErrUnknownKind means the API server does not serve a kind (no CRD).

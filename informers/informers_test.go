@@ -24,15 +24,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/compact"
-	"github.com/plumb-dev/plumb/localcluster"
+	"github.com/plumb-dev/plumb/informers/compact"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // cluster is the package's local control plane, started once in TestMain.
-var cluster *localcluster.Cluster
+var cluster *testenv.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(localcluster.RunTests(m, localcluster.Options{Mode: localcluster.ModeAPI}, func(c *localcluster.Cluster) { cluster = c }))
+	os.Exit(testenv.RunTests(m, testenv.Options{Mode: testenv.ModeAPI}, func(c *testenv.Cluster) { cluster = c }))
 }
 
 var configMapKind = schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}

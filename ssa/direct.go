@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/compact"
+	"github.com/plumb-dev/plumb/informers/compact"
 )
 
 // Applied is one object applied by ApplyDirect: what was sent, what the API

@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/compact"
-	"github.com/plumb-dev/plumb/diff"
+	"github.com/plumb-dev/plumb/informers/compact"
+	"github.com/plumb-dev/plumb/internal/diff"
 )
 
 // Owner is the App that owns objects.

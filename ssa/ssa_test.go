@@ -18,16 +18,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/compact"
-	"github.com/plumb-dev/plumb/localcluster"
-	"github.com/plumb-dev/plumb/source/manifest"
+	"github.com/plumb-dev/plumb/informers/compact"
+	"github.com/plumb-dev/plumb/internal/source/manifest"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // cluster is the package's local control plane, started once in TestMain.
-var cluster *localcluster.Cluster
+var cluster *testenv.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(localcluster.RunTests(m, localcluster.Options{Mode: localcluster.ModeAPI}, func(c *localcluster.Cluster) { cluster = c }))
+	os.Exit(testenv.RunTests(m, testenv.Options{Mode: testenv.ModeAPI}, func(c *testenv.Cluster) { cluster = c }))
 }
 
 func newClient(t *testing.T) client.Client {
@@ -116,7 +116,7 @@ data: {color: blue}
 // countingClient is a client whose requests are recorded.
 func countingClient(t *testing.T) (client.Client, func() []string) {
 	t.Helper()
-	log := &localcluster.RequestLog{}
+	log := &testenv.RequestLog{}
 	c, err := client.New(log.Wrap(cluster.Config), client.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -33,8 +33,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/localcluster"
-	"github.com/plumb-dev/plumb/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/webhook"
 )
 
@@ -408,7 +408,7 @@ func runAsTheChart(t *testing.T, plumbBin string) *chartProcess {
 			t.Fatal(err)
 		}
 	}
-	addrs := localcluster.FreeAddrsForTest(t, 3)
+	addrs := testenv.FreeAddrsForTest(t, 3)
 	p := &chartProcess{args: pod.Containers[0].Args, webhookAddr: addrs[0], log: filepath.Join(dir, "plumb.log"), exited: make(chan error, 1)}
 	local := map[string]string{
 		"--metrics-addr": addrs[1], "--health-addr": addrs[2], "--webhook-addr": p.webhookAddr,

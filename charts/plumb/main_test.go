@@ -9,12 +9,12 @@ import (
 	"os"
 	"testing"
 
-	"github.com/plumb-dev/plumb/localcluster"
-	"github.com/plumb-dev/plumb/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 var (
-	cluster   *localcluster.Cluster
+	cluster   *testenv.Cluster
 	gitServer *gittest.Server
 )
 
@@ -26,5 +26,5 @@ func TestMain(m *testing.M) {
 type clusterRun struct{ m *testing.M }
 
 func (r clusterRun) Run() int {
-	return localcluster.RunTests(r.m, localcluster.Options{Mode: localcluster.ModeAPI}, func(c *localcluster.Cluster) { cluster = c })
+	return testenv.RunTests(r.m, testenv.Options{Mode: testenv.ModeAPI}, func(c *testenv.Cluster) { cluster = c })
 }

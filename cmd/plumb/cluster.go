@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/appview"
+	"github.com/plumb-dev/plumb/internal/appview"
 )
 
 // clusterFlags are the kubectl-style flags of the operator's commands:

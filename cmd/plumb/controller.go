@@ -23,9 +23,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/plumb-dev/plumb/controller"
-	"github.com/plumb-dev/plumb/notify"
-	"github.com/plumb-dev/plumb/source"
+	"github.com/plumb-dev/plumb/internal/controller"
+	"github.com/plumb-dev/plumb/internal/notify"
+	"github.com/plumb-dev/plumb/internal/source"
 	"github.com/plumb-dev/plumb/webhook"
 )
 

@@ -12,9 +12,9 @@ import (
 	"golang.org/x/term"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/diffreport"
-	"github.com/plumb-dev/plumb/preview"
-	"github.com/plumb-dev/plumb/reconcile"
+	"github.com/plumb-dev/plumb/internal/preview"
+	"github.com/plumb-dev/plumb/internal/preview/diffreport"
+	"github.com/plumb-dev/plumb/internal/reconcile"
 )
 
 // Exit codes of plumb diff, as kubectl diff and flux diff use them.

@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/diffreport"
-	"github.com/plumb-dev/plumb/localcluster"
+	"github.com/plumb-dev/plumb/internal/preview/diffreport"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 func configMap(ns, name string, data map[string]string) string {
@@ -368,7 +368,7 @@ func TestDiffShowsWhatTheNextTickWouldChange(t *testing.T) {
 
 	t.Run("an unreachable repository: exit 2 naming the phase", func(t *testing.T) {
 		w.createApp("unreachable", "web", func(app *plumbv1.App) {
-			app.Spec.Source.URL = "http://" + localcluster.FreeAddrsForTest(t, 1)[0] + "/nothing.git"
+			app.Spec.Source.URL = "http://" + testenv.FreeAddrsForTest(t, 1)[0] + "/nothing.git"
 			app.Labels = nil // the controller leaves it alone
 		})
 		r := w.plumb("diff", "unreachable", "-n", ns)

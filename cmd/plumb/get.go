@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/appview"
+	"github.com/plumb-dev/plumb/internal/appview"
 )
 
 type getFlags struct {

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/plumb-dev/plumb/appview"
+	"github.com/plumb-dev/plumb/internal/appview"
 
 	// Mozilla's root certificates, which Go uses only where the system has
 	// none: plumb's image has an empty base, and its https:// Git fetches

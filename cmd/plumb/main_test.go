@@ -20,13 +20,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/plumb-dev/plumb/api/v1alpha1/crd"
-	"github.com/plumb-dev/plumb/localcluster"
-	"github.com/plumb-dev/plumb/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 var (
 	// cluster is the package's local control plane, started once in TestMain.
-	cluster *localcluster.Cluster
+	cluster *testenv.Cluster
 	// plumbBinary is plumb built with version and commit stamped in.
 	plumbBinary string
 	// gitServer serves the operator commands' tests' repositories.
@@ -57,7 +57,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := gittest.RunTests(runner(func() int {
-		return localcluster.RunTests(m, localcluster.Options{Mode: localcluster.ModeAPI}, func(c *localcluster.Cluster) {
+		return testenv.RunTests(m, testenv.Options{Mode: testenv.ModeAPI}, func(c *testenv.Cluster) {
 			cluster = c
 			if err := crd.Install(context.Background(), c.Config); err != nil {
 				fmt.Fprintln(os.Stderr, "installing the App CRD:", err)
@@ -104,7 +104,7 @@ func moduleVersionFromGoMod(t *testing.T, module string) string {
 }
 
 func TestControllerServesHealthAndMetricsAndStopsOnSIGTERM(t *testing.T) {
-	addrs := localcluster.FreeAddrsForTest(t, 3)
+	addrs := testenv.FreeAddrsForTest(t, 3)
 	healthAddr, metricsAddr, pprofAddr := addrs[0], addrs[1], addrs[2]
 	cmd := exec.Command(plumbBinary, "controller",
 		"--kubeconfig", cluster.KubeconfigPath,
@@ -249,7 +249,7 @@ func TestControllerRejectsBadFlagsBeforeStarting(t *testing.T) {
 
 func TestControllerFailsClearlyWhenTheAPIServerIsUnreachable(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	unreachable := "http://" + localcluster.FreeAddrsForTest(t, 1)[0] // nothing listens there any more
+	unreachable := "http://" + testenv.FreeAddrsForTest(t, 1)[0] // nothing listens there any more
 	err := os.WriteFile(kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters: [{name: c, cluster: {server: %q}}]

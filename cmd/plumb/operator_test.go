@@ -27,9 +27,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/localcluster"
-	"github.com/plumb-dev/plumb/source/git/gittest"
-	"github.com/plumb-dev/plumb/syncrequest"
+	"github.com/plumb-dev/plumb/internal/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/syncrequest"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // world is one operator test's namespace, repository and controller: the
@@ -87,7 +87,7 @@ func (w *world) startController() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs := localcluster.FreeAddrsForTest(t, 2)
+	addrs := testenv.FreeAddrsForTest(t, 2)
 	cmd := exec.Command(plumbBinary, "controller", "--kubeconfig", cluster.KubeconfigPath,
 		"--health-addr", addrs[0], "--metrics-addr", addrs[1], "--leader-elect=false",
 		"--app-label-selector", "plumb-test="+w.ns, "--git-cache-dir", filepath.Join(dir, "git"),

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/plumb-dev/plumb/source/render"
+	"github.com/plumb-dev/plumb/internal/source/render"
 )
 
 // renderSandboxCommand is the child process the controller runs every

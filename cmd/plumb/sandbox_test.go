@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plumb-dev/plumb/source/render"
-	"github.com/plumb-dev/plumb/source/tree"
+	"github.com/plumb-dev/plumb/internal/source/render"
+	"github.com/plumb-dev/plumb/internal/source/tree"
 )
 
 func chartTree(t *testing.T, template string) *tree.Tree {

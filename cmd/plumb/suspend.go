@@ -7,8 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/appview"
-	"github.com/plumb-dev/plumb/syncrequest"
+	"github.com/plumb-dev/plumb/internal/appview"
+	"github.com/plumb-dev/plumb/internal/syncrequest"
 )
 
 func newSuspendCommand(cluster *clusterFlags) *cobra.Command {

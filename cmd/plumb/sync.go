@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/appview"
-	"github.com/plumb-dev/plumb/syncrequest"
+	"github.com/plumb-dev/plumb/internal/appview"
+	"github.com/plumb-dev/plumb/internal/syncrequest"
 )
 
 type syncFlags struct {

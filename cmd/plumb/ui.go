@@ -20,10 +20,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/preview"
-	"github.com/plumb-dev/plumb/reconcile"
-	"github.com/plumb-dev/plumb/source"
-	"github.com/plumb-dev/plumb/ui"
+	"github.com/plumb-dev/plumb/internal/preview"
+	"github.com/plumb-dev/plumb/internal/reconcile"
+	"github.com/plumb-dev/plumb/internal/source"
+	"github.com/plumb-dev/plumb/internal/ui"
 )
 
 // uiFlags are plumb ui's flags.

@@ -30,7 +30,7 @@ import (
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 
-	"github.com/plumb-dev/plumb/localcluster"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // dashboard is a running plumb ui.
@@ -47,7 +47,7 @@ type dashboard struct {
 // loopback address.
 func startUI(t *testing.T, kubeconfig string, flags ...string) *dashboard {
 	t.Helper()
-	return startUIAt(t, localcluster.FreeAddrsForTest(t, 1)[0], kubeconfig, flags...)
+	return startUIAt(t, testenv.FreeAddrsForTest(t, 1)[0], kubeconfig, flags...)
 }
 
 // startUIAt runs plumb ui on addr (with the session token token, when
@@ -363,7 +363,7 @@ func TestTheDashboard(t *testing.T) {
 	})
 	w.createApp("web", "web", func(app *plumbv1.App) { app.Spec.DriftPolicy = plumbv1.DriftPolicyAlert })
 	w.waitReady("web", commit)
-	addr := localcluster.FreeAddrsForTest(t, 1)[0]
+	addr := testenv.FreeAddrsForTest(t, 1)[0]
 	const token = "the-dashboard-test-session-token-0123456789"
 	ui := startUIWith(t, addr, cluster.KubeconfigPath, token)
 	url, stopUI := ui.url, ui.stop

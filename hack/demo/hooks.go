@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/plumb-dev/plumb/notify"
+	"github.com/plumb-dev/plumb/internal/notify"
 	"github.com/plumb-dev/plumb/webhook"
 )
 

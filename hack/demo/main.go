@@ -28,11 +28,11 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/plumb-dev/plumb/api/v1alpha1/crd"
-	"github.com/plumb-dev/plumb/controller"
 	"github.com/plumb-dev/plumb/examples"
-	"github.com/plumb-dev/plumb/localcluster"
-	"github.com/plumb-dev/plumb/source"
-	"github.com/plumb-dev/plumb/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/controller"
+	"github.com/plumb-dev/plumb/internal/source"
+	"github.com/plumb-dev/plumb/internal/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/webhook"
 )
 
@@ -65,7 +65,7 @@ func run(ctx context.Context, w io.Writer, exitWhenDone bool) (err error) {
 	defer os.RemoveAll(workDir)
 
 	n.say("Starting a local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok")
-	cluster, err := localcluster.Start(ctx, localcluster.Options{Mode: localcluster.ModeFull})
+	cluster, err := testenv.Start(ctx, testenv.Options{Mode: testenv.ModeFull})
 	if err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func run(ctx context.Context, w io.Writer, exitWhenDone bool) (err error) {
 	}
 	n.say("Pushed examples/shop to a local Git server: R1 = main@sha1:%s", first)
 
-	addrs, err := localcluster.FreeAddrs(3)
+	addrs, err := testenv.FreeAddrs(3)
 	if err != nil {
 		return err
 	}
@@ -175,7 +175,7 @@ Everything keeps running. Open the dashboard at %s in a browser, or look from an
 // startDashboard runs plumb ui with kubeconfig on a free loopback port and
 // returns the URL it serves, once it serves it.
 func startDashboard(plumbBin, kubeconfig string) (string, func(), error) {
-	addrs, err := localcluster.FreeAddrs(1)
+	addrs, err := testenv.FreeAddrs(1)
 	if err != nil {
 		return "", nil, err
 	}
@@ -246,7 +246,7 @@ func seedRepository(s *gittest.Server) (*gittest.Workdir, string, error) {
 }
 
 // startController runs the controller in this process, logging to a file.
-func startController(cluster *localcluster.Cluster, opts controller.Options, logPath string) (stop func(), done <-chan error, err error) {
+func startController(cluster *testenv.Cluster, opts controller.Options, logPath string) (stop func(), done <-chan error, err error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, nil, err

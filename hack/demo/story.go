@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/localcluster"
-	"github.com/plumb-dev/plumb/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // stepTimeout bounds how long the demo waits for one step to converge.
@@ -41,7 +41,7 @@ type story struct {
 	plumbBin, kubeconfig string
 }
 
-func newStory(cluster *localcluster.Cluster, git *gittest.Server, repo *gittest.Workdir, n narrator) (*story, error) {
+func newStory(cluster *testenv.Cluster, git *gittest.Server, repo *gittest.Workdir, n narrator) (*story, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err

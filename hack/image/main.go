@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/plumb-dev/plumb/ociimage"
+	"github.com/plumb-dev/plumb/hack/image/ociimage"
 )
 
 func main() {

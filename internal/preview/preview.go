@@ -1,0 +1,222 @@
+// Package preview runs an App's Read, Observe and Diff outside the
+// controller, with the controller's own code (reconcile.Reconciler's
+// Preview), for `plumb diff` and the dashboard. It observes by direct
+// reads (it has no informers) and acts with the rights of whoever runs it:
+// their kubeconfig's identity reads the App, its credentials Secret and
+// its objects, and makes the server-side dry-runs, impersonating the
+// App's ServiceAccount when it names one (as the controller does). It
+// writes nothing.
+package preview
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/informers"
+	"github.com/plumb-dev/plumb/internal/clusterinfo"
+	"github.com/plumb-dev/plumb/internal/impersonation"
+	"github.com/plumb-dev/plumb/internal/reconcile"
+	"github.com/plumb-dev/plumb/internal/source"
+	"github.com/plumb-dev/plumb/internal/source/render"
+	"github.com/plumb-dev/plumb/ssa"
+)
+
+// Options configure a Previewer.
+type Options struct {
+	// Config is the identity every request is made with.
+	Config *rest.Config
+	// GitCacheDir holds the clones of repositories read; it must be set
+	// unless LocalDir is.
+	GitCacheDir string
+	// LocalDir, when set, is a working copy of the App's folder that is
+	// rendered instead of the App's Git source (source.Local).
+	LocalDir string
+	// Limits bound what one read may hold (default source.DefaultLimits).
+	Limits *source.Limits
+	// Policy is the controller's lockdown (its --no-cross-namespace and
+	// --default-service-account), which the preview cannot read from the
+	// cluster. File sources are refused whatever it says: one would be
+	// read from this machine's disk, and what it holds sent to the API
+	// server in dry-runs.
+	Policy reconcile.Policy
+	// RenderCommand, when set, runs Kustomize and Helm builds in a child
+	// process, as the controller does (render.Isolation), each for at most
+	// RenderTimeout (default source.DefaultRenderTimeout) and with at most
+	// RenderMemoryBytes (default DefaultRenderMemoryBytes).
+	RenderCommand     []string
+	RenderTimeout     time.Duration
+	RenderMemoryBytes uint64
+	Log               *zap.Logger
+}
+
+// DefaultRenderMemoryBytes is the memory a preview's Kustomize or Helm
+// build may take by default, the controller's default.
+const DefaultRenderMemoryBytes = 2 << 30
+
+// Previewer previews Apps. Each Preview starts from nothing: what one
+// found is not remembered for the next.
+type Previewer struct {
+	opts      Options
+	apps      client.Client
+	clientset kubernetes.Interface
+	dynamic   dynamic.Interface
+	discovery discovery.DiscoveryInterface
+	scheme    *runtime.Scheme
+}
+
+// New makes a Previewer.
+func New(opts Options) (*Previewer, error) {
+	if opts.Log == nil {
+		opts.Log = zap.NewNop()
+	}
+	if opts.Limits == nil {
+		limits := source.DefaultLimits()
+		opts.Limits = &limits
+	}
+	if opts.RenderTimeout <= 0 {
+		opts.RenderTimeout = source.DefaultRenderTimeout
+	}
+	if opts.RenderMemoryBytes == 0 {
+		opts.RenderMemoryBytes = DefaultRenderMemoryBytes
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := plumbv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	httpClient, err := rest.HTTPClientFor(opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(opts.Config, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("discovering the API server's kinds: %w", err)
+	}
+	apps, err := client.New(opts.Config, client.Options{Scheme: scheme, Mapper: mapper, HTTPClient: httpClient})
+	if err != nil {
+		return nil, err
+	}
+	clientset, err := kubernetes.NewForConfigAndClient(opts.Config, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfigAndClient(opts.Config, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfigAndClient(opts.Config, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	return &Previewer{opts: opts, apps: apps, clientset: clientset, dynamic: dyn, discovery: disco, scheme: scheme}, nil
+}
+
+// Client is the Previewer's client (the App reads, as the same identity).
+func (p *Previewer) Client() client.Client { return p.apps }
+
+// Preview previews app (as read from the API server; its spec may be
+// changed first, e.g. its ref, to preview another revision).
+func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.Preview, error) {
+	sa := p.opts.Policy.ServiceAccountOf(app)
+	if as := p.opts.Config.Impersonate.UserName; as != "" && sa != "" {
+		why := ""
+		if app.Spec.ServiceAccountName == "" {
+			why = " (the controller's --default-service-account, for Apps that name none)"
+		}
+		return nil, fmt.Errorf("the App acts as ServiceAccount %s/%s%s, which this preview would impersonate, and you act as %s already: Kubernetes impersonates once, so it cannot be previewed as that ServiceAccount here (leave out --as, or preview with plumb diff and your own kubeconfig)",
+			app.Namespace, sa, why, as)
+	}
+	var isolation *render.Isolation
+	if len(p.opts.RenderCommand) > 0 {
+		isolation = &render.Isolation{Command: p.opts.RenderCommand, Timeout: p.opts.RenderTimeout, MemoryBytes: p.opts.RenderMemoryBytes}
+	}
+	var reader reconcile.Reader
+	if p.opts.LocalDir != "" {
+		reader = &source.Local{Dir: p.opts.LocalDir, Limits: *p.opts.Limits, Isolation: isolation}
+	} else {
+		gitReader, err := source.NewReader(source.Options{CacheDir: p.opts.GitCacheDir, Limits: *p.opts.Limits, Isolation: isolation})
+		if err != nil {
+			return nil, err
+		}
+		reader = gitReader
+	}
+	applier := ssa.NewManager(p.apps)
+	// An App that acts as a ServiceAccount is previewed as that
+	// ServiceAccount, as the controller acts: whoever previews must be
+	// allowed to impersonate it.
+	identities := impersonation.New(p.opts.Config, impersonation.Options[reconcile.Applier]{
+		Build: func(cfg *rest.Config) (reconcile.Applier, error) {
+			c, err := client.New(cfg, client.Options{Scheme: p.scheme, Mapper: p.apps.RESTMapper()})
+			if err != nil {
+				return nil, err
+			}
+			return ssa.NewManager(c), nil
+		},
+		Exists: func(ctx context.Context, namespace, name string) (bool, error) {
+			_, err := p.clientset.CoreV1().ServiceAccounts(namespace).Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			return err == nil, err
+		},
+	})
+	r, err := reconcile.New(reconcile.Deps{
+		Client:      p.apps,
+		APIReader:   p.apps,
+		Credentials: secrets{clientset: p.clientset, local: p.opts.LocalDir != ""},
+		Mapper:      p.apps.RESTMapper(),
+		Cluster:     clusterinfo.New(p.discovery, 0),
+		Reader:      reader,
+		NewObserver: func(reconcile.ObjectEvents) reconcile.Observer {
+			return informers.NewDirect(p.dynamic, p.apps.RESTMapper())
+		},
+		Applier:    applier,
+		Identities: identities,
+		Policy:     reconcile.Policy{NoCrossNamespace: p.opts.Policy.NoCrossNamespace, DefaultServiceAccount: p.opts.Policy.DefaultServiceAccount},
+		Events:     noEvents{},
+		Log:        p.opts.Log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r.Preview(ctx, app)
+}
+
+// secrets reads an App's credentials Secret with one request (a working
+// copy needs none).
+type secrets struct {
+	clientset kubernetes.Interface
+	local     bool
+}
+
+func (s secrets) Get(ctx context.Context, app types.NamespacedName, name string) (*corev1.Secret, error) {
+	if s.local {
+		return &corev1.Secret{}, nil
+	}
+	return s.clientset.CoreV1().Secrets(app.Namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (secrets) Release(types.NamespacedName) {}
+
+// noEvents records nothing: a preview tells no one.
+type noEvents struct{}
+
+func (noEvents) Eventf(runtime.Object, string, string, string, ...any) {}

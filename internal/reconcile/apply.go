@@ -1,0 +1,282 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	fluxssa "github.com/fluxcd/pkg/ssa"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/diff"
+	"github.com/plumb-dev/plumb/internal/health"
+	"github.com/plumb-dev/plumb/ssa"
+)
+
+// apply runs the Apply phase: one server-side apply per object in the
+// plan, one guarded JSON patch per object whose list items others added
+// to, then the prune of what left Git. It records what each write produced
+// (the diff Record and the resourceVersion), so that the next tick diffs
+// from the cache and the informers know plumb's own writes. Events that
+// arrive meanwhile are held and, when one was not plumb's write after all,
+// the App is enqueued again.
+func (s *pass) apply(ctx context.Context) (*fluxssa.ChangeSet, error) {
+	r, app, key, applier, p, desired, live := s.r, s.app, s.key, s.applier, s.planned, s.desired, s.live
+	log := s.log.With(zap.String("phase", string(PhaseApply)))
+	r.memory.beginWrites(key)
+	defer func() {
+		if r.memory.endWrites(key) {
+			r.ObjectChanged(key)
+		}
+	}()
+	changes := fluxssa.NewChangeSet()
+	if sa := r.serviceAccountOf(app); sa != "" {
+		if err := s.authorize(ctx, sa); err != nil {
+			return changes, err
+		}
+	}
+	if len(p.apply) > 0 {
+		applied, cs, err := applier.ApplyDirect(ctx, p.apply, ssa.DirectOptions{
+			Force:  app.Spec.Force,
+			Exists: func(o *unstructured.Unstructured) bool { return live[idOf(o)] != nil },
+			Wait:   fluxssa.WaitOptions{Interval: 500 * time.Millisecond, Timeout: time.Minute},
+		})
+		for _, a := range applied {
+			id := idOf(a.Desired)
+			r.memory.wrote(key, id, a.Live.GetResourceVersion())
+			r.memory.wroteHealth(key, id, health.Of(a.Live))
+			if rec, recErr := diff.RecordOf(a.Desired, a.Live); recErr == nil {
+				r.memory.remember(key, id, rec)
+			}
+			if isCRD(a.Desired) && r.Cluster != nil {
+				r.Cluster.Invalidate()
+			}
+		}
+		if cs != nil {
+			changes.Append(cs.Entries)
+		}
+		if err != nil {
+			// The inventory gains what exists now (applied before, or by
+			// this tick), never an object that was refused: a later tick
+			// could not prune it, nor the finalizer.
+			exists := map[objectID]bool{}
+			for _, a := range applied {
+				exists[idOf(a.Desired)] = true
+			}
+			var refs []plumbv1.ObjectRef
+			for _, d := range desired {
+				if exists[idOf(d)] || live[idOf(d)] != nil {
+					refs = append(refs, refOf(d))
+				}
+			}
+			setInventory(app, mergeRefs(app.Status.Inventory, refs), r.appliedFields(key, desired))
+			return changes, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
+		}
+		log.Info("Applied objects", zap.Int("changed", len(p.apply)))
+	}
+	// Server-side apply keeps fields other managers added; heal those with
+	// one guarded JSON patch per object.
+	for id, d := range p.drifted {
+		if p.left[id] || len(d.additions) == 0 || d.live == nil {
+			continue
+		}
+		patch, err := json.Marshal(d.additions)
+		var patched *unstructured.Unstructured
+		if err == nil {
+			patched, err = applier.RemoveAdditions(ctx, d.live.Identity(), patch)
+		}
+		if err != nil {
+			return changes, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
+		}
+		r.memory.wrote(key, id, patched.GetResourceVersion())
+		r.memory.wroteHealth(key, id, health.Of(patched))
+		changes.Add(fluxssa.ChangeSetEntry{Subject: id.String(), Action: fluxssa.ConfiguredAction})
+	}
+	kept, err := s.prune(ctx, changes, log)
+	if err != nil {
+		return changes, err
+	}
+	refs := refsOf(desired)
+	for _, k := range kept {
+		refs = append(refs, k.ObjectRef)
+	}
+	setInventory(app, refs, r.appliedFields(key, desired))
+	app.Status.Kept = kept
+	ids := map[objectID]bool{}
+	for _, d := range desired {
+		ids[idOf(d)] = true
+	}
+	r.memory.keepOnly(key, ids)
+	return changes, nil
+}
+
+// prune deletes what left Git (when the App prunes), adding to changes. It
+// returns the objects that left Git but that the prune guard keeps: they
+// stay in the inventory, so that the first tick after their annotation
+// allows it prunes them. Whether an object the last tick kept is still
+// kept is read from the informer cache (it still carries the App's labels):
+// an unchanged tick asks the API server nothing about it.
+func (s *pass) prune(ctx context.Context, changes *fluxssa.ChangeSet, log *zap.Logger) ([]plumbv1.KeptObject, error) {
+	r, app, applier, desired, kinds := s.r, s.app, s.applier, s.desired, s.kinds
+	if !app.Spec.PruneEnabled() {
+		return nil, nil
+	}
+	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
+	var kept []plumbv1.KeptObject
+	var stale []*unstructured.Unstructured
+	for _, obj := range r.staleObjects(app.Status.Inventory, desired, kinds) {
+		if guard, ok := r.keptInCache(obj, owner); ok {
+			kept = append(kept, keptObject(obj, guard))
+			changes.Add(fluxssa.ChangeSetEntry{Subject: idOf(obj).String(), Action: ssa.KeptAction})
+			continue
+		}
+		stale = append(stale, obj)
+	}
+	if len(stale) > 0 {
+		cs, guarded, err := applier.Prune(ctx, stale, owner)
+		if cs != nil {
+			changes.Append(cs.Entries)
+			r.reportUnserved(app, cs)
+		}
+		for _, k := range guarded {
+			kept = append(kept, keptObject(k.Object, k.Guard))
+		}
+		if err != nil {
+			return nil, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonPruneFailed, Err: err}
+		}
+		log.Info("Pruned objects", zap.Int("stale", len(stale)), zap.Int("kept", len(guarded)))
+	}
+	r.reportKept(app, kept)
+	return kept, nil
+}
+
+// keptInCache reports whether the informer cache shows obj, still the
+// owner's, as kept by the prune guard. Anything else (not cached, not the
+// owner's any more, its kind not watched, the guard lifted) is for Prune
+// to decide from the API server.
+func (r *Reconciler) keptInCache(obj *unstructured.Unstructured, owner ssa.Owner) (ssa.Guard, bool) {
+	live, err := r.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+	if err != nil || live == nil || !owner.OwnsLive(live) {
+		return ssa.Guard{}, false
+	}
+	return ssa.PruneGuardLive(live)
+}
+
+func keptObject(obj *unstructured.Unstructured, guard ssa.Guard) plumbv1.KeptObject {
+	return plumbv1.KeptObject{ObjectRef: refOf(obj), Reason: guard.Reason, Message: guard.Message}
+}
+
+// reportKept records a NotPruned Event naming each object the prune guard
+// keeps that the App's status did not list as kept yet, and why.
+func (r *Reconciler) reportKept(app *plumbv1.App, kept []plumbv1.KeptObject) {
+	before := map[objectID]bool{}
+	for _, k := range app.Status.Kept {
+		before[idOfRef(k.ObjectRef)] = true
+	}
+	var parts []string
+	for _, k := range kept {
+		if !before[idOfRef(k.ObjectRef)] {
+			parts = append(parts, fmt.Sprintf("%s (%s)", idOfRef(k.ObjectRef), k.Message))
+		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	parts = cutList(parts)
+	r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonNotPruned, "kept what left Git, still labelled as this App's: %s",
+		strings.Join(parts, "; "))
+}
+
+// reportUnserved records an Event naming the objects prune found nothing
+// to delete for, because the server no longer serves their kinds.
+func (r *Reconciler) reportUnserved(app *plumbv1.App, cs *fluxssa.ChangeSet) {
+	var gone []string
+	for _, e := range cs.Entries {
+		if e.Action == ssa.UnservedAction {
+			gone = append(gone, e.Subject)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	gone = cutList(gone)
+	r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonKindNotServed,
+		"nothing to prune for %s: the API server no longer serves their kinds (their CRDs were removed)", strings.Join(gone, ", "))
+}
+
+// staleObjects are the inventory entries that are not desired any more, as
+// objects that carry just their identity. An entry is compared by the
+// scope its kind has (the server's, or the scope a CRD in the render
+// declares): an object that is desired under any spelling of its ID (a
+// cluster-scoped one recorded with a namespace, say) is never stale.
+func (r *Reconciler) staleObjects(inv *plumbv1.Inventory, desired []*unstructured.Unstructured, kinds *tickKinds) []*unstructured.Unstructured {
+	if inv == nil {
+		return nil
+	}
+	want := map[objectID]bool{}
+	for _, d := range desired {
+		want[idOf(d)] = true
+	}
+	var stale []*unstructured.Unstructured
+	for _, e := range inv.Entries {
+		ref := e.ObjectRef
+		id := idOfRef(ref)
+		nameOnly := id
+		nameOnly.Namespace = ""
+		if want[id] || want[nameOnly] {
+			continue // desired; a cluster-scoped one may have been recorded with a namespace
+		}
+		gvk := schema.GroupVersionKind{Group: ref.Group, Version: ref.Version, Kind: ref.Kind}
+		if kinds.clusterScoped(gvk) {
+			id.Namespace = ""
+		}
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(gvk)
+		u.SetNamespace(id.Namespace)
+		u.SetName(ref.Name)
+		stale = append(stale, u)
+	}
+	return stale
+}
+
+// clusterScoped reports a kind the server (or a CRD in the render) says is
+// cluster-scoped.
+func (k *tickKinds) clusterScoped(gvk schema.GroupVersionKind) bool {
+	if scope, ok := k.pending[gvk]; ok {
+		return scope == meta.RESTScopeNameRoot
+	}
+	scope, err := k.served(gvk)
+	return err == nil && scope == meta.RESTScopeNameRoot
+}
+
+func isCRD(u *unstructured.Unstructured) bool {
+	return u.GetKind() == "CustomResourceDefinition" && u.GroupVersionKind().Group == "apiextensions.k8s.io"
+}
+
+// appliedFields looks up, for the inventory, the digest of the fields plumb
+// owned after its last write or confirmation of an object of the App —
+// only where that write was of the object's whole content in Git. An
+// object applied without fields left to a manager that keeps changing them
+// gets none: after a restart (which forgets what was left to whom) it is
+// asked about with a dry-run, which shows the conflict again, rather than
+// taken as it is.
+func (r *Reconciler) appliedFields(key types.NamespacedName, desired []*unstructured.Unstructured) func(objectID) string {
+	gitHash := make(map[objectID]string, len(desired))
+	for _, d := range desired {
+		gitHash[idOf(d)] = annotationOf(d, plumbv1.AnnotationContentHash)
+	}
+	return func(id objectID) string {
+		if rec := r.memory.record(key, id); rec != nil && rec.DesiredHash == gitHash[id] {
+			return rec.FieldsDigest()
+		}
+		return ""
+	}
+}

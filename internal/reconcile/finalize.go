@@ -1,0 +1,133 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/impersonation"
+	"github.com/plumb-dev/plumb/queue"
+	"github.com/plumb-dev/plumb/ssa"
+)
+
+// finalize runs when an App is being deleted: with prune on it deletes the
+// App's objects (those that still carry its labels) except those the prune
+// guard keeps, which lose the App's labels (no deleted App claims them) and
+// which a NotPruned Event names; otherwise it leaves them (orphans). Then it removes the finalizer and forgets the App.
+func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Logger) (queue.Outcome, error) {
+	if !slices.Contains(app.Finalizers, plumbv1.Finalizer) {
+		return queue.Dropped(), nil
+	}
+	interval := app.Spec.IntervalOrDefault()
+	log = log.With(zap.String("phase", "finalize"), zap.String("revision", app.Status.LastAppliedRevision))
+	r.endDriftEpisode(app)
+	if app.Spec.PruneEnabled() && !app.Spec.Suspend {
+		stale := r.staleObjects(app.Status.Inventory, nil, newTickKinds(r.Mapper))
+		if len(stale) > 0 {
+			applier, err := r.applierFor(ctx, app)
+			switch {
+			case errors.Is(err, impersonation.ErrServiceAccountNotFound) && r.serviceAccountGone(ctx, app):
+				// Its namespace is being deleted, most likely: orphan the
+				// objects rather than hold the App (and the namespace) up,
+				// and never prune with the controller's own rights.
+				names := make([]string, 0, len(stale))
+				for _, obj := range stale {
+					names = append(names, idOf(obj).String())
+				}
+				r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonOrphaned,
+					"the App is deleted but its ServiceAccount is gone, so its %d objects are left in place, not pruned: %v; %s",
+					len(stale), err, truncate(strings.Join(names, ", "), 800))
+				log.Warn("Orphaned the deleted App's objects: its ServiceAccount is gone", zap.Strings("objects", names), zap.Error(err))
+			case err != nil:
+				r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonPruneFailed, "pruning the deleted App's objects: %v", err)
+				return queue.Every(interval), fmt.Errorf("pruning the objects of deleted App %s/%s: %w", app.Namespace, app.Name, err)
+			default:
+				owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
+				cs, guarded, err := applier.Prune(ctx, stale, owner)
+				if cs != nil {
+					r.reportUnserved(app, cs)
+				}
+				if err != nil {
+					r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonPruneFailed, "pruning the deleted App's objects: %v", err)
+					return queue.Every(interval), fmt.Errorf("pruning the objects of deleted App %s/%s: %w", app.Namespace, app.Name, err)
+				}
+				r.disownKept(ctx, app, applier, owner, guarded, log)
+				log.Info("Pruned the deleted App's objects", zap.String("changes", changeSummary(cs)))
+			}
+		}
+	} else {
+		log.Info("Orphaned the deleted App's objects", zap.Int("objects", inventoryLen(app)))
+	}
+	patch := client.MergeFrom(app.DeepCopy())
+	app.Finalizers = slices.DeleteFunc(app.Finalizers, func(f string) bool { return f == plumbv1.Finalizer })
+	if err := r.Client.Patch(ctx, app, patch); client.IgnoreNotFound(err) != nil {
+		return queue.Every(interval), fmt.Errorf("removing the finalizer of App %s/%s: %w", app.Namespace, app.Name, err)
+	}
+	r.forgetDeleted(client.ObjectKeyFromObject(app))
+	return queue.Dropped(), nil
+}
+
+// forgetDeleted drops what the controller holds for a deleted App: its
+// cached objects, credentials and identity, and its memory; a drift
+// episode still open is resolved (the App may be gone without this
+// replica's finalizer having run, e.g. removed by hand), so that no
+// Notification is left with an alert that fires for ever.
+func (r *Reconciler) forgetDeleted(key types.NamespacedName) {
+	if r.Observer != nil {
+		r.Observer.Release(key)
+	}
+	if r.Credentials != nil {
+		r.Credentials.Release(key)
+	}
+	if r.Identities != nil {
+		r.Identities.Release(key)
+	}
+	r.endDriftEpisode(&plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
+	r.memory.forgetApp(key)
+}
+
+// disownKept removes the deleted App's labels from the objects the prune
+// guard kept, so that no App claims them any more, and names them in one
+// NotPruned Event. An object whose labels cannot be removed keeps them (it
+// stays claimed by the deleted App: another App needs a takeover
+// annotation); that does not hold the App's deletion up.
+func (r *Reconciler) disownKept(ctx context.Context, app *plumbv1.App, applier Applier, owner ssa.Owner, kept []ssa.Kept, log *zap.Logger) {
+	if len(kept) == 0 {
+		return
+	}
+	var parts []string
+	for _, k := range kept {
+		part := fmt.Sprintf("%s (%s)", idOf(k.Object), k.Guard.Message)
+		if err := applier.Disown(ctx, k.Object, owner); err != nil {
+			log.Warn("Could not remove a deleted App's labels from an object it kept", zap.Error(err))
+			part += fmt.Sprintf(" [still labelled as this App's: %v]", err)
+		}
+		parts = append(parts, part)
+	}
+	parts = cutList(parts)
+	r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonNotPruned,
+		"the App is deleted; kept what the prune guard protects, without the App's labels: %s", truncate(strings.Join(parts, "; "), 1000))
+}
+
+// serviceAccountGone confirms with the API server (not a cache that may
+// lag) that the App's ServiceAccount does not exist, before its objects are
+// orphaned for good.
+func (r *Reconciler) serviceAccountGone(ctx context.Context, app *plumbv1.App) bool {
+	if r.APIReader == nil {
+		return true
+	}
+	sa := &metav1.PartialObjectMetadata{}
+	sa.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: r.serviceAccountOf(app)}, sa)
+	return apierrors.IsNotFound(err)
+}

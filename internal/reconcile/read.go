@@ -1,0 +1,155 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/source"
+	"github.com/plumb-dev/plumb/internal/source/git"
+	"github.com/plumb-dev/plumb/internal/source/render"
+	"github.com/plumb-dev/plumb/queue"
+)
+
+// readPhase runs the Read phase, or reuses the App's last successful read
+// when only an event (a change of one of its objects) brought the tick
+// forward: such a tick asks Git nothing. The fallback timer, a webhook or
+// `plumb sync` (both set the sync annotation), a changed spec and the
+// App's first tick read Git; a webhook, a sync request and a changed spec
+// ask the remote afresh, the others may share an ls-remote made moments
+// ago (and a render, or a render's failure, that is cached).
+func (r *Reconciler) readPhase(ctx context.Context, app *plumbv1.App, wake queue.Wake) (*source.Result, error) {
+	key := client.ObjectKeyFromObject(app)
+	syncRequest := app.Annotations[plumbv1.AnnotationSyncRequestedAt]
+	lastGeneration, known := r.memory.readGeneration(key)
+	refresh := (syncRequest != "" && syncRequest != app.Status.LastHandledSyncRequest) ||
+		(known && lastGeneration != app.Generation)
+	if wake == queue.WakeEvent && !refresh {
+		if last := r.memory.readAt(key, app.Generation); last != nil {
+			reused := *last
+			reused.Cached, reused.HistoryRewritten = true, false
+			return &reused, nil
+		}
+	}
+	// A sync request is answered by a fresh read, whatever it finds.
+	app.Status.LastHandledSyncRequest = syncRequest
+	result, err := r.read(ctx, app, refresh)
+	r.memory.triedRead(key, app.Generation)
+	if err != nil {
+		r.memory.forgetRead(key)
+		var readErr *source.Error
+		if errors.As(err, &readErr) && readErr.Revision != "" {
+			app.Status.LastAttemptedRevision = readErr.Revision // the commit that failed, as soon as it is known
+		}
+		return nil, err
+	}
+	r.memory.rememberRead(key, app.Generation, result)
+	r.tellLeftOut(app, result)
+	return result, nil
+}
+
+// maxLeftOutListed bounds the objects a LeftOut Event names.
+const maxLeftOutListed = 10
+
+// tellLeftOut records an Event naming the rendered objects that are not
+// applied, once per render (a read served from the cache tells nothing).
+func (r *Reconciler) tellLeftOut(app *plumbv1.App, result *source.Result) {
+	if result.Cached || len(result.LeftOut) == 0 {
+		return
+	}
+	// Grouped by why, in the order the render gave them.
+	var reasons []string
+	byReason := map[string][]string{}
+	listed := 0
+	for _, l := range result.LeftOut {
+		if _, ok := byReason[l.Reason]; !ok {
+			reasons = append(reasons, l.Reason)
+		}
+		if listed < maxLeftOutListed {
+			byReason[l.Reason] = append(byReason[l.Reason], fmt.Sprintf("%s (%s)", l.ID, l.Source))
+			listed++
+		} else if byReason[l.Reason] == nil {
+			byReason[l.Reason] = []string{}
+		}
+	}
+	var parts []string
+	for _, reason := range reasons {
+		parts = append(parts, reason+": "+strings.Join(byReason[reason], ", "))
+	}
+	more := ""
+	if n := len(result.LeftOut) - listed; n > 0 {
+		more = fmt.Sprintf(" (and %d more)", n)
+	}
+	r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonLeftOut, "revision %s: not applied, as %s%s",
+		shortRevision(result.Revision.String()), strings.Join(parts, "; "), more)
+}
+
+// read asks Git (package source). With refresh it asks the remote afresh
+// and skips the render cache; otherwise it may share an ls-remote made
+// moments ago by a read of the same repository with the same credentials.
+func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (*source.Result, error) {
+	fail := func(detail string, err error, terminal bool) error {
+		return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: detail, Err: err, Terminal: terminal}
+	}
+	if err := r.refuseFileSource(app); err != nil {
+		return nil, err
+	}
+	var auth git.Auth
+	if ref := app.Spec.Source.SecretRef; ref != nil {
+		secret, err := r.Credentials.Get(ctx, client.ObjectKeyFromObject(app), ref.Name)
+		if err != nil {
+			return nil, fail(string(source.ReasonSourceUnavailable), fmt.Errorf("reading secret %s/%s: %w", app.Namespace, ref.Name, err), false)
+		}
+		auth = source.AuthFromSecret(secret.Data)
+	} else {
+		r.Credentials.Release(client.ObjectKeyFromObject(app))
+	}
+	helm, err := helmOptions(app)
+	if err != nil {
+		return nil, fail(string(source.ReasonInvalidSpec), err, true)
+	}
+	ref := app.Spec.Source.Ref
+	req := source.Request{
+		URL:          app.Spec.Source.URL,
+		Ref:          git.Ref{Branch: ref.Branch, Tag: ref.Tag, SemVer: ref.SemVer, Commit: ref.Commit},
+		Path:         app.Spec.Source.Path,
+		Auth:         auth,
+		Render:       render.Options{Helm: helm},
+		LastRevision: app.Status.LastAppliedRevision,
+		Refresh:      refresh,
+	}
+	if r.Cluster != nil {
+		req.Cluster = r.Cluster // asked only for a Helm chart
+	}
+	result, err := r.Reader.Read(ctx, req)
+	if err != nil {
+		var readErr *source.Error
+		terminal := errors.As(err, &readErr) && readErr.Terminal()
+		return nil, fail(string(source.ReasonOf(err)), err, terminal)
+	}
+	return result, nil
+}
+
+// helmOptions are the App's Helm options.
+func helmOptions(app *plumbv1.App) (render.HelmOptions, error) {
+	values, err := app.Spec.Helm.ValuesMap()
+	if err != nil {
+		return render.HelmOptions{}, err
+	}
+	helm := render.HelmOptions{ReleaseName: app.Name, Namespace: app.Namespace, Values: values}
+	if app.Spec.TargetNamespace != "" {
+		helm.Namespace = app.Spec.TargetNamespace
+	}
+	if h := app.Spec.Helm; h != nil {
+		if h.ReleaseName != "" {
+			helm.ReleaseName = h.ReleaseName
+		}
+		helm.ValuesFiles = h.ValuesFiles
+	}
+	return helm, nil
+}

@@ -1,0 +1,203 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/impersonation"
+	"github.com/plumb-dev/plumb/internal/source/git"
+	"github.com/plumb-dev/plumb/ssa"
+)
+
+// Policy is what the controller lets an App do beyond what RBAC decides
+// (the controller's lockdown flags).
+type Policy struct {
+	// DefaultServiceAccount is the ServiceAccount, in the App's own
+	// namespace, that an App naming none acts as. Empty: such an App acts
+	// with the controller's own rights.
+	DefaultServiceAccount string
+	// NoCrossNamespace refuses, in the Read phase, a render that places a
+	// namespaced object outside the App's namespace or holds a
+	// cluster-scoped object, and a spec.dependsOn on an App of another
+	// namespace.
+	NoCrossNamespace bool
+	// AllowFileSources lets Apps read file:// repositories, which are on the
+	// controller's own disk.
+	AllowFileSources bool
+}
+
+// Identities gives the Applier that acts as a ServiceAccount in an App's
+// namespace (package impersonation) and forgets an App that acts as none.
+type Identities interface {
+	For(ctx context.Context, app types.NamespacedName, serviceAccount string) (Applier, error)
+	Release(app types.NamespacedName)
+}
+
+// ServiceAccountOf is the ServiceAccount an App acts as under the policy
+// ("" for the controller's own rights).
+func (p Policy) ServiceAccountOf(app *plumbv1.App) string {
+	if app.Spec.ServiceAccountName != "" {
+		return app.Spec.ServiceAccountName
+	}
+	return p.DefaultServiceAccount
+}
+
+// serviceAccountOf is the ServiceAccount an App acts as ("" for the
+// controller's own rights).
+func (r *Reconciler) serviceAccountOf(app *plumbv1.App) string { return r.Policy.ServiceAccountOf(app) }
+
+// applierFor is the Applier that acts for app: as its ServiceAccount, or
+// with the controller's own rights when it has none. A ServiceAccount that
+// cannot be acted as fails the Apply phase, before any request about the
+// App's objects.
+func (r *Reconciler) applierFor(ctx context.Context, app *plumbv1.App) (Applier, error) {
+	key := client.ObjectKeyFromObject(app)
+	sa := r.serviceAccountOf(app)
+	if sa == "" {
+		if r.Identities != nil {
+			r.Identities.Release(key)
+		}
+		return r.Applier, nil
+	}
+	fail := func(detail string, err error) error {
+		return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Detail: detail, Err: err}
+	}
+	if problems := validation.IsDNS1123Subdomain(sa); len(problems) > 0 {
+		return nil, fail("ServiceAccountUnavailable", fmt.Errorf("%q is not a ServiceAccount name: %s", sa, strings.Join(problems, "; ")))
+	}
+	if r.Identities == nil {
+		return nil, fail("ServiceAccountUnavailable", fmt.Errorf("the App acts as ServiceAccount %s/%s, but this controller cannot impersonate", app.Namespace, sa))
+	}
+	applier, err := r.Identities.For(ctx, key, sa)
+	switch {
+	case errors.Is(err, impersonation.ErrServiceAccountNotFound):
+		return nil, fail("ServiceAccountNotFound", err)
+	case err != nil:
+		return nil, fail("ServiceAccountUnavailable", err)
+	}
+	return applier, nil
+}
+
+// refuseFileSource refuses a file:// repository unless the controller
+// allows them: it would be read from the controller's own disk.
+func (r *Reconciler) refuseFileSource(app *plumbv1.App) error {
+	if r.Policy.AllowFileSources || !git.IsLocal(app.Spec.Source.URL) {
+		return nil
+	}
+	return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: "SourceRefused", Terminal: true,
+		Err: errors.New("file:// sources are refused: the repository would be read from the controller's own disk " +
+			"(start plumb controller with --allow-file-sources to allow them)")}
+}
+
+// checkNamespaces enforces NoCrossNamespace on the prepared render (every
+// namespaced object has its namespace, cluster-scoped ones none): the whole
+// render is refused, naming each object that breaks the rule, before
+// anything is applied or pruned.
+func (r *Reconciler) checkNamespaces(app *plumbv1.App, desired []*unstructured.Unstructured, revision string) error {
+	if !r.Policy.NoCrossNamespace {
+		return nil
+	}
+	var offending []string
+	for _, obj := range desired {
+		switch ns := obj.GetNamespace(); {
+		case ns == "":
+			offending = append(offending, idOf(obj).String()+" (cluster-scoped)")
+		case ns != app.Namespace:
+			offending = append(offending, fmt.Sprintf("%s (namespace %s)", idOf(obj), ns))
+		}
+	}
+	if len(offending) == 0 {
+		return nil
+	}
+	count := len(offending)
+	offending = cutList(offending)
+	return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: "PolicyViolation",
+		Err: fmt.Errorf("%s at %s breaks --no-cross-namespace (an App may place objects only in its own namespace %s and no cluster-scoped objects); "+
+			"nothing was applied or pruned. %d objects: %s", displayPath(app.Spec.Source.Path), revision, app.Namespace, count, strings.Join(offending, ", "))}
+}
+
+// authorize asks, before the first write of a tick that acts as a
+// ServiceAccount, whether it may make every write the tick plans: the
+// applies (patch, and create for a new object), the patches that remove
+// additions, and the prunes. One refusal fails the tick before anything is
+// applied or pruned, so that a commit is never half applied because RBAC
+// refuses a part of it. A tick that writes nothing asks nothing.
+func (s *pass) authorize(ctx context.Context, serviceAccount string) error {
+	r, app, applier, p, desired, live, kinds := s.r, s.app, s.applier, s.planned, s.desired, s.live, s.kinds
+	var writes, deletes []ssa.Access
+	plurals := pluralsOf(desired)
+	for _, obj := range p.apply {
+		access := ssa.Access{Verb: "patch", Object: obj}
+		if scope, ok := kinds.pending[obj.GroupVersionKind()]; ok {
+			// Its CRD comes with this apply: ask with the CRD's names.
+			access.Resource = plurals[obj.GroupVersionKind().GroupKind()]
+			access.Namespaced = scope == meta.RESTScopeNameNamespace
+		}
+		writes = append(writes, access)
+		if live[idOf(obj)] == nil {
+			access.Verb = "create"
+			writes = append(writes, access)
+		}
+	}
+	for id, d := range p.drifted {
+		if !p.left[id] && len(d.additions) > 0 && d.live != nil {
+			writes = append(writes, ssa.Access{Verb: "patch", Object: d.live.Identity()})
+		}
+	}
+	if app.Spec.PruneEnabled() {
+		owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
+		for _, obj := range r.staleObjects(app.Status.Inventory, desired, kinds) {
+			cached, err := r.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+			if err == nil && (cached == nil || !owner.OwnsLive(cached)) {
+				continue // gone, or not the App's any more: Prune only drops it from the inventory
+			}
+			if _, kept := r.keptInCache(obj, owner); !kept {
+				deletes = append(deletes, ssa.Access{Verb: "delete", Object: obj})
+			}
+		}
+	}
+	user := impersonation.Username(app.Namespace, serviceAccount)
+	for _, check := range []struct {
+		accesses []ssa.Access
+		reason   string
+	}{{writes, plumbv1.ReasonApplyFailed}, {deletes, plumbv1.ReasonPruneFailed}} {
+		if len(check.accesses) == 0 {
+			continue
+		}
+		denied, err := applier.Denied(ctx, user, check.accesses)
+		if err != nil {
+			return &PhaseError{Phase: PhaseApply, Reason: check.reason, Err: err}
+		}
+		if len(denied) > 0 {
+			denied = cutList(denied)
+			return &PhaseError{Phase: PhaseApply, Reason: check.reason, Err: fmt.Errorf("%s; nothing was applied or pruned", strings.Join(denied, "; "))}
+		}
+	}
+	return nil
+}
+
+// pluralsOf maps the kinds that the CRDs in a render define to their
+// resource names.
+func pluralsOf(desired []*unstructured.Unstructured) map[schema.GroupKind]string {
+	out := map[schema.GroupKind]string{}
+	for _, o := range desired {
+		if !isCRD(o) {
+			continue
+		}
+		group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
+		kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
+		plural, _, _ := unstructured.NestedString(o.Object, "spec", "names", "plural")
+		out[schema.GroupKind{Group: group, Kind: kind}] = plural
+	}
+	return out
+}

@@ -1,0 +1,66 @@
+package testenv
+
+// The monitoring tools that tests run — promtool (Prometheus's rule tests)
+// and Alertmanager — which hack/tools.sh builds from the Go module proxy
+// into a versioned folder of the user's cache, once per machine.
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// toolsEnv pins the tools' versions; hack/tools.sh reads the same file,
+// so the two agree on the cache folder.
+//
+//go:embed tools.env
+var toolsEnv string
+
+// ToolsCacheEnv names the environment variable that overrides the root of
+// the tools cache (hack/tools.sh honours it too).
+const ToolsCacheEnv = "PLUMB_TOOLS_CACHE"
+
+// ErrToolMissing is returned (wrapped, with the command that builds it)
+// when a tool is not in the cache.
+var ErrToolMissing = errors.New("tool is missing")
+
+// ToolsDir is the folder that holds the pinned tools' executables.
+func ToolsDir() (string, error) {
+	values := map[string]string{}
+	for _, line := range strings.Split(toolsEnv, "\n") {
+		if key, value, ok := strings.Cut(strings.TrimSpace(line), "="); ok && !strings.HasPrefix(key, "#") {
+			values[key] = value
+		}
+	}
+	prometheus, alertmanager := values["PROMETHEUS_VERSION"], values["ALERTMANAGER_VERSION"]
+	if prometheus == "" || alertmanager == "" {
+		return "", errors.New("internal/testenv/tools.env: PROMETHEUS_VERSION and ALERTMANAGER_VERSION must both be set")
+	}
+	root := os.Getenv(ToolsCacheEnv)
+	if root == "" {
+		userCache, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("finding the user cache directory (set %s instead): %w", ToolsCacheEnv, err)
+		}
+		root = filepath.Join(userCache, "plumb", "tools")
+	}
+	// The stamp must match hack/tools.sh's.
+	return filepath.Join(root, fmt.Sprintf("prometheus-%s_alertmanager-%s", prometheus, alertmanager), "bin"), nil
+}
+
+// ToolPath is the executable of one tool ("promtool" or "alertmanager"), or
+// an error wrapping ErrToolMissing that names the command that builds it.
+func ToolPath(name string) (string, error) {
+	dir, err := ToolsDir()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, name)
+	if info, err := os.Stat(path); err != nil || info.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("%w: %s is not built at %s; run `make tools` (hack/tools.sh builds it from the Go module proxy, once per machine)", ErrToolMissing, name, path)
+	}
+	return path, nil
+}

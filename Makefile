@@ -25,7 +25,7 @@ FUZZTIME ?= 50000x
 RACE_PACKAGES := ./internal/source/git ./informers/compact ./internal/digest ./queue ./internal/notify
 # package:target[:executions] — a target whose executions are slow (a whole
 # Kustomize build each) runs fewer.
-FUZZ_TARGETS := ./internal/source/manifest:FuzzParse ./internal/source/tree:FuzzResolve ./webhook:FuzzNormalizeURL ./webhook:FuzzHandler \
+FUZZ_TARGETS := ./internal/source/manifest:FuzzParse ./internal/source/tree:FuzzResolve ./internal/repourl:FuzzCanonical ./webhook:FuzzHandler \
 	./internal/source/render:FuzzKustomizeResources:3000x
 
 .PHONY: help

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/repourl"
 )
 
 // Push is what a push payload says, whatever the provider: the
@@ -48,7 +49,7 @@ func NewIndex() *Index {
 // Set adds or updates an App.
 func (ix *Index) Set(app *plumbv1.App) {
 	key := types.NamespacedName{Namespace: app.Namespace, Name: app.Name}
-	url, err := NormalizeURL(app.Spec.Source.URL)
+	url, err := repourl.Canonical(app.Spec.Source.URL)
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.deleteLocked(key)
@@ -97,7 +98,7 @@ func (ix *Index) Match(p Push) []types.NamespacedName {
 	defer ix.mu.RUnlock()
 	seen := map[types.NamespacedName]bool{}
 	for _, raw := range p.URLs {
-		url, err := NormalizeURL(raw)
+		url, err := repourl.Canonical(raw)
 		if err != nil {
 			continue
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/plumb-dev/plumb/internal/preview"
 	"github.com/plumb-dev/plumb/internal/preview/diffreport"
 	"github.com/plumb-dev/plumb/internal/reconcile"
+	"github.com/plumb-dev/plumb/internal/source/git"
 )
 
 // Exit codes of plumb diff, as kubectl diff and flux diff use them.
@@ -193,8 +194,8 @@ var shortCommit = regexp.MustCompile(`^[0-9a-f]{7,39}$`)
 // parseRevision reads --revision.
 func parseRevision(rev string) (plumbv1.GitRef, error) {
 	hash := rev
-	if _, after, ok := strings.Cut(rev, "sha1:"); ok {
-		hash = after
+	if recorded := git.ParseRevision(rev); recorded.Hash != "" {
+		hash = recorded.Hash
 	}
 	switch {
 	case plumbing.IsHash(hash):

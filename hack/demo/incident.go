@@ -51,7 +51,7 @@ func (s *story) incident(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.n.say("Pushed R6 (main@sha1:%.12s…) with the hotfix, and resumed the App:", sixth)
+	s.n.say("Pushed R6 (%s) with the hotfix, and resumed the App:", onMain(sixth))
 	if err := s.cli(ctx, 0, "resume", "shop", "-n", "default", "--wait"); err != nil {
 		return err
 	}

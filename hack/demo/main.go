@@ -31,6 +31,7 @@ import (
 	"github.com/plumb-dev/plumb/examples"
 	"github.com/plumb-dev/plumb/internal/controller"
 	"github.com/plumb-dev/plumb/internal/source"
+	"github.com/plumb-dev/plumb/internal/source/git"
 	"github.com/plumb-dev/plumb/internal/source/git/gittest"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/webhook"
@@ -262,3 +263,7 @@ func startController(cluster *testenv.Cluster, opts controller.Options, logPath 
 	}()
 	return cancel, result, nil
 }
+
+// onMain is a commit of the demo's branch as plumb shows it, abbreviated
+// (main@sha1:1a2b3c4).
+func onMain(hash string) string { return git.Revision{Name: "main", Hash: hash}.Short() }

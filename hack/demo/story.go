@@ -73,8 +73,8 @@ func (s *story) tell(ctx context.Context, first string) error {
 	if err := s.waitReplicas(ctx, 2); err != nil {
 		return err
 	}
-	s.n.say("Applied R1 (main@sha1:%.12s…): Namespace, Deployment, Service and two ConfigMaps; Ready in %s, once Deployment shop/web was Available with 2/2 replicas (pods run on kwok's fake node): %s",
-		first, since(start), s.healthLine(ctx))
+	s.n.say("Applied R1 (%s): Namespace, Deployment, Service and two ConfigMaps; Ready in %s, once Deployment shop/web was Available with 2/2 replicas (pods run on kwok's fake node): %s",
+		onMain(first), since(start), s.healthLine(ctx))
 
 	second, err := s.push("Scale to 3 and turn green", map[string]string{
 		"deploy/configmap.yaml":  strings.Replace(s.read("deploy/configmap.yaml"), "color: blue", "color: green", 1),
@@ -87,7 +87,7 @@ func (s *story) tell(ctx context.Context, first string) error {
 	if err := sendPush(ctx, s.webhookAddr, s.webhookSecret, s.git.HTTPURL("shop.git"), second); err != nil {
 		return err
 	}
-	s.n.say("Pushed R2 (main@sha1:%.12s…): replicas 2→3, color blue→green; delivered a signed GitHub push webhook", second)
+	s.n.say("Pushed R2 (%s): replicas 2→3, color blue→green; delivered a signed GitHub push webhook", onMain(second))
 	if err := s.waitReady(ctx, second); err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func (s *story) tell(ctx context.Context, first string) error {
 	if err := sendPush(ctx, s.webhookAddr, s.webhookSecret, s.git.HTTPURL("shop.git"), third); err != nil {
 		return err
 	}
-	s.n.say("Pushed R3 (main@sha1:%.12s…): deleted deploy/banner.yaml; delivered a signed GitHub push webhook", third)
+	s.n.say("Pushed R3 (%s): deleted deploy/banner.yaml; delivered a signed GitHub push webhook", onMain(third))
 	if err := s.waitReady(ctx, third); err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func (s *story) tell(ctx context.Context, first string) error {
 	if err := sendPush(ctx, s.webhookAddr, s.webhookSecret, s.git.HTTPURL("shop.git"), fourth); err != nil {
 		return err
 	}
-	s.n.say("Pushed R4 (main@sha1:%.12s…): a rollout whose pods ask for 1000 CPUs; they stay Pending, as pods whose image does not exist never become ready (kwok pulls no images)", fourth)
+	s.n.say("Pushed R4 (%s): a rollout whose pods ask for 1000 CPUs; they stay Pending, as pods whose image does not exist never become ready (kwok pulls no images)", onMain(fourth))
 	failed, err := s.waitHealthCheckFailed(ctx, fourth)
 	if err != nil {
 		return err
@@ -174,7 +174,7 @@ func (s *story) tell(ctx context.Context, first string) error {
 	if err := sendPush(ctx, s.webhookAddr, s.webhookSecret, s.git.HTTPURL("shop.git"), fifth); err != nil {
 		return err
 	}
-	s.n.say("Pushed R5 (main@sha1:%.12s…): rolled back to R3's Deployment", fifth)
+	s.n.say("Pushed R5 (%s): rolled back to R3's Deployment", onMain(fifth))
 	if err := s.waitReady(ctx, fifth); err != nil {
 		return err
 	}

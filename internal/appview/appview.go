@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/source/git"
 )
 
 // TableOptions tune Table.
@@ -153,17 +154,14 @@ func APIMessage(err error) string {
 	return err.Error()
 }
 
-// ShortRevision is a recorded revision with its commit cut to 7 digits
+// ShortRevision is a recorded revision with its commit cut to
+// git.ShortHashLength digits
 // ("main@sha1:1a2b3c4"); "-" when there is none.
 func ShortRevision(rev string) string {
 	if rev == "" {
 		return "-"
 	}
-	name, hash, ok := strings.Cut(rev, "sha1:")
-	if ok && len(hash) > 7 {
-		return name + "sha1:" + hash[:7]
-	}
-	return rev
+	return git.ParseRevision(rev).Short()
 }
 
 // Age is how long before now t was, as kubectl shows ages ("-" for none).
@@ -181,7 +179,7 @@ func SourceOf(app *plumbv1.App) string {
 	var at string
 	switch {
 	case ref.Commit != "":
-		at = "commit " + ShortRevision("sha1:" + ref.Commit)[len("sha1:"):]
+		at = "commit " + git.Revision{Hash: ref.Commit}.ShortHash()
 	case ref.Tag != "":
 		at = "tag " + ref.Tag
 	case ref.SemVer != "":

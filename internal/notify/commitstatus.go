@@ -9,31 +9,13 @@ import (
 	"strings"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/repourl"
 )
 
 // StatusContext is the commit status context of an App: plumb/<namespace>/<name>.
 func StatusContext(e *Event) string { return "plumb/" + e.appKey() }
 
 var commitHash = regexp.MustCompile(`^[0-9a-f]{40}$`)
-
-// repositoryPath is owner/name (or group/subgroup/name on GitLab) of a
-// repository URL: https://host/owner/name(.git), ssh://git@host/owner/name
-// or git@host:owner/name.
-func repositoryPath(source string) (string, error) {
-	path := ""
-	if u, err := url.Parse(source); err == nil && u.Host != "" {
-		path = u.Path
-	} else if at := strings.Index(source, "@"); at >= 0 {
-		if _, after, ok := strings.Cut(source[at:], ":"); ok {
-			path = after // scp-like: git@host:owner/name
-		}
-	}
-	path = strings.TrimSuffix(strings.Trim(path, "/"), ".git")
-	if strings.Count(path, "/") < 1 || strings.Contains(path, "..") {
-		return "", errors.New("the App's source URL names no owner/repository")
-	}
-	return path, nil
-}
 
 // commitStatusRequest posts the revision's state as a commit status: GitHub
 // (POST /repos/{owner}/{repo}/statuses/{sha}), GitLab (POST
@@ -46,7 +28,7 @@ func commitStatusRequest(ctx context.Context, t plumbv1.SinkType, base *url.URL,
 	if !commitHash.MatchString(e.Commit) {
 		return nil, nil // no commit to put a status on
 	}
-	repo, err := repositoryPath(e.Source)
+	repo, err := repourl.OwnerPath(e.Source)
 	if err != nil {
 		return nil, err
 	}

@@ -3,9 +3,7 @@ package reconcile
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"sort"
-	"strings"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,7 +11,9 @@ import (
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/internal/notify"
+	"github.com/plumb-dev/plumb/internal/repourl"
 	"github.com/plumb-dev/plumb/internal/source"
+	"github.com/plumb-dev/plumb/internal/source/git"
 )
 
 // maxNotifiedFields bounds the fields a notification lists per object.
@@ -23,7 +23,7 @@ const maxNotifiedFields = 20
 func (r *Reconciler) event(app *plumbv1.App, kind plumbv1.NotificationEvent, revision string) notify.Event {
 	return notify.Event{
 		Kind: kind, App: client.ObjectKeyFromObject(app), AppLabels: app.Labels,
-		Source: withoutUserinfo(app.Spec.Source.URL), Revision: revision, Commit: commitOf(revision),
+		Source: repourl.WithoutCredentials(app.Spec.Source.URL), Revision: revision, Commit: git.ParseRevision(revision).Hash,
 		Time: r.now(),
 	}
 }
@@ -134,7 +134,7 @@ func (r *Reconciler) notifyPending(app *plumbv1.App, revision string) {
 	}
 	r.memory.sendRevision(key, sentRevision{revision: revision, kind: plumbv1.EventRevisionPending})
 	e := r.event(app, plumbv1.EventRevisionPending, revision)
-	e.Message = fmt.Sprintf("plumb is applying %s to App %s/%s", shortRevision(revision), app.Namespace, app.Name)
+	e.Message = fmt.Sprintf("plumb is applying %s to App %s/%s", git.ParseRevision(revision).Short(), app.Namespace, app.Name)
 	r.Notifier.Notify(e)
 }
 
@@ -163,7 +163,7 @@ func (r *Reconciler) notifyOutcome(app *plumbv1.App, err error) {
 		// Applied but for drift left in place: pending again, should a
 		// failure have been told meanwhile.
 		e = r.event(app, plumbv1.EventRevisionPending, revision)
-		e.Message = fmt.Sprintf("plumb is applying %s to App %s/%s", shortRevision(revision), app.Namespace, app.Name)
+		e.Message = fmt.Sprintf("plumb is applying %s to App %s/%s", git.ParseRevision(revision).Short(), app.Namespace, app.Name)
 	case err == nil:
 		ready := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
 		if ready == nil {
@@ -177,16 +177,16 @@ func (r *Reconciler) notifyOutcome(app *plumbv1.App, err error) {
 		switch {
 		case ready.Status == metav1.ConditionTrue:
 			e = r.event(app, plumbv1.EventRevisionSucceeded, revision)
-			e.Message = fmt.Sprintf("App %s/%s is Ready at %s", app.Namespace, app.Name, shortRevision(revision))
+			e.Message = fmt.Sprintf("App %s/%s is Ready at %s", app.Namespace, app.Name, git.ParseRevision(revision).Short())
 		case ready.Reason == plumbv1.ReasonProgressing:
 			// Applied; its objects are still rolling out (the health
 			// re-assessment tells the outcome).
 			e = r.event(app, plumbv1.EventRevisionPending, revision)
-			e.Message = fmt.Sprintf("plumb applied %s to App %s/%s and waits for its objects to become healthy", shortRevision(revision), app.Namespace, app.Name)
+			e.Message = fmt.Sprintf("plumb applied %s to App %s/%s and waits for its objects to become healthy", git.ParseRevision(revision).Short(), app.Namespace, app.Name)
 		default:
 			e = r.event(app, plumbv1.EventRevisionFailed, revision)
 			e.Reason = ready.Reason
-			e.Message = fmt.Sprintf("App %s/%s is not Ready at %s: %s", app.Namespace, app.Name, shortRevision(revision), ready.Reason)
+			e.Message = fmt.Sprintf("App %s/%s is not Ready at %s: %s", app.Namespace, app.Name, git.ParseRevision(revision).Short(), ready.Reason)
 		}
 	case !errors.As(err, &phaseErr) || revision == applied:
 		return
@@ -208,33 +208,4 @@ func (r *Reconciler) notifyOutcome(app *plumbv1.App, err error) {
 	if r.memory.sendRevision(key, sentRevision{revision: e.Revision, kind: e.Kind, detail: detail}) {
 		r.Notifier.Notify(e)
 	}
-}
-
-// commitOf is the commit hash of a revision (main@sha1:<hash>, sha1:<hash>).
-func commitOf(revision string) string {
-	if i := strings.LastIndex(revision, "sha1:"); i >= 0 {
-		return revision[i+len("sha1:"):]
-	}
-	return ""
-}
-
-// shortRevision cuts a revision's hash to 12 characters, for messages.
-func shortRevision(revision string) string {
-	if hash := commitOf(revision); len(hash) > 12 {
-		return strings.TrimSuffix(revision, hash) + hash[:12]
-	}
-	return revision
-}
-
-// withoutUserinfo is a repository URL without the credentials it may carry.
-func withoutUserinfo(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		if err != nil && strings.Contains(raw, "://") {
-			return "" // unparseable, and it may hold a password: not shown
-		}
-		return raw
-	}
-	u.User = nil
-	return u.String()
 }

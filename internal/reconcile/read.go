@@ -86,7 +86,7 @@ func (r *Reconciler) tellLeftOut(app *plumbv1.App, result *source.Result) {
 		more = fmt.Sprintf(" (and %d more)", n)
 	}
 	r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonLeftOut, "revision %s: not applied, as %s%s",
-		shortRevision(result.Revision.String()), strings.Join(parts, "; "), more)
+		result.Revision.Short(), strings.Join(parts, "; "), more)
 }
 
 // read asks Git (package source). With refresh it asks the remote afresh

@@ -364,11 +364,11 @@ func (r *Reader) historyRewritten(req Request, rev git.Revision) bool {
 	if req.Ref.Branch == "" || req.LastRevision == "" {
 		return false
 	}
-	name, lastHash, ok := strings.Cut(req.LastRevision, "@sha1:")
-	if !ok || name != rev.Name || lastHash == rev.Hash {
+	last := git.ParseRevision(req.LastRevision)
+	if last.Hash == "" || last.Name != rev.Name || last.Hash == rev.Hash {
 		return false
 	}
-	isAncestor, err := r.repos.IsAncestor(req.URL, req.Auth, lastHash, rev.Hash)
+	isAncestor, err := r.repos.IsAncestor(req.URL, req.Auth, last.Hash, rev.Hash)
 	return err == nil && !isAncestor
 }
 

@@ -3,6 +3,9 @@ package ui
 import (
 	"net/url"
 	"strings"
+
+	"github.com/plumb-dev/plumb/internal/repourl"
+	"github.com/plumb-dev/plumb/internal/source/git"
 )
 
 // knownHosts are Git hosts whose web pages show a commit at
@@ -14,16 +17,16 @@ var knownHosts = map[string]bool{"github.com": true, "gitlab.com": true, "codebe
 // whatever its author wrote: only a URL built here, with scheme https,
 // is ever a link).
 func commitURL(repository, revision string) string {
-	_, hash, ok := strings.Cut(revision, "sha1:")
-	if !ok || len(hash) != 40 {
+	hash := git.ParseRevision(revision).Hash
+	if len(hash) != 40 {
 		return ""
 	}
 	u, err := url.Parse(repository)
 	if err != nil || u.Scheme != "https" || !knownHosts[strings.ToLower(u.Host)] || u.User != nil {
 		return ""
 	}
-	path := strings.TrimSuffix(strings.Trim(u.Path, "/"), ".git")
-	if strings.Count(path, "/") < 1 || strings.ContainsAny(path, "?#") {
+	path, err := repourl.OwnerPath(repository)
+	if err != nil || strings.ContainsAny(path, "?#") {
 		return ""
 	}
 	return (&url.URL{Scheme: "https", Host: strings.ToLower(u.Host), Path: "/" + path + "/commit/" + hash}).String()

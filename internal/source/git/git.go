@@ -90,6 +90,37 @@ func (r Revision) String() string {
 	return r.Name + "@sha1:" + r.Hash
 }
 
+// ShortHashLength is how many hex digits of a commit plumb shows where it
+// abbreviates one (Git's and GitHub's default).
+const ShortHashLength = 7
+
+// ParseRevision reads a revision as String writes it: <name>@sha1:<hash>,
+// sha1:<hash>, or a name alone. (Git ref names cannot hold a colon, so
+// the first "@sha1:" ends the name.)
+func ParseRevision(s string) Revision {
+	if name, hash, ok := strings.Cut(s, "@sha1:"); ok {
+		return Revision{Name: name, Hash: hash}
+	}
+	if hash, ok := strings.CutPrefix(s, "sha1:"); ok {
+		return Revision{Hash: hash}
+	}
+	return Revision{Name: s}
+}
+
+// ShortHash is the commit cut to ShortHashLength digits.
+func (r Revision) ShortHash() string {
+	if len(r.Hash) > ShortHashLength {
+		return r.Hash[:ShortHashLength]
+	}
+	return r.Hash
+}
+
+// Short is the revision as String writes it, with its commit cut to
+// ShortHashLength digits ("main@sha1:1a2b3c4"), for messages and tables.
+func (r Revision) Short() string {
+	return Revision{Name: r.Name, Hash: r.ShortHash()}.String()
+}
+
 // Cache is the on-disk cache of bare repositories, one per repository URL
 // and credentials. It is safe for concurrent use; fetches of one repository
 // are serialised, and concurrent ls-remotes of one repository share one

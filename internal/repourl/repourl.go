@@ -1,10 +1,12 @@
-// Package webhook receives Git push webhooks and brings the matching Apps'
-// next tick forward. This file maps repository URLs to one canonical form,
-// so that a push naming a repository in any of its spellings finds the Apps
-// that track it in another.
-package webhook
+// Package repourl is the one home of what plumb reads from a repository
+// URL: its canonical form (so that a push naming a repository in any of
+// its spellings finds the Apps that track it in another), its owner/name
+// path (for commit statuses and commit links), and the URL without the
+// credentials it may carry (for events and messages).
+package repourl
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -22,12 +24,12 @@ var (
 // defaultPorts are dropped from canonical URLs.
 var defaultPorts = map[string]string{"https": "443", "http": "80", "ssh": "22", "git": "9418"}
 
-// NormalizeURL returns the canonical form of a repository URL:
+// Canonical returns the canonical form of a repository URL:
 // host[:port]/path, with the scheme and user dropped, the host lower-cased,
 // default ports removed, and a trailing ".git" or "/" trimmed. https://,
 // http://, ssh://, git:// and scp-like user@host:org/repo spellings of one
 // repository normalise alike.
-func NormalizeURL(raw string) (string, error) {
+func Canonical(raw string) (string, error) {
 	raw = strings.TrimSpace(raw)
 	if raw == "" {
 		return "", fmt.Errorf("empty repository URL")
@@ -80,4 +82,37 @@ func NormalizeURL(raw string) (string, error) {
 		canonical = "[" + canonical + "]" // an IPv6 address
 	}
 	return canonical + "/" + path, nil
+}
+
+// OwnerPath is owner/name (or group/subgroup/name on GitLab) of a
+// repository URL: https://host/owner/name(.git), ssh://git@host/owner/name
+// or git@host:owner/name.
+func OwnerPath(raw string) (string, error) {
+	path := ""
+	if u, err := url.Parse(raw); err == nil && u.Host != "" {
+		path = u.Path
+	} else if at := strings.Index(raw, "@"); at >= 0 {
+		if _, after, ok := strings.Cut(raw[at:], ":"); ok {
+			path = after // scp-like: git@host:owner/name
+		}
+	}
+	path = strings.TrimSuffix(strings.Trim(path, "/"), ".git")
+	if strings.Count(path, "/") < 1 || strings.Contains(path, "..") {
+		return "", errors.New("the App's source URL names no owner/repository")
+	}
+	return path, nil
+}
+
+// WithoutCredentials is a repository URL without the user and password it
+// may carry; "" for a URL that does not parse but may hold a password.
+func WithoutCredentials(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		if err != nil && strings.Contains(raw, "://") {
+			return "" // unparseable, and it may hold a password: not shown
+		}
+		return raw
+	}
+	u.User = nil
+	return u.String()
 }

@@ -54,7 +54,7 @@ func runTests(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "FAIL: building plumb: %v\n%s", err, out)
 		return 1
 	}
-	return gittest.RunTests(testRun{m}, func(s *gittest.Server) { gitServer = s })
+	return testenv.Run(testRun{m}, testenv.Needs{Git: true}, func(e *testenv.Env) { gitServer = e.Git })
 }
 
 // testRun runs the tests, prints the controller's and the control plane's

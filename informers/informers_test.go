@@ -3,7 +3,6 @@ package informers
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -32,7 +31,7 @@ import (
 var cluster *testenv.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunTests(m, testenv.Options{Mode: testenv.ModeAPI}, func(c *testenv.Cluster) { cluster = c }))
+	testenv.Main(m, testenv.Needs{Cluster: testenv.ModeAPI}, func(e *testenv.Env) { cluster = e.Cluster })
 }
 
 var configMapKind = schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}

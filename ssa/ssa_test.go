@@ -3,7 +3,6 @@ package ssa
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -27,7 +26,7 @@ import (
 var cluster *testenv.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunTests(m, testenv.Options{Mode: testenv.ModeAPI}, func(c *testenv.Cluster) { cluster = c }))
+	testenv.Main(m, testenv.Needs{Cluster: testenv.ModeAPI}, func(e *testenv.Env) { cluster = e.Cluster })
 }
 
 func newClient(t *testing.T) client.Client {

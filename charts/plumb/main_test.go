@@ -6,7 +6,6 @@
 package chart_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/plumb-dev/plumb/internal/source/git/gittest"
@@ -19,12 +18,5 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(gittest.RunTests(clusterRun{m}, func(s *gittest.Server) { gitServer = s }))
-}
-
-// clusterRun runs the tests with the package's local control plane.
-type clusterRun struct{ m *testing.M }
-
-func (r clusterRun) Run() int {
-	return testenv.RunTests(r.m, testenv.Options{Mode: testenv.ModeAPI}, func(c *testenv.Cluster) { cluster = c })
+	testenv.Main(m, testenv.Needs{Cluster: testenv.ModeAPI, Git: true}, func(e *testenv.Env) { cluster, gitServer = e.Cluster, e.Git })
 }

@@ -19,7 +19,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/plumb-dev/plumb/api/v1alpha1/crd"
 	"github.com/plumb-dev/plumb/internal/source/git/gittest"
 	"github.com/plumb-dev/plumb/internal/testenv"
 )
@@ -32,11 +31,6 @@ var (
 	// gitServer serves the operator commands' tests' repositories.
 	gitServer *gittest.Server
 )
-
-// runner runs the tests inside a server's lifetime (gittest.RunTests).
-type runner func() int
-
-func (r runner) Run() int { return r() }
 
 const (
 	testVersion = "v0.0.0-test"
@@ -56,15 +50,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building plumb: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := gittest.RunTests(runner(func() int {
-		return testenv.RunTests(m, testenv.Options{Mode: testenv.ModeAPI}, func(c *testenv.Cluster) {
-			cluster = c
-			if err := crd.Install(context.Background(), c.Config); err != nil {
-				fmt.Fprintln(os.Stderr, "installing the App CRD:", err)
-				os.Exit(1)
-			}
-		})
-	}), func(s *gittest.Server) { gitServer = s })
+	code := testenv.Run(m, testenv.Needs{Cluster: testenv.ModeAPI, CRDs: true, Git: true}, func(e *testenv.Env) { cluster, gitServer = e.Cluster, e.Git })
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

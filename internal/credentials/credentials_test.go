@@ -2,7 +2,6 @@ package credentials
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +21,7 @@ import (
 var cluster *testenv.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunTests(m, testenv.Options{Mode: testenv.ModeAPI}, func(c *testenv.Cluster) { cluster = c }))
+	testenv.Main(m, testenv.Needs{Cluster: testenv.ModeAPI}, func(e *testenv.Env) { cluster = e.Cluster })
 }
 
 // counted is a clientset whose requests are recorded.

@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -27,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
-	"github.com/plumb-dev/plumb/api/v1alpha1/crd"
 	"github.com/plumb-dev/plumb/informers"
 	"github.com/plumb-dev/plumb/internal/clusterinfo"
 	"github.com/plumb-dev/plumb/internal/credentials"
@@ -46,19 +44,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(gittest.RunTests(clusterRun{m}, func(s *gittest.Server) { gitServer = s }))
-}
-
-type clusterRun struct{ m *testing.M }
-
-func (r clusterRun) Run() int {
-	return testenv.RunTests(r.m, testenv.Options{Mode: testenv.ModeAPI}, func(c *testenv.Cluster) {
-		cluster = c
-		if err := crd.Install(context.Background(), c.Config); err != nil {
-			fmt.Fprintln(os.Stderr, "installing the CRD:", err)
-			os.Exit(1)
-		}
-	})
+	testenv.Main(m, testenv.Needs{Cluster: testenv.ModeAPI, CRDs: true, Git: true}, func(e *testenv.Env) { cluster, gitServer = e.Cluster, e.Git })
 }
 
 // harness is a tick assembled the way package controller assembles it —

@@ -16,13 +16,14 @@ import (
 	"github.com/plumb-dev/plumb/internal/source"
 	"github.com/plumb-dev/plumb/internal/source/git"
 	"github.com/plumb-dev/plumb/internal/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // server is the package's Git server, started once in TestMain.
 var server *gittest.Server
 
 func TestMain(m *testing.M) {
-	os.Exit(gittest.RunTests(m, func(s *gittest.Server) { server = s }))
+	testenv.Main(m, testenv.Needs{Git: true}, func(e *testenv.Env) { server = e.Git })
 }
 
 var auth = source.AuthFromSecret(map[string][]byte{

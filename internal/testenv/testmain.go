@@ -15,7 +15,7 @@ import (
 //	func TestMain(m *testing.M) {
 //		os.Exit(testenv.RunTests(m, testenv.Options{}, func(c *testenv.Cluster) { cluster = c }))
 //	}
-func RunTests(m *testing.M, opts Options, use func(*Cluster)) int {
+func RunTests(m Tests, opts Options, use func(*Cluster)) int {
 	c, err := Start(context.Background(), opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: starting the local control plane: %v\n", err)

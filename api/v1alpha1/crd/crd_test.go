@@ -27,9 +27,7 @@ import (
 var cluster *testenv.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.RunTests(m, testenv.Options{Mode: testenv.ModeAPI}, func(c *testenv.Cluster) {
-		cluster = c
-	}))
+	testenv.Main(m, testenv.Needs{Cluster: testenv.ModeAPI}, func(e *testenv.Env) { cluster = e.Cluster })
 }
 
 // setup installs the CRD (idempotent) and returns a client and a fresh

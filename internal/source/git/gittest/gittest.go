@@ -273,17 +273,3 @@ func (w *Workdir) Push(refs ...string) error {
 	_, err := w.Git(args...)
 	return err
 }
-
-// RunTests is for a package's TestMain: it starts a server, hands it to use,
-// runs the tests and stops the server. A server that cannot start fails the
-// package with the reason. It returns the exit code.
-func RunTests(m interface{ Run() int }, use func(*Server)) int {
-	s, err := Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL: starting the git server:", err)
-		return 1
-	}
-	defer s.Stop()
-	use(s)
-	return m.Run()
-}

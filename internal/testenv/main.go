@@ -1,0 +1,75 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/plumb-dev/plumb/api/v1alpha1/crd"
+	"github.com/plumb-dev/plumb/internal/source/git/gittest"
+)
+
+// Needs is what a package's tests run against.
+type Needs struct {
+	// Cluster is the mode of the local control plane to start ("" for
+	// none).
+	Cluster Mode
+	// CRDs installs plumb's CRDs into it.
+	CRDs bool
+	// Git starts a real Git server (gittest).
+	Git bool
+}
+
+// Env is what Main started for the tests.
+type Env struct {
+	Cluster *Cluster
+	Git     *gittest.Server
+}
+
+// Main is a package's TestMain: it starts what needs asks for, hands it to
+// use, runs the tests, prints the control plane's logs when one failed,
+// stops everything and exits with the tests' code. A part that cannot
+// start (its binaries missing included) fails the package with the reason
+// and the command that fixes it; it never skips.
+//
+//	func TestMain(m *testing.M) {
+//		testenv.Main(m, testenv.Needs{Cluster: testenv.ModeAPI}, func(e *testenv.Env) { cluster = e.Cluster })
+//	}
+func Main(m *testing.M, needs Needs, use func(*Env)) {
+	os.Exit(Run(m, needs, use))
+}
+
+// Tests runs a package's tests: a *testing.M, or a wrapper of one that
+// does more around them.
+type Tests interface{ Run() int }
+
+// Run is Main for a TestMain that has more to do before it exits: it
+// returns the tests' exit code.
+func Run(m Tests, needs Needs, use func(*Env)) int {
+	env := &Env{}
+	if needs.Git {
+		s, err := gittest.Start()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL: starting the git server:", err)
+			return 1
+		}
+		defer s.Stop()
+		env.Git = s
+	}
+	if needs.Cluster == "" {
+		use(env)
+		return m.Run()
+	}
+	return RunTests(m, Options{Mode: needs.Cluster}, func(c *Cluster) {
+		env.Cluster = c
+		if needs.CRDs {
+			if err := crd.Install(context.Background(), c.Config); err != nil {
+				fmt.Fprintln(os.Stderr, "FAIL: installing plumb's CRDs:", err)
+				_ = c.Stop()
+				os.Exit(1)
+			}
+		}
+		use(env)
+	})
+}

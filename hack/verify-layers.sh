@@ -2,7 +2,8 @@
 # Checks the README's Layout claim: each layer of the product imports only
 # packages of its own layer or of the layers below it (tests, e2e, charts,
 # examples and hack are outside the layers). A package in no layer fails,
-# so that a new one is placed on purpose.
+# so that a new one is placed on purpose, and so does one that the README's
+# Layout table does not name.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 module=github.com/plumb-dev/plumb
@@ -16,7 +17,7 @@ layer() {
 	internal/reconcile) echo 3 ;;
 	internal/source | internal/source/* | informers | informers/* | internal/diff | ssa) echo 4 ;;
 	queue | webhook) echo 5 ;;
-	internal/health | internal/notify | internal/repourl | internal/metrics | internal/credentials | internal/impersonation | internal/clusterinfo | internal/digest) echo 6 ;;
+	internal/health | internal/notify | internal/redact | internal/repourl | internal/metrics | internal/credentials | internal/impersonation | internal/clusterinfo | internal/digest) echo 6 ;;
 	api | api/*) echo 7 ;;
 	*) echo none ;;
 	esac
@@ -31,6 +32,10 @@ while read -r pkg imports; do
 		echo "hack/verify-layers.sh: package $pkg is in no layer; add it to the README's Layout and to this script"
 		failed=1
 		continue
+	fi
+	if ! grep -qF "\`$pkg\`" README.md; then
+		echo "hack/verify-layers.sh: package $pkg is not named in the README's Layout table"
+		failed=1
 	fi
 	for imp in $imports; do
 		[[ $imp == "$module"/* ]] || continue

@@ -2,13 +2,10 @@ package reconcile
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"sort"
-	"strings"
 
 	fluxssa "github.com/fluxcd/pkg/ssa"
 	ssaerrors "github.com/fluxcd/pkg/ssa/errors"
@@ -20,6 +17,7 @@ import (
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/informers/compact"
 	"github.com/plumb-dev/plumb/internal/diff"
+	"github.com/plumb-dev/plumb/internal/redact"
 	"github.com/plumb-dev/plumb/internal/source"
 	"github.com/plumb-dev/plumb/ssa"
 )
@@ -305,45 +303,17 @@ func refusedByServer(err error) bool {
 var authorizerDenial = regexp.MustCompile(`is forbidden: User "[^"]*" cannot `)
 
 // redactSecret replaces, in a message about an object, every value that
-// objs (the rendered object, the live one; nil ones are skipped) hold
-// when they are Secrets: in data (encoded and decoded) and stringData
-// (as written, encoded, and JSON-quoted). An API server's or webhook's
-// message may quote the object in any of these forms.
+// objs (the rendered object, the live one; nil ones are skipped) hold when
+// they are Secrets: an API server's or webhook's message may quote the
+// object.
 func redactSecret(message string, objs ...*unstructured.Unstructured) string {
-	var values []string
-	add := func(v string) {
-		quoted, _ := json.Marshal(v)
-		values = append(values, v, strings.Trim(string(quoted), `"`))
-	}
+	var values redact.Values
 	for _, obj := range objs {
-		if obj == nil || obj.GetKind() != "Secret" || obj.GroupVersionKind().Group != "" {
-			continue
-		}
-		for _, field := range []string{"data", "stringData"} {
-			m, _ := obj.Object[field].(map[string]any)
-			for _, v := range m {
-				s, ok := v.(string)
-				if !ok {
-					continue
-				}
-				add(s)
-				if field == "data" {
-					if decoded, err := base64.StdEncoding.DecodeString(s); err == nil {
-						add(string(decoded))
-					}
-				} else {
-					add(base64.StdEncoding.EncodeToString([]byte(s)))
-				}
-			}
+		if obj != nil {
+			values.AddSecret(obj.Object)
 		}
 	}
-	sort.Slice(values, func(i, j int) bool { return len(values[i]) > len(values[j]) }) // longest first
-	for _, v := range values {
-		if len(v) >= 4 {
-			message = strings.ReplaceAll(message, v, "***")
-		}
-	}
-	return message
+	return values.In(message)
 }
 
 // refuseEmpty refuses a render of no objects unless the App allows it: it

@@ -248,7 +248,7 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 		for _, o := range d.Objects {
 			fmt.Fprintf(&b, "  %s  %s  by %s\n", o.ObjectRef.String(), Printable(strings.Join(o.Fields, ", ")), Printable(strings.Join(o.Managers, ", ")))
 		}
-		if more := int(d.Count) - len(d.Objects); more > 0 {
+		if more := d.Unlisted(); more > 0 {
 			fmt.Fprintf(&b, "  and %d more\n", more)
 		}
 	} else {
@@ -268,7 +268,7 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 		for _, u := range h.Unhealthy {
 			fmt.Fprintf(&b, "  %s  %s  %s\n", u.ObjectRef.String(), u.Status, OneLine(u.Message))
 		}
-		if more := int(h.InProgress+h.Failed+h.Terminating+h.NotFound+h.Unknown) - len(h.Unhealthy); more > 0 {
+		if more := h.Unlisted(); more > 0 {
 			fmt.Fprintf(&b, "  and %d more\n", more)
 		}
 	} else {

@@ -153,10 +153,10 @@ type lists struct{ drift, health bool }
 
 func listsAll(app *plumbv1.App) lists {
 	all := lists{drift: true, health: true}
-	if d := app.Status.Drift; d != nil && int(d.Count) > len(d.Objects) {
+	if app.Status.Drift.Unlisted() > 0 {
 		all.drift = false
 	}
-	if h := app.Status.Health; h != nil && int(h.InProgress+h.Failed+h.Terminating+h.NotFound+h.Unknown) > len(h.Unhealthy) {
+	if app.Status.Health.Unlisted() > 0 {
 		all.health = false
 	}
 	return all
@@ -200,11 +200,11 @@ func Outcome(app *plumbv1.App) (string, error) {
 	converged := ready != nil && ready.Status == metav1.ConditionTrue
 	switch cs := app.Status.LastChangeSet; {
 	case cs != nil && cs.SyncRequest != "" && cs.SyncRequest == app.Status.LastHandledSyncRequest:
-		fmt.Fprintf(&b, "Changed %s: %d created, %d configured, %d deleted\n", Count(int(cs.Created+cs.Configured+cs.Deleted), "object"), cs.Created, cs.Configured, cs.Deleted)
+		fmt.Fprintf(&b, "Changed %s: %d created, %d configured, %d deleted\n", Count(cs.Changed(), "object"), cs.Created, cs.Configured, cs.Deleted)
 		for _, e := range cs.Entries {
 			fmt.Fprintf(&b, "  %-10s  %s\n", e.Action, e.Object)
 		}
-		if more := int(cs.Created+cs.Configured+cs.Deleted) - len(cs.Entries); more > 0 {
+		if more := cs.Unlisted(); more > 0 {
 			fmt.Fprintf(&b, "  and %d more\n", more)
 		}
 	case !converged:

@@ -165,7 +165,7 @@ const (
 // at now, with timeout; while Progressing, deadline is when it becomes
 // CheckFailed. message names what is not healthy ("" when Healthy).
 func Judge(s *plumbv1.HealthStatus, now time.Time, timeout time.Duration) (v Verdict, deadline time.Time, message string) {
-	notCurrent := s.InProgress + s.Failed + s.Terminating + s.NotFound + s.Unknown
+	notCurrent := int32(s.NotCurrent())
 	if notCurrent == 0 {
 		return Healthy, time.Time{}, ""
 	}
@@ -192,7 +192,7 @@ func Judge(s *plumbv1.HealthStatus, now time.Time, timeout time.Duration) (v Ver
 // status never ends before its timeout. It is nil when every object is
 // Current.
 func Since(previous, next *plumbv1.HealthStatus, changed bool, now time.Time) *metav1.Time {
-	if next.InProgress+next.Failed+next.Terminating+next.NotFound+next.Unknown == 0 {
+	if next.NotCurrent() == 0 {
 		return nil
 	}
 	if !changed && previous != nil && previous.WaitingSince != nil {
@@ -212,7 +212,7 @@ func describe(s *plumbv1.HealthStatus) string {
 	for _, u := range s.Unhealthy {
 		parts = append(parts, fmt.Sprintf("%s %s (%s)", u.ObjectRef.String(), u.Status, u.Message))
 	}
-	if more := int(s.InProgress+s.Failed+s.Terminating+s.NotFound+s.Unknown) - len(s.Unhealthy); more > 0 {
+	if more := s.Unlisted(); more > 0 {
 		parts = append(parts, fmt.Sprintf("and %d more", more))
 	}
 	return strings.Join(parts, "; ")

@@ -239,7 +239,7 @@ func driftOf(app *plumbv1.App, events []corev1.Event, now time.Time) driftView {
 			v.Objects = append(v.Objects, driftedObjectView{Object: appview.Printable(o.ObjectRef.String()), Fields: appview.Printable(strings.Join(o.Fields, ", ")),
 				Managers: appview.Printable(strings.Join(o.Managers, ", ")), LeftTo: appview.Printable(strings.Join(left, ", "))})
 		}
-		v.More = int(d.Count) - len(d.Objects)
+		v.More = d.Unlisted()
 	}
 	for _, e := range events {
 		if e.Reason == plumbv1.ReasonDriftDetected || e.Reason == plumbv1.ReasonDriftConflict || e.Reason == string(plumbv1.EventDriftResolved) {

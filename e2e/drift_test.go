@@ -16,24 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
-
-const scaledDeployment = `apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-spec:
-  replicas: 2
-  selector:
-    matchLabels: {app: web}
-  template:
-    metadata:
-      labels: {app: web}
-    spec:
-      containers:
-      - name: web
-        image: nginx:1.27
-`
 
 // driftedCondition waits until the App's Drifted condition has status and reason.
 func driftedCondition(t *testing.T, ns, name string, status metav1.ConditionStatus, reason string) metav1.Condition {
@@ -81,7 +65,7 @@ func TestTheAlertPolicyLeavesDriftInPlaceAndReportsWhoChangedWhat(t *testing.T) 
 func TestAControllerFightingOverAFieldIsReportedAsAConflict(t *testing.T) {
 	setUp(t)
 	ns := newNamespace(t)
-	_, url, first := gitRepo(t, map[string]string{"deploy/web.yaml": scaledDeployment})
+	_, url, first := gitRepo(t, map[string]string{"deploy/web.yaml": testenv.Fixture(t, "web-deployment.yaml")})
 	createApp(t, ns, "fight", url, nil)
 	readyAt(t, ns, "fight", first)
 
@@ -148,7 +132,7 @@ func TestAControllerFightingOverAFieldIsReportedAsAConflict(t *testing.T) {
 func TestIgnoredFieldsAreLeftToOthers(t *testing.T) {
 	setUp(t)
 	ns := newNamespace(t)
-	_, url, first := gitRepo(t, map[string]string{"deploy/web.yaml": scaledDeployment})
+	_, url, first := gitRepo(t, map[string]string{"deploy/web.yaml": testenv.Fixture(t, "web-deployment.yaml")})
 	createApp(t, ns, "scaled", url, func(a *plumbv1.App) {
 		a.Spec.Ignore = []plumbv1.IgnoreRule{{Group: "apps", Kind: "Deployment", Paths: []string{"/spec/replicas"}}}
 	})
@@ -181,7 +165,7 @@ func TestIgnoredFieldsAreLeftToOthers(t *testing.T) {
 func TestAnEnvVarAddedByHandIsRemovedAgain(t *testing.T) {
 	setUp(t)
 	ns := newNamespace(t)
-	_, url, first := gitRepo(t, map[string]string{"deploy/web.yaml": strings.Replace(scaledDeployment,
+	_, url, first := gitRepo(t, map[string]string{"deploy/web.yaml": strings.Replace(testenv.Fixture(t, "web-deployment.yaml"),
 		"        image: nginx:1.27\n", "        image: nginx:1.27\n        env:\n        - {name: MODE, value: production}\n", 1)})
 	createApp(t, ns, "env", url, nil) // interval 10m: only the informer brings the tick
 	readyAt(t, ns, "env", first)

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // stuckDeployment asks for more CPU than kwok's node has: its pods stay
@@ -75,7 +76,7 @@ func conditionOf(t *testing.T, ns, name, condType, what string, want func(metav1
 func TestReadyWaitsForARolloutAndNamesOneThatNeverCompletes(t *testing.T) {
 	setUp(t)
 	ns := newNamespace(t)
-	_, url, _ := gitRepo(t, map[string]string{"deploy/web.yaml": scaledDeployment})
+	_, url, _ := gitRepo(t, map[string]string{"deploy/web.yaml": testenv.Fixture(t, "web-deployment.yaml")})
 	createApp(t, ns, "web", url, nil)
 
 	t.Run("a Deployment that becomes Available: Healthy, then Ready", func(t *testing.T) {
@@ -169,7 +170,7 @@ spec: {teeth: 12}
 func TestAnAppThatDependsOnAnotherWaitsAndResumesOnItsReadiness(t *testing.T) {
 	setUp(t)
 	ns := newNamespace(t)
-	_, platformURL, _ := gitRepo(t, map[string]string{"deploy/crd.yaml": widgetCRD, "deploy/web.yaml": scaledDeployment})
+	_, platformURL, _ := gitRepo(t, map[string]string{"deploy/crd.yaml": widgetCRD, "deploy/web.yaml": testenv.Fixture(t, "web-deployment.yaml")})
 	_, appURL, _ := gitRepo(t, map[string]string{"deploy/widget.yaml": widget})
 
 	// The App of custom resources comes first: alone it would fail, its
@@ -235,7 +236,7 @@ func TestARolloutsStatusChangesReassessHealthWithoutGitOrReads(t *testing.T) {
 	p := startController(t, "health", "--leader-elect=false", "--app-label-selector=e2e-shard=health")
 	defer p.stop()
 	ns := newNamespace(t)
-	_, url, _ := gitRepo(t, map[string]string{"deploy/web.yaml": scaledDeployment})
+	_, url, _ := gitRepo(t, map[string]string{"deploy/web.yaml": testenv.Fixture(t, "web-deployment.yaml")})
 	repo := path.Base(url)
 	createApp(t, ns, "web", url, func(a *plumbv1.App) { a.Labels = map[string]string{"e2e-shard": "health"} })
 	conditionOf(t, ns, "web", plumbv1.ConditionReady, "Ready", func(c metav1.Condition) bool { return c.Status == metav1.ConditionTrue })

@@ -16,34 +16,8 @@ import (
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/internal/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
-
-const webDeployment = `apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-spec:
-  replicas: 1
-  selector:
-    matchLabels: {app: web}
-  template:
-    metadata:
-      labels: {app: web}
-    spec:
-      containers:
-      - name: web
-        image: nginx:1.27
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: web
-spec:
-  selector: {app: web}
-  ports:
-  - port: 80
-    targetPort: 8080
-`
 
 func configMapYAML(name, color string) string {
 	return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\ndata:\n  color: %s\n", name, color)
@@ -148,7 +122,7 @@ func TestAnAppConvergesFollowsGitAndPrunes(t *testing.T) {
 	w, url, first := gitRepo(t, map[string]string{
 		"deploy/config.yaml": configMapYAML("settings", "blue"),
 		"deploy/extra.yaml":  configMapYAML("extra", "green"),
-		"deploy/web.yaml":    webDeployment,
+		"deploy/web.yaml":    testenv.Fixture(t, "web-deployment.yaml") + "---\n" + testenv.Fixture(t, "web-service.yaml"),
 		"README.md":          "the shop",
 	})
 	createApp(t, ns, "shop", url, nil)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/plumb-dev/plumb/internal/source/git/gittest"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 // ticksOf counts the controller's finished ticks of App ns/name in its log.
@@ -35,7 +36,7 @@ func TestADeploymentRollingOutCostsAtMostOneTickAndNoGitRequest(t *testing.T) {
 	// read), then whatever the rollout causes.
 	setUp(t)
 	ns := newNamespace(t)
-	_, url, first := gitRepo(t, map[string]string{"deploy/web.yaml": scaledDeployment})
+	_, url, first := gitRepo(t, map[string]string{"deploy/web.yaml": testenv.Fixture(t, "web-deployment.yaml")})
 	repo := path.Base(url)
 	// A fetch makes a ref advertisement too: ls-remotes are list-refs
 	// requests beyond the fetches'.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/plumb-dev/plumb/informers/compact"
 	"github.com/plumb-dev/plumb/internal/source/manifest"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 const (
@@ -39,23 +40,19 @@ metadata:
 stringData:
   password: correct-horse-battery-staple
 `
-	// No replicas: an autoscaler owns them.
-	deploymentYAML = `apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-spec:
-  selector:
-    matchLabels: {app: web}
-  template:
-    metadata:
-      labels: {app: web}
-    spec:
-      containers:
-      - name: web
-        image: nginx:1.27
-`
 )
+
+// autoscaledDeployment is the shared web Deployment without replicas: an
+// autoscaler owns them.
+func autoscaledDeployment(t *testing.T) string {
+	t.Helper()
+	web := testenv.Fixture(t, "web-deployment.yaml")
+	without := strings.Replace(web, "  replicas: 2\n", "", 1)
+	if without == web {
+		t.Fatal("web-deployment.yaml no longer sets replicas: 2")
+	}
+	return without
+}
 
 func parse(t *testing.T, yaml string) *unstructured.Unstructured {
 	t.Helper()
@@ -115,7 +112,7 @@ func TestDriftIsDetectedAndAttributed(t *testing.T) {
 
 	t.Run("a scale through the scale subresource", func(t *testing.T) {
 		ns := newNamespace(t, c)
-		desired, rec := applied(t, c, ns, strings.Replace(deploymentYAML, "spec:\n  selector:", "spec:\n  replicas: 2\n  selector:", 1))
+		desired, rec := applied(t, c, ns, testenv.Fixture(t, "web-deployment.yaml"))
 		deployment := &appsv1.Deployment{}
 		typed(t, get(t, c, desired), deployment)
 		scale := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 5}}
@@ -217,7 +214,7 @@ func TestChangesToFieldsPlumbNeverAppliedAreNotDrift(t *testing.T) {
 
 	t.Run("a status update", func(t *testing.T) {
 		ns := newNamespace(t, c)
-		desired, rec := applied(t, c, ns, deploymentYAML)
+		desired, rec := applied(t, c, ns, autoscaledDeployment(t))
 		d := &appsv1.Deployment{}
 		typed(t, get(t, c, desired), d)
 		d.Status.ObservedGeneration = 1
@@ -230,7 +227,7 @@ func TestChangesToFieldsPlumbNeverAppliedAreNotDrift(t *testing.T) {
 
 	t.Run("an HPA-style scale of replicas plumb never applied", func(t *testing.T) {
 		ns := newNamespace(t, c)
-		desired, rec := applied(t, c, ns, deploymentYAML)
+		desired, rec := applied(t, c, ns, autoscaledDeployment(t))
 		d := &appsv1.Deployment{}
 		typed(t, get(t, c, desired), d)
 		replicas := int32(5)
@@ -284,7 +281,7 @@ func TestIgnoredFieldsAreNeitherAppliedNorDrift(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t, c)
 	ignore := Ignore{"/spec/replicas", "/metadata/annotations/team~1owner"}
-	desired := parse(t, strings.Replace(deploymentYAML, "spec:\n  selector", "spec:\n  replicas: 2\n  selector", 1))
+	desired := parse(t, testenv.Fixture(t, "web-deployment.yaml"))
 	desired.SetAnnotations(map[string]string{"team/owner": "shop", "keep": "me"})
 	ignore.Strip(desired)
 	if _, found, _ := unstructured.NestedFieldNoCopy(desired.Object, "spec", "replicas"); found {
@@ -314,7 +311,7 @@ func TestIgnoredFieldsAreNeitherAppliedNorDrift(t *testing.T) {
 func TestAnIgnoredFieldPlumbOwnedIsNotDriftWhenTakenOver(t *testing.T) {
 	c := newClient(t)
 	ns := newNamespace(t, c)
-	desired, rec := applied(t, c, ns, strings.Replace(deploymentYAML, "spec:\n  selector", "spec:\n  replicas: 2\n  selector", 1))
+	desired, rec := applied(t, c, ns, testenv.Fixture(t, "web-deployment.yaml"))
 	d := &appsv1.Deployment{}
 	typed(t, get(t, c, desired), d)
 	replicas := int32(7)
@@ -334,7 +331,7 @@ func TestAnIgnoredFieldPlumbOwnedIsNotDriftWhenTakenOver(t *testing.T) {
 func TestAnEnvVarAddedToAContainerFromGitIsDriftAndCanBeRemoved(t *testing.T) {
 	c := newClient(t)
 	ns := newNamespace(t, c)
-	withEnv := strings.Replace(deploymentYAML, "        image: nginx:1.27\n", "        image: nginx:1.27\n        env:\n        - {name: MODE, value: production}\n", 1)
+	withEnv := strings.Replace(autoscaledDeployment(t), "        image: nginx:1.27\n", "        image: nginx:1.27\n        env:\n        - {name: MODE, value: production}\n", 1)
 	desired, rec := applied(t, c, ns, withEnv)
 	out, err := exec.Command(cluster.Binaries.Path("kubectl"), "--kubeconfig", cluster.KubeconfigPath, "-n", ns,
 		"set", "env", "deployment/web", "DEBUG=1").CombinedOutput()

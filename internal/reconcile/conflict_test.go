@@ -11,30 +11,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/queue"
 )
-
-const fightDeployment = `apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-spec:
-  replicas: 2
-  selector:
-    matchLabels: {app: web}
-  template:
-    metadata:
-      labels: {app: web}
-    spec:
-      containers:
-      - name: web
-        image: nginx:1.27
-`
 
 func TestAFieldOneManagerKeepsChangingIsLeftToItAndOnlyThatField(t *testing.T) {
 	ctx := context.Background()
 	c := admin(t)
-	w, repo := newRepo(t, map[string]string{"deploy/web.yaml": fightDeployment})
+	w, repo := newRepo(t, map[string]string{"deploy/web.yaml": testenv.Fixture(t, "web-deployment.yaml")})
 	app := newApp(t, repo, noWait)
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
@@ -105,7 +89,7 @@ func TestAFieldOneManagerKeepsChangingIsLeftToItAndOnlyThatField(t *testing.T) {
 	}
 
 	// Git changes the object: the conflict ends, Git's replicas are applied.
-	pushed(t, w, map[string]string{"deploy/web.yaml": strings.Replace(fightDeployment, "nginx:1.27", "nginx:1.28", 1)})
+	pushed(t, w, map[string]string{"deploy/web.yaml": strings.Replace(testenv.Fixture(t, "web-deployment.yaml"), "nginx:1.27", "nginx:1.28", 1)})
 	ready(t, h.tick(t, key, queue.WakeTimer))
 	if replicas, image := replicasAndImage(); replicas != 2 || image != "nginx:1.28" {
 		t.Errorf("after Git changed the object: replicas %d, image %s; want 2 and nginx:1.28", replicas, image)

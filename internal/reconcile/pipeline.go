@@ -145,7 +145,8 @@ func (s *pass) diff(ctx context.Context) error {
 		s.r.seedConflicts(s.key, s.app, s.desired, s.live)
 	}
 	var err error
-	if s.planned, err = s.r.diff(withLog(ctx, s.log.With(zap.String("phase", string(PhaseDiff)))), s.app, s.applier, s.desired, s.live, s.kinds, s.revision); err != nil {
+	df := s.r.differ(s.app, s.applier, s.log.With(zap.String("phase", string(PhaseDiff))))
+	if s.planned, err = df.plan(ctx, s.desired, s.live, s.kinds, s.revision); err != nil {
 		return err
 	}
 	markSuccess(s.app, PhaseDiff, s.r.now())

@@ -54,15 +54,30 @@ type drift struct {
 // still healed.
 const maxHeals = 3
 
-// diff classifies every desired object from the cache (package diff):
+// differ runs one pass's Diff phase for an App: what each object's
+// comparison needs, given once.
+type differ struct {
+	r       *Reconciler
+	app     *plumbv1.App
+	key     types.NamespacedName
+	applier Applier
+	// log is the pass's logger for the Diff phase.
+	log *zap.Logger
+}
+
+func (r *Reconciler) differ(app *plumbv1.App, applier Applier, log *zap.Logger) *differ {
+	return &differ{r: r, app: app, key: client.ObjectKeyFromObject(app), applier: applier, log: log}
+}
+
+// plan classifies every desired object from the cache (package diff):
 // unchanged objects cost nothing; only objects plumb has no record of
 // (after a restart) are asked about with one server-side dry-run each.
 // Objects keep their live revision annotation unless their content changes.
 // An object another App owns is not taken over: the tick fails with a
 // Conflict before anything is applied.
-func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier, desired []*unstructured.Unstructured,
+func (df *differ) plan(ctx context.Context, desired []*unstructured.Unstructured,
 	live map[objectID]*compact.Object, kinds *tickKinds, revision string) (*plan, error) {
-	key := client.ObjectKeyFromObject(app)
+	r, app, key := df.r, df.app, df.key
 	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 	if err := ownershipConflicts(owner, desired, live); err != nil {
 		return nil, err
@@ -90,7 +105,7 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 		gitHash := annotationOf(obj, plumbv1.AnnotationContentHash)
 		left, conflicts := r.memory.leftFields(key, id, gitHash, l)
 		ignore := ignoreFor(app, obj)
-		result, l, err := r.compare(ctx, key, app, obj, gitHash, l, applied[id], ignore, left)
+		result, l, err := df.compare(ctx, obj, gitHash, l, applied[id], ignore, left)
 		if err != nil {
 			return nil, err
 		}
@@ -104,7 +119,7 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 			if d, ok := r.memory.describedDrift(key, id, verification{live: l, hash: gitHash, generation: app.Generation}, r.now()); ok &&
 				l != nil && left == nil && inInventory(app, obj) {
 				result, l = d.result, d.live // a drift askServer described, the object as it was then
-			} else if result, l, err = r.askServer(ctx, applier, key, obj, l, app); err != nil {
+			} else if result, l, err = df.askServer(ctx, obj, l); err != nil {
 				return nil, err
 			}
 		}
@@ -122,7 +137,7 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 			}
 			if newConflict {
 				left, conflicts = r.memory.leftFields(key, id, gitHash, l)
-				if result, l, err = r.compare(ctx, key, app, obj, gitHash, l, applied[id], ignore, left); err != nil {
+				if result, l, err = df.compare(ctx, obj, gitHash, l, applied[id], ignore, left); err != nil {
 					return nil, err
 				}
 			}
@@ -178,8 +193,9 @@ func (r *Reconciler) diff(ctx context.Context, app *plumbv1.App, applier Applier
 // when the live object carries this very content hash and plumb owns the
 // fields it owned after its last write (appliedFields, from the
 // inventory): the object is then as plumb left it, and needs no dry-run.
-func (r *Reconciler) compare(ctx context.Context, key types.NamespacedName, app *plumbv1.App, obj *unstructured.Unstructured, gitHash string,
+func (df *differ) compare(ctx context.Context, obj *unstructured.Unstructured, gitHash string,
 	live *compact.Object, appliedFields string, ignore diff.Ignore, left *fieldpath.Set) (diff.Result, *compact.Object, error) {
+	r, app, key := df.r, df.app, df.key
 	id := idOf(obj)
 	hash := gitHash
 	failed := func(err error) (diff.Result, *compact.Object, error) {
@@ -215,7 +231,7 @@ func (r *Reconciler) compare(ctx context.Context, key types.NamespacedName, app 
 	}
 	if result.Incomplete {
 		var whole *compact.Object
-		if result, whole, err = r.describe(ctx, key, app, obj, result, func(whole *compact.Object) (diff.Result, error) {
+		if result, whole, err = df.describe(ctx, obj, result, func(whole *compact.Object) (diff.Result, error) {
 			return diff.CompareHashed(obj, hash, whole, rec, ignore, left)
 		}); err != nil {
 			return diff.Result{}, live, err
@@ -244,15 +260,16 @@ func (r *Reconciler) compare(ctx context.Context, key types.NamespacedName, app 
 // phase (retried with backoff). A fetched object that another App has taken meanwhile fails the tick
 // as ownershipConflicts would have. It returns the fetched object (nil when
 // the read failed).
-func (r *Reconciler) describe(ctx context.Context, key types.NamespacedName, app *plumbv1.App, obj *unstructured.Unstructured,
+func (df *differ) describe(ctx context.Context, obj *unstructured.Unstructured,
 	cached diff.Result, compare func(*compact.Object) (diff.Result, error)) (diff.Result, *compact.Object, error) {
+	r, app := df.r, df.app
 	whole, err := r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
 	if err != nil {
 		if !cached.LostOnly || ctx.Err() != nil {
 			return diff.Result{}, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed,
 				Err: fmt.Errorf("%s drifted, and reading it to describe and heal the drift failed: %w", idOf(obj), err)}
 		}
-		logOf(ctx, r.Log.With(zap.String("app", key.String()))).Warn("Could not read a drifted object whole to describe the drift; going on with what the cache shows",
+		df.log.Warn("Could not read a drifted object whole to describe the drift; going on with what the cache shows",
 			zap.Stringer("object", idOf(obj)), zap.Error(err))
 		return cached, nil, nil
 	}
@@ -308,8 +325,8 @@ func ownershipConflicts(owner ssa.Owner, desired []*unstructured.Unstructured, l
 // content, Git did not change it since plumb applied it: someone else did
 // (drift), and the fields plumb would take back, on the object fetched
 // whole, say who. It returns the live object it judged.
-func (r *Reconciler) askServer(ctx context.Context, applier Applier, key types.NamespacedName, obj *unstructured.Unstructured,
-	live *compact.Object, app *plumbv1.App) (diff.Result, *compact.Object, error) {
+func (df *differ) askServer(ctx context.Context, obj *unstructured.Unstructured, live *compact.Object) (diff.Result, *compact.Object, error) {
+	r, app, key, applier := df.r, df.app, df.key, df.applier
 	failed := func(err error) (diff.Result, *compact.Object, error) {
 		return diff.Result{}, live, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 	}
@@ -341,7 +358,7 @@ func (r *Reconciler) askServer(ctx context.Context, applier Applier, key types.N
 	if err != nil {
 		return failed(err)
 	}
-	result, whole, err := r.describe(ctx, key, app, obj, diff.Result{Kind: diff.Drifted, Incomplete: true},
+	result, whole, err := df.describe(ctx, obj, diff.Result{Kind: diff.Drifted, Incomplete: true},
 		func(whole *compact.Object) (diff.Result, error) {
 			if whole == nil {
 				return diff.Result{Kind: diff.Ambiguous}, nil // deleted meanwhile: the apply creates it

@@ -382,22 +382,6 @@ func (r *Reconciler) metrics() MetricsRecorder {
 	return r.Metrics
 }
 
-// logKey is the context key of the tick's logger (see withLog).
-type logKey struct{}
-
-// withLog carries a phase's logger to code deep in the phase.
-func withLog(ctx context.Context, log *zap.Logger) context.Context {
-	return context.WithValue(ctx, logKey{}, log)
-}
-
-// logOf is the phase's logger that ctx carries, or fallback.
-func logOf(ctx context.Context, fallback *zap.Logger) *zap.Logger {
-	if log, ok := ctx.Value(logKey{}).(*zap.Logger); ok {
-		return log
-	}
-	return fallback
-}
-
 // tickID is a short random id that ties a tick's log lines together.
 func tickID() string {
 	b := make([]byte, 4)

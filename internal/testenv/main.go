@@ -46,7 +46,7 @@ type Tests interface{ Run() int }
 
 // Run is Main for a TestMain that has more to do before it exits: it
 // returns the tests' exit code.
-func Run(m Tests, needs Needs, use func(*Env)) int {
+func Run(m Tests, needs Needs, use func(*Env)) (code int) {
 	env := &Env{}
 	if needs.Git {
 		s, err := gittest.Start()
@@ -57,19 +57,32 @@ func Run(m Tests, needs Needs, use func(*Env)) int {
 		defer s.Stop()
 		env.Git = s
 	}
-	if needs.Cluster == "" {
-		use(env)
-		return m.Run()
-	}
-	return RunTests(m, Options{Mode: needs.Cluster}, func(c *Cluster) {
+	if needs.Cluster != "" {
+		c, err := Start(context.Background(), Options{Mode: needs.Cluster})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: starting the local control plane: %v\n", err)
+			return 1
+		}
+		defer func() {
+			if code != 0 {
+				fmt.Fprintf(os.Stderr, "A test failed; logs of the local control plane (%s mode):\n", c.Mode)
+				c.WriteLogs(os.Stderr, 200)
+			}
+			if err := c.Stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "stopping the local control plane: %v\n", err)
+				if code == 0 {
+					code = 1
+				}
+			}
+		}()
 		env.Cluster = c
 		if needs.CRDs {
 			if err := crd.Install(context.Background(), c.Config); err != nil {
 				fmt.Fprintln(os.Stderr, "FAIL: installing plumb's CRDs:", err)
-				_ = c.Stop()
-				os.Exit(1)
+				return 1
 			}
 		}
-		use(env)
-	})
+	}
+	use(env)
+	return m.Run()
 }

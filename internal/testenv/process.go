@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -138,6 +139,17 @@ func FreeAddrs(n int) ([]string, error) {
 		addrs = append(addrs, l.Addr().String())
 	}
 	return addrs, nil
+}
+
+// FreeAddrsForTest is FreeAddrs for a test, which it fails when no port
+// can be had.
+func FreeAddrsForTest(t testing.TB, n int) []string {
+	t.Helper()
+	addrs, err := FreeAddrs(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addrs
 }
 
 // tail returns the last n lines of a file (or why it could not be read).

@@ -14,9 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -90,13 +88,7 @@ func setUp(t *testing.T) {
 	if err := crd.Install(context.Background(), c.Config); err != nil {
 		t.Fatalf("installing the CRD: %v", err)
 	}
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = plumbv1.AddToScheme(scheme)
-	k8s, err = client.New(c.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k8s = c.Client(t)
 	controller = startController(t, "main", "--leader-elect=false", "--app-label-selector=e2e-shard notin (rbac,leader,outage,tenancy,health,handover)")
 }
 

@@ -31,11 +31,7 @@ func TestMain(m *testing.M) {
 
 func newClient(t *testing.T) client.Client {
 	t.Helper()
-	c, err := client.New(cluster.Config, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return cluster.Client(t)
 }
 
 // objects parses YAML, replacing NS with the test's namespace name.

@@ -33,11 +33,7 @@ func TestMain(m *testing.M) {
 
 func newClient(t *testing.T) client.Client {
 	t.Helper()
-	c, err := client.New(cluster.Config, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return cluster.Client(t)
 }
 
 func newNamespace(t *testing.T, c client.Client) string {

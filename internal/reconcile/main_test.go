@@ -10,7 +10,6 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -158,15 +157,7 @@ func newHarnessAs(t *testing.T, base *rest.Config, policy Policy) *harness {
 // admin is an uncounted client for the tests' own reads and writes.
 func admin(t *testing.T) client.Client {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = apiextensionsv1.AddToScheme(scheme)
-	_ = plumbv1.AddToScheme(scheme)
-	c, err := client.New(cluster.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return cluster.Client(t)
 }
 
 // newApp makes a namespace, the credentials Secret and an App tracking

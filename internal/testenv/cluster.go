@@ -18,11 +18,18 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 )
 
 // Mode selects which components run.
@@ -343,4 +350,22 @@ func (c *Cluster) StartAPIServer() error {
 		return fmt.Errorf("starting kube-apiserver again: %w", err)
 	}
 	return nil
+}
+
+// Client is a client of the cluster as its admin for a test's own reads and
+// writes, knowing client-go's kinds, CustomResourceDefinitions and plumb's
+// App and Notification. A client that cannot be made fails the test.
+func (c *Cluster) Client(t testing.TB) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, plumbv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k8s, err := client.New(c.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k8s
 }

@@ -68,6 +68,12 @@ func TestAnAppWaitsForTheAppsItDependsOnAndRefusesACycle(t *testing.T) {
 		if got := h.counter.Matching("configmaps"); len(got) != 0 {
 			t.Errorf("B asked about its objects while waiting: %q", got)
 		}
+		// Its record says it waited, after a timed Read, and names no failure.
+		if n := len(app.Status.RecentTicks); n == 0 {
+			t.Error("the waiting tick left no record")
+		} else if last := app.Status.RecentTicks[n-1]; last.Result != TickWaiting || last.FailedPhase != "" || last.ReadMillis == nil || last.ObserveMillis != nil {
+			t.Errorf("the waiting tick's record = %+v, want %s, no failed phase, Read timed and nothing after it", last, TickWaiting)
+		}
 	})
 
 	t.Run("once its dependencies are Ready at their revisions, it applies", func(t *testing.T) {

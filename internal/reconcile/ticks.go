@@ -36,10 +36,10 @@ func (t *phaseTimer) done(next Phase) {
 	t.phase, t.phaseStart = next, now
 }
 
-// record is the tick's TickRecord once it ended with err: the phase under
-// way is timed until now (a failure the tick reports as a later phase's,
-// such as the refusal of an empty render, which is Apply's, happens while
-// it is still Read's turn).
+// record is the tick's TickRecord once it ended with err, or held by its
+// dependsOn: the phase under way is timed until now (a failure the tick
+// reports as a later phase's, such as the refusal of an empty render, which
+// is Apply's, happens while it is still Read's turn; a hold ends the Read).
 func (t *phaseTimer) record(app *plumbv1.App, trigger Trigger, changes *fluxssa.ChangeSet, held bool, err error) plumbv1.TickRecord {
 	now := t.r.now()
 	rec := plumbv1.TickRecord{Start: metav1.NewTime(t.start), Trigger: string(trigger), Revision: t.revision,
@@ -56,7 +56,7 @@ func (t *phaseTimer) record(app *plumbv1.App, trigger Trigger, changes *fluxssa.
 	case err != nil:
 		rec.Result, rec.FailedPhase = plumbv1.ReasonApplyFailed, phaseName(PhaseApply)
 	}
-	if err != nil && t.phase != "" {
+	if (err != nil || held) && t.phase != "" {
 		t.millis[t.phase] = now.Sub(t.phaseStart).Milliseconds()
 	}
 	if changes != nil {

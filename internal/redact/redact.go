@@ -37,15 +37,14 @@ func (s *Values) Add(v string) {
 	s.set[strings.Trim(string(quoted), `"`)] = true
 }
 
-// AddSecret records every value of a core Secret given as its object map
+// AddSecret records every value of a Secret given as its object map
 // (unstructured content or a decoded manifest): data as written and
 // decoded, stringData as written and encoded, since a message may quote
-// either form. Anything that is not a core/v1 Secret is ignored.
+// either form. Any object of kind Secret counts, whatever its apiVersion:
+// a malformed one (apiVersion V1, say) is just what makes a render fail
+// and its message quote the input, and hiding too much costs nothing.
 func (s *Values) AddSecret(obj map[string]any) {
 	if obj == nil || obj["kind"] != "Secret" {
-		return
-	}
-	if apiVersion, _ := obj["apiVersion"].(string); apiVersion != "" && apiVersion != "v1" {
 		return
 	}
 	for _, field := range []string{"data", "stringData"} {

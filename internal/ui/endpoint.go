@@ -91,6 +91,9 @@ func (e Endpoint) ProxyTrust() (trusted []netip.Prefix, secret []byte, tlsConfig
 		return nil, nil, nil, err
 	}
 	if e.ClientCAFile != "" {
+		if tlsConfig == nil {
+			return nil, nil, nil, errors.New("--client-ca-file needs --proxy and --tls-cert-file: it names the proxy's certificates")
+		}
 		pem, err := os.ReadFile(e.ClientCAFile)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("--client-ca-file: %w", err)

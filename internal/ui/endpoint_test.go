@@ -53,3 +53,12 @@ func TestAllowedHostsFollowTheListener(t *testing.T) {
 		t.Errorf("behind a proxy AllowedHosts = %v, want none", got)
 	}
 }
+
+// ProxyTrust refuses, rather than fails on, a client CA without TLS, even
+// when Validate was not asked first.
+func TestProxyTrustWantsTLSForAClientCA(t *testing.T) {
+	_, _, _, err := Endpoint{Addr: "127.0.0.1:9400", Proxy: true, ClientCAFile: "ca.pem", ClientCertNames: []string{"proxy"}}.ProxyTrust()
+	if err == nil || !strings.Contains(err.Error(), "--client-ca-file needs --proxy and --tls-cert-file") {
+		t.Fatalf("ProxyTrust = %v, want the refusal of a client CA without TLS", err)
+	}
+}

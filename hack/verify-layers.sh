@@ -23,6 +23,10 @@ layer() {
 	esac
 }
 
+# The README's Layout section, where each package must be named.
+layout=$(awk '/^## Layout/ {on = 1; next} /^## / {on = 0} on' README.md)
+[[ -n $layout ]] || { echo "hack/verify-layers.sh: README.md has no Layout section"; exit 1; }
+
 failed=0
 while read -r pkg imports; do
 	pkg=${pkg#"$module"/}
@@ -33,13 +37,19 @@ while read -r pkg imports; do
 		failed=1
 		continue
 	fi
-	if ! grep -qF "\`$pkg\`" README.md; then
+	if ! grep -qF "\`$pkg\`" <<<"$layout"; then
 		echo "hack/verify-layers.sh: package $pkg is not named in the README's Layout table"
 		failed=1
 	fi
 	for imp in $imports; do
 		[[ $imp == "$module"/* ]] || continue
 		imp=${imp#"$module"/}
+		case "$imp" in internal/testenv | */gittest | hack/* | e2e | e2e/*)
+			echo "hack/verify-layers.sh: $pkg (the product) imports $imp (tests' or tooling's)"
+			failed=1
+			continue
+			;;
+		esac
 		theirs=$(layer "$imp")
 		if [[ $theirs != none && $theirs -lt $mine ]]; then
 			echo "hack/verify-layers.sh: $pkg (layer $mine) imports $imp (layer $theirs, above it)"

@@ -48,6 +48,7 @@ type Tests interface{ Run() int }
 // returns the tests' exit code.
 func Run(m Tests, needs Needs, use func(*Env)) (code int) {
 	env := &Env{}
+	ran := false // the tests ran: a failure is theirs, not the setup's
 	if needs.Git {
 		s, err := gittest.Start()
 		if err != nil {
@@ -64,7 +65,7 @@ func Run(m Tests, needs Needs, use func(*Env)) (code int) {
 			return 1
 		}
 		defer func() {
-			if code != 0 {
+			if ran && code != 0 {
 				fmt.Fprintf(os.Stderr, "A test failed; logs of the local control plane (%s mode):\n", c.Mode)
 				c.WriteLogs(os.Stderr, 200)
 			}
@@ -84,5 +85,6 @@ func Run(m Tests, needs Needs, use func(*Env)) (code int) {
 		}
 	}
 	use(env)
+	ran = true
 	return m.Run()
 }

@@ -29,7 +29,7 @@ import (
 // arrive meanwhile are held and, when one was not plumb's write after all,
 // the App is enqueued again.
 func (s *pass) apply(ctx context.Context) (*fluxssa.ChangeSet, error) {
-	r, app, key, applier, p, desired, live := s.r, s.app, s.key, s.applier, s.planned, s.desired, s.live
+	r, key := s.r, s.key
 	log := s.log.With(zap.String("phase", string(PhaseApply)))
 	r.memory.beginWrites(key)
 	defer func() {
@@ -38,52 +38,76 @@ func (s *pass) apply(ctx context.Context) (*fluxssa.ChangeSet, error) {
 		}
 	}()
 	changes := fluxssa.NewChangeSet()
-	if sa := r.serviceAccountOf(app); sa != "" {
+	if sa := r.serviceAccountOf(s.app); sa != "" {
 		if err := s.authorize(ctx, sa); err != nil {
 			return changes, err
 		}
 	}
-	if len(p.apply) > 0 {
-		applied, cs, err := applier.ApplyDirect(ctx, p.apply, ssa.DirectOptions{
-			Force:  app.Spec.Force,
-			Exists: func(o *unstructured.Unstructured) bool { return live[idOf(o)] != nil },
-			Wait:   fluxssa.WaitOptions{Interval: 500 * time.Millisecond, Timeout: time.Minute},
-		})
-		for _, a := range applied {
-			id := idOf(a.Desired)
-			r.memory.wrote(key, id, a.Live.GetResourceVersion())
-			r.memory.wroteHealth(key, id, health.Of(a.Live))
-			if rec, recErr := diff.RecordOf(a.Desired, a.Live); recErr == nil {
-				r.memory.remember(key, id, rec)
-			}
-			if isCRD(a.Desired) && r.Cluster != nil {
-				r.Cluster.Invalidate()
-			}
-		}
-		if cs != nil {
-			changes.Append(cs.Entries)
-		}
-		if err != nil {
-			// The inventory gains what exists now (applied before, or by
-			// this tick), never an object that was refused: a later tick
-			// could not prune it, nor the finalizer.
-			exists := map[objectID]bool{}
-			for _, a := range applied {
-				exists[idOf(a.Desired)] = true
-			}
-			var refs []plumbv1.ObjectRef
-			for _, d := range desired {
-				if exists[idOf(d)] || live[idOf(d)] != nil {
-					refs = append(refs, refOf(d))
-				}
-			}
-			setInventory(app, mergeRefs(app.Status.Inventory, refs), r.appliedFields(key, desired))
-			return changes, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
-		}
-		log.Info("Applied objects", zap.Int("changed", len(p.apply)))
+	if err := s.applyObjects(ctx, changes, log); err != nil {
+		return changes, err
 	}
-	// Server-side apply keeps fields other managers added; heal those with
-	// one guarded JSON patch per object.
+	if err := s.removeAdditions(ctx, changes); err != nil {
+		return changes, err
+	}
+	kept, err := s.prune(ctx, changes, log)
+	if err != nil {
+		return changes, err
+	}
+	s.recordApplied(kept)
+	return changes, nil
+}
+
+// applyObjects applies the plan's objects with server-side apply, and
+// remembers what each became. When the apply fails, the inventory gains
+// what exists now (applied before, or by this tick), never an object that
+// was refused: a later tick could not prune it, nor the finalizer.
+func (s *pass) applyObjects(ctx context.Context, changes *fluxssa.ChangeSet, log *zap.Logger) error {
+	r, app, key, p, desired, live := s.r, s.app, s.key, s.planned, s.desired, s.live
+	if len(p.apply) == 0 {
+		return nil
+	}
+	applied, cs, err := s.applier.ApplyDirect(ctx, p.apply, ssa.DirectOptions{
+		Force:  app.Spec.Force,
+		Exists: func(o *unstructured.Unstructured) bool { return live[idOf(o)] != nil },
+		Wait:   fluxssa.WaitOptions{Interval: 500 * time.Millisecond, Timeout: time.Minute},
+	})
+	for _, a := range applied {
+		id := idOf(a.Desired)
+		r.memory.wrote(key, id, a.Live.GetResourceVersion())
+		r.memory.wroteHealth(key, id, health.Of(a.Live))
+		if rec, recErr := diff.RecordOf(a.Desired, a.Live); recErr == nil {
+			r.memory.remember(key, id, rec)
+		}
+		if isCRD(a.Desired) && r.Cluster != nil {
+			r.Cluster.Invalidate()
+		}
+	}
+	if cs != nil {
+		changes.Append(cs.Entries)
+	}
+	if err != nil {
+		exists := map[objectID]bool{}
+		for _, a := range applied {
+			exists[idOf(a.Desired)] = true
+		}
+		var refs []plumbv1.ObjectRef
+		for _, d := range desired {
+			if exists[idOf(d)] || live[idOf(d)] != nil {
+				refs = append(refs, refOf(d))
+			}
+		}
+		setInventory(app, mergeRefs(app.Status.Inventory, refs), r.appliedFields(key, desired))
+		return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
+	}
+	log.Info("Applied objects", zap.Int("changed", len(p.apply)))
+	return nil
+}
+
+// removeAdditions heals the fields other managers added inside plumb's
+// list items, which server-side apply keeps: one guarded JSON patch per
+// object.
+func (s *pass) removeAdditions(ctx context.Context, changes *fluxssa.ChangeSet) error {
+	r, key, p := s.r, s.key, s.planned
 	for id, d := range p.drifted {
 		if p.left[id] || len(d.additions) == 0 || d.live == nil {
 			continue
@@ -91,19 +115,22 @@ func (s *pass) apply(ctx context.Context) (*fluxssa.ChangeSet, error) {
 		patch, err := json.Marshal(d.additions)
 		var patched *unstructured.Unstructured
 		if err == nil {
-			patched, err = applier.RemoveAdditions(ctx, d.live.Identity(), patch)
+			patched, err = s.applier.RemoveAdditions(ctx, d.live.Identity(), patch)
 		}
 		if err != nil {
-			return changes, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
+			return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
 		}
 		r.memory.wrote(key, id, patched.GetResourceVersion())
 		r.memory.wroteHealth(key, id, health.Of(patched))
 		changes.Add(fluxssa.ChangeSetEntry{Subject: id.String(), Action: fluxssa.ConfiguredAction})
 	}
-	kept, err := s.prune(ctx, changes, log)
-	if err != nil {
-		return changes, err
-	}
+	return nil
+}
+
+// recordApplied sets the inventory to the desired objects and those pruning
+// kept, and forgets what the memory held of objects that left Git.
+func (s *pass) recordApplied(kept []plumbv1.KeptObject) {
+	r, app, key, desired := s.r, s.app, s.key, s.desired
 	refs := refsOf(desired)
 	for _, k := range kept {
 		refs = append(refs, k.ObjectRef)
@@ -115,7 +142,6 @@ func (s *pass) apply(ctx context.Context) (*fluxssa.ChangeSet, error) {
 		ids[idOf(d)] = true
 	}
 	r.memory.keepOnly(key, ids)
-	return changes, nil
 }
 
 // prune deletes what left Git (when the App prunes), adding to changes. It

@@ -63,6 +63,14 @@ type differ struct {
 	applier Applier
 	// log is the pass's logger for the Diff phase.
 	log *zap.Logger
+
+	// What plan sets for the objects it judges: the revision read, the
+	// tick's kinds, the fields plumb owned after its last write (from the
+	// inventory) and the Namespaces this tick creates.
+	revision      string
+	kinds         *tickKinds
+	applied       map[objectID]string
+	newNamespaces map[string]bool
 }
 
 func (r *Reconciler) differ(app *plumbv1.App, applier Applier, log *zap.Logger) *differ {
@@ -77,106 +85,142 @@ func (r *Reconciler) differ(app *plumbv1.App, applier Applier, log *zap.Logger) 
 // Conflict before anything is applied.
 func (df *differ) plan(ctx context.Context, desired []*unstructured.Unstructured,
 	live map[objectID]*compact.Object, kinds *tickKinds, revision string) (*plan, error) {
-	r, app, key := df.r, df.app, df.key
-	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
+	owner := ssa.Owner{Name: df.app.Name, Namespace: df.app.Namespace}
 	if err := ownershipConflicts(owner, desired, live); err != nil {
 		return nil, err
 	}
-	p := &plan{drifted: map[objectID]drift{}, left: map[objectID]bool{}, conflicts: map[objectID][]fieldConflict{}}
-	applied := appliedFieldsOf(app.Status.Inventory)
-	newNamespaces := map[string]bool{} // Namespaces this tick creates
+	df.revision, df.kinds = revision, kinds
+	df.applied = appliedFieldsOf(df.app.Status.Inventory)
+	df.newNamespaces = map[string]bool{}
 	for _, obj := range desired {
 		if obj.GroupVersionKind().Group == "" && obj.GetKind() == "Namespace" && live[idOf(obj)] == nil {
-			newNamespaces[obj.GetName()] = true
+			df.newNamespaces[obj.GetName()] = true
 		}
 	}
+	p := &plan{drifted: map[objectID]drift{}, left: map[objectID]bool{}, conflicts: map[objectID][]fieldConflict{}}
 	for _, obj := range desired {
-		id := idOf(obj)
-		l := live[id]
-		current := revision
-		if l != nil {
-			if rev := l.Annotation(plumbv1.AnnotationRevision); rev != "" {
-				current = rev
-			}
-		}
-		ssa.SetRevision(obj, current) // labels and content hash are stamped already (prepare)
-		// Fields left to a manager that keeps changing them are neither
-		// applied nor drift, until Git changes the object.
-		gitHash := annotationOf(obj, plumbv1.AnnotationContentHash)
-		left, conflicts := r.memory.leftFields(key, id, gitHash, l)
-		ignore := ignoreFor(app, obj)
-		result, l, err := df.compare(ctx, obj, gitHash, l, applied[id], ignore, left)
+		j, err := df.judge(ctx, obj, live[idOf(obj)])
 		if err != nil {
 			return nil, err
 		}
-		if result.Kind == diff.Create && inInventory(app, obj) {
-			result.Kind = diff.Deleted // applied before, gone now: someone deleted it
-		}
-		if kinds.isPending(obj.GroupVersionKind()) && result.Kind == diff.Ambiguous {
-			result.Kind = diff.Create // its CRD comes with this apply
-		}
-		if result.Kind == diff.Ambiguous && !newNamespaces[obj.GetNamespace()] {
-			if d, ok := r.memory.describedDrift(key, id, verification{live: l, hash: gitHash, generation: app.Generation}, r.now()); ok &&
-				l != nil && left == nil && inInventory(app, obj) {
-				result, l = d.result, d.live // a drift askServer described, the object as it was then
-			} else if result, l, err = df.askServer(ctx, obj, l); err != nil {
-				return nil, err
-			}
-		}
-		newConflict := false
-		if result.Kind == diff.Drifted && app.Spec.DriftPolicy != plumbv1.DriftPolicyAlert {
-			// A field the same manager changed again and again is left to it.
-			for _, c := range result.Changes {
-				if c.Manager == "unknown" || len(c.FieldPath) == 0 {
-					continue // a removal has no owner to leave the field to
-				}
-				if r.memory.fieldDrifted(key, id, c.Path, c.Manager, r.memory.writtenRV(key, id), r.now()) > maxHeals &&
-					r.memory.leave(key, id, gitHash, c.FieldPath, c.Manager) {
-					newConflict = true
-				}
-			}
-			if newConflict {
-				left, conflicts = r.memory.leftFields(key, id, gitHash, l)
-				if result, l, err = df.compare(ctx, obj, gitHash, l, applied[id], ignore, left); err != nil {
-					return nil, err
-				}
-			}
-		}
-		if len(conflicts) > 0 {
-			p.conflicts[id] = conflicts
-		}
-		if newConflict && result.Kind != diff.Drifted {
-			// Only the fields now left to others differed: the apply (an
-			// Update, since the object lost them) releases them.
-			p.drifted[id] = drift{obj: obj, live: l, newConflict: true}
-		}
-		switch result.Kind {
-		case diff.Unchanged:
-			if !newConflict {
-				r.memory.converged(key, id)
-			}
-			if result.Reclaim && app.Spec.DriftPolicy != plumbv1.DriftPolicyAlert {
-				// Git's values, under another manager: take the fields back,
-				// quietly (no drift), so that plumb can remove them later.
-				p.apply = append(p.apply, obj)
-			}
-		case diff.Create, diff.Update, diff.Ambiguous:
-			if !newConflict {
-				ssa.SetRevision(obj, revision) // Git changed it (not a field left to others)
-			}
-			p.apply = append(p.apply, obj)
-		case diff.Drifted, diff.Deleted:
-			d := drift{obj: obj, live: l, changes: result.Changes, additions: result.Additions,
-				deleted: result.Kind == diff.Deleted, newEpisode: r.memory.drifted(key, id), newConflict: newConflict}
-			if app.Spec.DriftPolicy == plumbv1.DriftPolicyAlert {
-				p.left[id] = true
-			} else {
-				p.apply = append(p.apply, obj)
-			}
-			p.drifted[id] = d
-		}
+		df.add(p, obj, j)
 	}
 	return p, nil
+}
+
+// judgement is what the Diff phase found about one desired object.
+type judgement struct {
+	result diff.Result
+	// live is the live object judged: fetched whole when it had to be.
+	live *compact.Object
+	// conflicts are the object's fields left to other managers.
+	conflicts []fieldConflict
+	// newConflict says a field was left to a manager at this tick.
+	newConflict bool
+}
+
+// judge stamps obj with its live revision and classifies it: against its
+// record, then with a dry-run when that is ambiguous; a field that the
+// same manager keeps changing is left to it, and the object compared again
+// without it.
+func (df *differ) judge(ctx context.Context, obj *unstructured.Unstructured, l *compact.Object) (judgement, error) {
+	r, app, key, id := df.r, df.app, df.key, idOf(obj)
+	current := df.revision
+	if l != nil {
+		if rev := l.Annotation(plumbv1.AnnotationRevision); rev != "" {
+			current = rev
+		}
+	}
+	ssa.SetRevision(obj, current) // labels and content hash are stamped already (prepare)
+	// Fields left to a manager that keeps changing them are neither
+	// applied nor drift, until Git changes the object.
+	gitHash := annotationOf(obj, plumbv1.AnnotationContentHash)
+	left, conflicts := r.memory.leftFields(key, id, gitHash, l)
+	ignore := ignoreFor(app, obj)
+	result, l, err := df.compare(ctx, obj, gitHash, l, df.applied[id], ignore, left)
+	if err != nil {
+		return judgement{}, err
+	}
+	if result.Kind == diff.Create && inInventory(app, obj) {
+		result.Kind = diff.Deleted // applied before, gone now: someone deleted it
+	}
+	if df.kinds.isPending(obj.GroupVersionKind()) && result.Kind == diff.Ambiguous {
+		result.Kind = diff.Create // its CRD comes with this apply
+	}
+	if result.Kind == diff.Ambiguous && !df.newNamespaces[obj.GetNamespace()] {
+		if d, ok := r.memory.describedDrift(key, id, verification{live: l, hash: gitHash, generation: app.Generation}, r.now()); ok &&
+			l != nil && left == nil && inInventory(app, obj) {
+			result, l = d.result, d.live // a drift askServer described, the object as it was then
+		} else if result, l, err = df.askServer(ctx, obj, l); err != nil {
+			return judgement{}, err
+		}
+	}
+	j := judgement{result: result, live: l, conflicts: conflicts}
+	if result.Kind == diff.Drifted && app.Spec.DriftPolicy != plumbv1.DriftPolicyAlert && df.leaveRepeated(id, gitHash, result.Changes) {
+		j.newConflict = true
+		left, j.conflicts = r.memory.leftFields(key, id, gitHash, l)
+		if j.result, j.live, err = df.compare(ctx, obj, gitHash, l, df.applied[id], ignore, left); err != nil {
+			return judgement{}, err
+		}
+	}
+	return j, nil
+}
+
+// leaveRepeated leaves to its manager each changed field that the same
+// manager changed again and again (more than maxHeals times), and says
+// whether it left one now.
+func (df *differ) leaveRepeated(id objectID, gitHash string, changes []diff.Change) bool {
+	r, key := df.r, df.key
+	left := false
+	for _, c := range changes {
+		if c.Manager == "unknown" || len(c.FieldPath) == 0 {
+			continue // a removal has no owner to leave the field to
+		}
+		if r.memory.fieldDrifted(key, id, c.Path, c.Manager, r.memory.writtenRV(key, id), r.now()) > maxHeals &&
+			r.memory.leave(key, id, gitHash, c.FieldPath, c.Manager) {
+			left = true
+		}
+	}
+	return left
+}
+
+// add puts what was judged of obj into the plan: applied, reported as
+// drift, or left (drift under the alert policy).
+func (df *differ) add(p *plan, obj *unstructured.Unstructured, j judgement) {
+	r, app, key, id := df.r, df.app, df.key, idOf(obj)
+	if len(j.conflicts) > 0 {
+		p.conflicts[id] = j.conflicts
+	}
+	if j.newConflict && j.result.Kind != diff.Drifted {
+		// Only the fields now left to others differed: the apply (an
+		// Update, since the object lost them) releases them.
+		p.drifted[id] = drift{obj: obj, live: j.live, newConflict: true}
+	}
+	switch j.result.Kind {
+	case diff.Unchanged:
+		if !j.newConflict {
+			r.memory.converged(key, id)
+		}
+		if j.result.Reclaim && app.Spec.DriftPolicy != plumbv1.DriftPolicyAlert {
+			// Git's values, under another manager: take the fields back,
+			// quietly (no drift), so that plumb can remove them later.
+			p.apply = append(p.apply, obj)
+		}
+	case diff.Create, diff.Update, diff.Ambiguous:
+		if !j.newConflict {
+			ssa.SetRevision(obj, df.revision) // Git changed it (not a field left to others)
+		}
+		p.apply = append(p.apply, obj)
+	case diff.Drifted, diff.Deleted:
+		d := drift{obj: obj, live: j.live, changes: j.result.Changes, additions: j.result.Additions,
+			deleted: j.result.Kind == diff.Deleted, newEpisode: r.memory.drifted(key, id), newConflict: j.newConflict}
+		if app.Spec.DriftPolicy == plumbv1.DriftPolicyAlert {
+			p.left[id] = true
+		} else {
+			p.apply = append(p.apply, obj)
+		}
+		p.drifted[id] = d
+	}
 }
 
 // compare classifies one stamped desired object (whose content hash is

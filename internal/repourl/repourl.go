@@ -104,15 +104,22 @@ func OwnerPath(raw string) (string, error) {
 }
 
 // WithoutCredentials is a repository URL without the user and password it
-// may carry; "" for a URL that does not parse but may hold a password.
+// may carry. A URL that does not parse shows "***" for all that stands
+// between its scheme and its last "@": a password may hold any character,
+// "/" and "@" included, so nothing of it is guessed at.
 func WithoutCredentials(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		if err != nil && strings.Contains(raw, "://") {
-			return "" // unparseable, and it may hold a password: not shown
+	if err == nil {
+		if u.User == nil {
+			return raw
 		}
-		return raw
+		u.User = nil
+		return u.String()
 	}
-	u.User = nil
-	return u.String()
+	scheme, rest, ok := strings.Cut(raw, "://")
+	at := strings.LastIndex(rest, "@")
+	if !ok || at < 0 {
+		return raw // no userinfo to hide
+	}
+	return scheme + "://***@" + rest[at+1:]
 }

@@ -100,14 +100,16 @@ func TestOwnerPathOfEachSpelling(t *testing.T) {
 	}
 }
 
-// WithoutCredentials drops a URL's user and password, and shows nothing
-// of a URL that does not parse but may hold one.
+// WithoutCredentials drops a URL's user and password, and masks all that
+// may be one in a URL that does not parse.
 func TestWithoutCredentialsShowsNoPassword(t *testing.T) {
 	for raw, want := range map[string]string{
 		"https://user:s3cret@github.com/org/repo": "https://github.com/org/repo",
 		"https://github.com/org/repo":             "https://github.com/org/repo",
 		"git@github.com:org/repo":                 "git@github.com:org/repo",
-		"https://user:s3cret@host/%zz":            "",
+		"https://user:s3cret@host/%zz":            "https://***@host/%zz",
+		"https://user:pa/ss@word@host/repo":       "https://***@host/repo",
+		"https://host/%zz":                        "https://host/%zz",
 	} {
 		if got := WithoutCredentials(raw); got != want {
 			t.Errorf("WithoutCredentials(%q) = %q, want %q", raw, got, want)

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,6 +40,7 @@ import (
 	"golang.org/x/sync/singleflight"
 	"k8s.io/utils/lru"
 
+	"github.com/plumb-dev/plumb/internal/repourl"
 	"github.com/plumb-dev/plumb/internal/source/tree"
 )
 
@@ -248,7 +250,12 @@ type remote struct {
 func cleanURL(rawURL string) (string, *transport.Endpoint, error) {
 	ep, err := transport.NewEndpoint(rawURL)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: url %s: %v", ErrInvalidRef, redact(rawURL), err)
+		// url.Parse's error quotes the URL whole: only its reason is kept.
+		var urlErr *url.Error
+		if errors.As(err, &urlErr) {
+			err = urlErr.Err
+		}
+		return "", nil, fmt.Errorf("%w: url %s: %v", ErrInvalidRef, repourl.WithoutCredentials(rawURL), err)
 	}
 	withCreds := *ep
 	ep.Password = ""
@@ -293,21 +300,6 @@ func (c *Cache) parseRemote(rawURL string, auth Auth) (*remote, error) {
 		return nil, fmt.Errorf("%s: %w", clean, err)
 	}
 	return &remote{url: clean, key: c.key(clean, auth), auth: method, caBundle: auth.CABundle, transfer: c.transfer}, nil
-}
-
-// redact removes a password from a URL for messages, without parsing it
-// strictly (it may be malformed).
-func redact(rawURL string) string {
-	scheme, rest, ok := strings.Cut(rawURL, "://")
-	if !ok {
-		return rawURL
-	}
-	at := strings.LastIndex(rest, "@")
-	slash := strings.Index(rest, "/")
-	if at < 0 || (slash >= 0 && at > slash) {
-		return rawURL
-	}
-	return scheme + "://***@" + rest[at+1:]
 }
 
 // listRefs asks the remote for its refs: one round trip, nothing fetched.

@@ -571,3 +571,26 @@ func TestCommitTimeIsTheCommittersDate(t *testing.T) {
 		t.Error("CommitTime of a commit not in the cache succeeded")
 	}
 }
+
+// A URL that does not parse is refused with a message that shows none of
+// the password it carries, wherever the password's characters fall.
+func TestAMalformedURLsPasswordIsNotInItsError(t *testing.T) {
+	c, err := git.NewCache(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, raw := range []string{
+		"https://user:pa/ss-s3cret@example.com/repo.git",
+		"https://user:pa ss-s3cret@example.com/repo.git",
+		"https://user:s3cret@exa mple.com/%zz",
+	} {
+		_, err := c.Key(raw, git.Auth{})
+		if !errors.Is(err, git.ErrInvalidRef) {
+			t.Errorf("Key(%q) = %v, want ErrInvalidRef", raw, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Key's error shows the password: %v", err)
+		}
+	}
+}

@@ -38,7 +38,11 @@ func Canonical(raw string) (string, error) {
 	if scheme, _, ok := strings.Cut(raw, "://"); ok {
 		u, err := url.Parse(raw)
 		if err != nil {
-			return "", fmt.Errorf("repository URL: %w", err)
+			var urlErr *url.Error // it quotes the URL whole, password and all
+			if errors.As(err, &urlErr) {
+				err = urlErr.Err
+			}
+			return "", fmt.Errorf("repository URL %s: %w", WithoutCredentials(raw), err)
 		}
 		scheme = strings.ToLower(scheme)
 		if _, known := defaultPorts[scheme]; !known {

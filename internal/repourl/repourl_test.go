@@ -60,6 +60,16 @@ func TestCanonicalRejectsWhatIsNotARepositoryURL(t *testing.T) {
 	}
 }
 
+// A URL that does not parse is refused without its password: the error
+// may reach a log.
+func TestCanonicalsErrorShowsNoPassword(t *testing.T) {
+	for _, raw := range []string{"https://user:pa/ss-s3cret@example.com/repo", "https://user:s3cret@exa mple.com/repo"} {
+		if _, err := Canonical(raw); err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Canonical(%q): %v, want an error without the password", raw, err)
+		}
+	}
+}
+
 func FuzzCanonical(f *testing.F) {
 	for _, seed := range []string{"https://github.com/org/repo.git", "git@github.com:org/repo", "ssh://git@h:22/a", "@:", "a@b@c:d", "https://[::1]:443/x"} {
 		f.Add(seed)

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/informers/compact"
 	"github.com/plumb-dev/plumb/internal/source"
+	"github.com/plumb-dev/plumb/ssa"
 )
 
 // pass is one pass of the pipeline over an App, by a tick or by a preview,
@@ -75,7 +77,7 @@ func (s *pass) next(phase Phase) {
 }
 
 // read runs the Read phase, records the revision read, and refuses an
-// empty render (which would prune everything).
+// empty render (which would prune everything: Apply's guard).
 func (s *pass) read(ctx context.Context, read reader) error {
 	result, err := read(ctx)
 	if err != nil {
@@ -91,7 +93,7 @@ func (s *pass) read(ctx context.Context, read reader) error {
 		s.r.Events.Eventf(s.app, corev1.EventTypeWarning, plumbv1.ReasonHistoryRewritten,
 			"the history of %s was rewritten (force-push): %s no longer descends from %s", s.app.Spec.Source.Ref.Branch, s.revision, s.app.Status.LastAppliedRevision)
 	}
-	return s.r.refuseEmpty(s.app, result.Empty(), s.revision)
+	return s.guard(func() error { return s.r.refuseEmpty(s.app, result.Empty(), s.revision) })
 }
 
 // admit runs the checks that end the Read phase: the dependsOn gate (before
@@ -109,8 +111,7 @@ func (s *pass) admit(ctx context.Context) error {
 			s.waiting = c.Reason + ": " + c.Message
 		}
 	}
-	var err error
-	if s.desired, s.kinds, err = s.r.prepare(s.app, s.result); err != nil {
+	if err := s.guard(func() (err error) { s.desired, s.kinds, err = s.r.prepare(s.app, s.result); return err }); err != nil {
 		return err
 	}
 	if err := s.r.checkNamespaces(s.app, s.desired, s.revision); err != nil {
@@ -120,7 +121,21 @@ func (s *pass) admit(ctx context.Context) error {
 	if !s.preview {
 		s.r.notifyPending(s.app, s.revision)
 	}
-	s.applier, err = s.r.applierFor(ctx, s.app)
+	return s.guard(func() (err error) { s.applier, err = s.r.applierFor(ctx, s.app); return err })
+}
+
+// guard runs a check made ahead of the phase it guards (the empty render
+// and the identity are Apply's, the render's kinds Observe's, its objects
+// Diff's): while it passes, its time is the phase under way's, since the
+// guarded phase has not begun; when it fails as a later phase, the tick ends
+// in that phase, timed from the check's start, as its error says.
+func (s *pass) guard(check func() error) error {
+	start := s.r.now()
+	err := check()
+	var phaseErr *PhaseError
+	if s.timer != nil && errors.As(err, &phaseErr) {
+		s.timer.failedAhead(phaseErr.Phase, start)
+	}
 	return err
 }
 
@@ -143,6 +158,11 @@ func (s *pass) diff(ctx context.Context) error {
 	s.next(PhaseDiff)
 	if s.preview {
 		s.r.seedConflicts(s.key, s.app, s.desired, s.live)
+	}
+	if err := s.guard(func() error {
+		return ownershipConflicts(ssa.Owner{Name: s.app.Name, Namespace: s.app.Namespace}, s.desired, s.live)
+	}); err != nil {
+		return err
 	}
 	var err error
 	df := s.r.differ(s.app, s.applier, s.log.With(zap.String("phase", string(PhaseDiff))))

@@ -81,14 +81,9 @@ func (r *Reconciler) differ(app *plumbv1.App, applier Applier, log *zap.Logger) 
 // unchanged objects cost nothing; only objects plumb has no record of
 // (after a restart) are asked about with one server-side dry-run each.
 // Objects keep their live revision annotation unless their content changes.
-// An object another App owns is not taken over: the tick fails with a
-// Conflict before anything is applied.
+// (An object another App owns was refused before: pass.diff's guard.)
 func (df *differ) plan(ctx context.Context, desired []*unstructured.Unstructured,
 	live map[objectID]*compact.Object, kinds *tickKinds, revision string) (*plan, error) {
-	owner := ssa.Owner{Name: df.app.Name, Namespace: df.app.Namespace}
-	if err := ownershipConflicts(owner, desired, live); err != nil {
-		return nil, err
-	}
 	df.revision, df.kinds = revision, kinds
 	df.applied = appliedFieldsOf(df.app.Status.Inventory)
 	df.newNamespaces = map[string]bool{}

@@ -36,10 +36,37 @@ func (t *phaseTimer) done(next Phase) {
 	t.phase, t.phaseStart = next, now
 }
 
+// failedAhead ends the phase under way at at, when a check of a later
+// phase, made ahead of it, failed (pass.guard): the tick ends in that
+// phase, timed from at. Like a phase that fails, it is not observed in the
+// phase metric. A failure named as the phase under way, or an earlier one,
+// changes nothing.
+func (t *phaseTimer) failedAhead(phase Phase, at time.Time) {
+	if phase.order() <= t.phase.order() {
+		return
+	}
+	t.millis[t.phase] = at.Sub(t.phaseStart).Milliseconds()
+	t.phase, t.phaseStart = phase, at
+}
+
+// order is the place of a phase in a tick: Read first, Apply last (0 for
+// a phase outside the four).
+func (p Phase) order() int {
+	switch p {
+	case PhaseRead:
+		return 1
+	case PhaseObserve:
+		return 2
+	case PhaseDiff:
+		return 3
+	case PhaseApply:
+		return 4
+	}
+	return 0
+}
+
 // record is the tick's TickRecord once it ended with err, or held by its
-// dependsOn: the phase under way is timed until now (a failure the tick
-// reports as a later phase's, such as the refusal of an empty render, which
-// is Apply's, happens while it is still Read's turn; a hold ends the Read).
+// dependsOn: the phase under way is timed until now.
 func (t *phaseTimer) record(app *plumbv1.App, trigger Trigger, changes *fluxssa.ChangeSet, held bool, err error) plumbv1.TickRecord {
 	now := t.r.now()
 	rec := plumbv1.TickRecord{Start: metav1.NewTime(t.start), Trigger: string(trigger), Revision: t.revision,

@@ -114,6 +114,11 @@ func TestRecentTicks(t *testing.T) {
 	if last.FailedPhase != "Apply" || !strings.HasSuffix(last.Revision, empty) || last.ReadMillis == nil || last.ObserveMillis != nil || last.DiffMillis != nil {
 		t.Errorf("the refused empty render's record = %+v, want a failed Apply at %s, only Read timed", last, empty)
 	}
+	// The refusal is Apply's guard, made ahead of it: the tick ends in the
+	// phase its error names, and times it.
+	if last.ApplyMillis == nil {
+		t.Errorf("the refused empty render's record = %+v, want Apply, the phase that refused, timed", last)
+	}
 }
 
 // appCached waits until the harness's App cache holds the App with

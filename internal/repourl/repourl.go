@@ -58,25 +58,25 @@ func Canonical(raw string) (string, error) {
 		rest := raw[at+1:]
 		h, p, ok := strings.Cut(rest, ":")
 		if !ok || h == "" || strings.ContainsAny(h, "/") {
-			return "", fmt.Errorf("repository URL %q: want scheme://host/path or user@host:path", raw)
+			return "", fmt.Errorf("repository URL %q: want scheme://host/path or user@host:path", WithoutCredentials(raw))
 		}
 		host, path = h, p
 	}
 	if host == "" {
-		return "", fmt.Errorf("repository URL %q has no host", raw)
+		return "", fmt.Errorf("repository URL %q has no host", WithoutCredentials(raw))
 	}
 	for trimmed := ""; trimmed != path; {
 		trimmed = path
 		path = strings.TrimSuffix(strings.Trim(path, "/"), ".git")
 	}
 	if path == "" {
-		return "", fmt.Errorf("repository URL %q has no repository path", raw)
+		return "", fmt.Errorf("repository URL %q has no repository path", WithoutCredentials(raw))
 	}
 	if !validPath.MatchString(path) || !validHost.MatchString(host) {
-		return "", fmt.Errorf("repository URL %q has characters no repository host or path uses", raw)
+		return "", fmt.Errorf("repository URL %q has characters no repository host or path uses", WithoutCredentials(raw))
 	}
 	if strings.Contains(host, ":") && net.ParseIP(host) == nil {
-		return "", fmt.Errorf("repository URL %q: host %q is neither a name nor an IP address", raw, host)
+		return "", fmt.Errorf("repository URL %q: host %q is neither a name nor an IP address", WithoutCredentials(raw), host)
 	}
 	canonical := strings.ToLower(host)
 	switch {
@@ -108,22 +108,30 @@ func OwnerPath(raw string) (string, error) {
 }
 
 // WithoutCredentials is a repository URL without the user and password it
-// may carry. A URL that does not parse shows "***" for all that stands
-// between its scheme and its last "@": a password may hold any character,
-// "/" and "@" included, so nothing of it is guessed at.
+// may carry. A URL with an "@" that is not the end of its user part (one
+// that does not parse, or a password holding "/", "?" or "#", which moves
+// the "@" into the path) shows "***" for all that stands between its
+// scheme and its last "@": nothing of a password is guessed at. An
+// scp-like user@host:path names a user, never a password, and is kept.
 func WithoutCredentials(raw string) string {
-	u, err := url.Parse(raw)
-	if err == nil {
-		if u.User == nil {
-			return raw
-		}
-		u.User = nil
-		return u.String()
-	}
 	scheme, rest, ok := strings.Cut(raw, "://")
 	at := strings.LastIndex(rest, "@")
 	if !ok || at < 0 {
-		return raw // no userinfo to hide
+		return raw
+	}
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		u.User = nil
+		if clean := u.String(); !strings.Contains(clean[strings.Index(clean, "://")+3:], "@") {
+			return clean
+		}
 	}
 	return scheme + "://***@" + rest[at+1:]
+}
+
+// HidesCredentials says whether raw is a URL whose "@" stands where it
+// does not end a user part, so that WithoutCredentials masks more than a
+// user and password: a password holding "/", "?" or "#" unencoded, most
+// likely, which no Git server would be asked with.
+func HidesCredentials(raw string) bool {
+	return strings.Contains(WithoutCredentials(raw), "://***@")
 }

@@ -63,7 +63,8 @@ func TestCanonicalRejectsWhatIsNotARepositoryURL(t *testing.T) {
 // A URL that does not parse is refused without its password: the error
 // may reach a log.
 func TestCanonicalsErrorShowsNoPassword(t *testing.T) {
-	for _, raw := range []string{"https://user:pa/ss-s3cret@example.com/repo", "https://user:s3cret@exa mple.com/repo"} {
+	for _, raw := range []string{"https://user:pa/ss-s3cret@example.com/repo", "https://user:s3cret@exa mple.com/repo",
+		"https://user:s3cret@host", "https://user:s3cret@ho_st/repo", "https://user:123/s3cret@host"} {
 		if _, err := Canonical(raw); err == nil || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("Canonical(%q): %v, want an error without the password", raw, err)
 		}
@@ -120,6 +121,9 @@ func TestWithoutCredentialsShowsNoPassword(t *testing.T) {
 		"https://user:s3cret@host/%zz":            "https://***@host/%zz",
 		"https://user:pa/ss@word@host/repo":       "https://***@host/repo",
 		"https://host/%zz":                        "https://host/%zz",
+		"https://user:123/s3cret@host/repo":       "https://***@host/repo",
+		"https://user:123#s3cret@host/repo":       "https://***@host/repo",
+		"ssh://git@host/org/repo":                 "ssh://host/org/repo",
 	} {
 		if got := WithoutCredentials(raw); got != want {
 			t.Errorf("WithoutCredentials(%q) = %q, want %q", raw, got, want)

@@ -257,6 +257,12 @@ func cleanURL(rawURL string) (string, *transport.Endpoint, error) {
 		}
 		return "", nil, fmt.Errorf("%w: url %s: %v", ErrInvalidRef, repourl.WithoutCredentials(rawURL), err)
 	}
+	if repourl.HidesCredentials(rawURL) {
+		// A password holding "/", "?" or "#" moves the rest of the URL
+		// into its path: the URL would name another host, password and all.
+		return "", nil, fmt.Errorf(`%w: url %s: an "@" that does not end the user part (percent-encode "/", "?", "#" and "@" in a password, or use a credentials Secret)`,
+			ErrInvalidRef, repourl.WithoutCredentials(rawURL))
+	}
 	withCreds := *ep
 	ep.Password = ""
 	if ep.Protocol == "http" || ep.Protocol == "https" {

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -132,11 +133,17 @@ func (s *pass) admit(ctx context.Context) error {
 func (s *pass) guard(check func() error) error {
 	start := s.r.now()
 	err := check()
+	s.failedAhead(err, start)
+	return err
+}
+
+// failedAhead ends a tick whose err names a later phase than the one under
+// way in that phase, from at.
+func (s *pass) failedAhead(err error, at time.Time) {
 	var phaseErr *PhaseError
 	if s.timer != nil && errors.As(err, &phaseErr) {
-		s.timer.failedAhead(phaseErr.Phase, start)
+		s.timer.failedAhead(phaseErr.Phase, at)
 	}
-	return err
 }
 
 // observe runs the Observe phase: the live objects, from the cache (a
@@ -167,6 +174,9 @@ func (s *pass) diff(ctx context.Context) error {
 	var err error
 	df := s.r.differ(s.app, s.applier, s.log.With(zap.String("phase", string(PhaseDiff))))
 	if s.planned, err = df.plan(ctx, s.desired, s.live, s.kinds, s.revision); err != nil {
+		// An object another App took meanwhile, found as a drift is read
+		// whole, fails as Apply's Conflict: the tick ends there.
+		s.failedAhead(err, s.r.now())
 		return err
 	}
 	markSuccess(s.app, PhaseDiff, s.r.now())

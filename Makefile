@@ -86,7 +86,7 @@ controlplane: ## Build the local control plane's binaries into the user cache (o
 	bash hack/controlplane.sh
 
 .PHONY: tools
-tools: ## Build promtool and Alertmanager, which tests run, into the user cache (once; ~15 minutes cold).
+tools: ## Build promtool, Alertmanager and the OCI registry, which tests run, into the user cache (once; ~11 minutes cold).
 	bash hack/tools.sh
 
 .PHONY: browser

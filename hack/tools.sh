@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the monitoring tools that tests run (promtool, for the alert rules'
-# unit tests, and Alertmanager, for the notification tests) from the Go module
+# Builds the tools that tests run (promtool, for the alert rules' unit tests,
+# Alertmanager, for the notification tests, and CNCF Distribution's registry,
+# for the OCI source tests) from the Go module
 # proxy into a versioned cache folder outside the repository, so that every
 # clone on this machine reuses them. A warm run builds nothing.
 #
@@ -13,7 +14,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$repo/internal/testenv/tools.env"
 
 cache_root="${PLUMB_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/plumb/tools}"
-dir="$cache_root/prometheus-${PROMETHEUS_VERSION}_alertmanager-${ALERTMANAGER_VERSION}"
+dir="$cache_root/prometheus-${PROMETHEUS_VERSION}_alertmanager-${ALERTMANAGER_VERSION}_distribution-${DISTRIBUTION_VERSION}"
 bin="$dir/bin"
 tools="$repo/hack/tools"
 
@@ -22,6 +23,8 @@ grep -qE "^(require)?[[:space:]]*github.com/prometheus/prometheus $PROMETHEUS_VE
 	die "hack/tools/prometheus/go.mod does not require prometheus $PROMETHEUS_VERSION (internal/testenv/tools.env); fix one of them"
 grep -qE "^(require)?[[:space:]]*github.com/prometheus/alertmanager $ALERTMANAGER_VERSION( |$)" "$tools/alertmanager/go.mod" ||
 	die "hack/tools/alertmanager/go.mod does not require alertmanager $ALERTMANAGER_VERSION (internal/testenv/tools.env); fix one of them"
+grep -qE "^(require)?[[:space:]]*github.com/distribution/distribution/v3 $DISTRIBUTION_VERSION( |$)" "$tools/registry/go.mod" ||
+	die "hack/tools/registry/go.mod does not require distribution $DISTRIBUTION_VERSION (internal/testenv/tools.env); fix one of them"
 
 mkdir -p "$bin"
 exec 9>"$dir/.lock"
@@ -42,3 +45,4 @@ build() { # name module-dir package
 
 build promtool prometheus github.com/prometheus/prometheus/cmd/promtool
 build alertmanager alertmanager github.com/prometheus/alertmanager/cmd/alertmanager
+build registry registry github.com/distribution/distribution/v3/cmd/registry

@@ -1,8 +1,9 @@
 package testenv
 
-// The monitoring tools that tests run — promtool (Prometheus's rule tests)
-// and Alertmanager — which hack/tools.sh builds from the Go module proxy
-// into a versioned folder of the user's cache, once per machine.
+// The tools that tests run — promtool (Prometheus's rule tests),
+// Alertmanager and CNCF Distribution's registry — which hack/tools.sh
+// builds from the Go module proxy into a versioned folder of the user's
+// cache, once per machine.
 
 import (
 	_ "embed"
@@ -35,9 +36,9 @@ func ToolsDir() (string, error) {
 			values[key] = value
 		}
 	}
-	prometheus, alertmanager := values["PROMETHEUS_VERSION"], values["ALERTMANAGER_VERSION"]
-	if prometheus == "" || alertmanager == "" {
-		return "", errors.New("internal/testenv/tools.env: PROMETHEUS_VERSION and ALERTMANAGER_VERSION must both be set")
+	prometheus, alertmanager, distribution := values["PROMETHEUS_VERSION"], values["ALERTMANAGER_VERSION"], values["DISTRIBUTION_VERSION"]
+	if prometheus == "" || alertmanager == "" || distribution == "" {
+		return "", errors.New("internal/testenv/tools.env: PROMETHEUS_VERSION, ALERTMANAGER_VERSION and DISTRIBUTION_VERSION must all be set")
 	}
 	root := os.Getenv(ToolsCacheEnv)
 	if root == "" {
@@ -48,7 +49,7 @@ func ToolsDir() (string, error) {
 		root = filepath.Join(userCache, "plumb", "tools")
 	}
 	// The stamp must match hack/tools.sh's.
-	return filepath.Join(root, fmt.Sprintf("prometheus-%s_alertmanager-%s", prometheus, alertmanager), "bin"), nil
+	return filepath.Join(root, fmt.Sprintf("prometheus-%s_alertmanager-%s_distribution-%s", prometheus, alertmanager, distribution), "bin"), nil
 }
 
 // ToolPath is the executable of one tool ("promtool" or "alertmanager"), or

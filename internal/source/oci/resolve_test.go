@@ -1,0 +1,162 @@
+package oci_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/plumb-dev/plumb/internal/source/oci"
+	"github.com/plumb-dev/plumb/internal/testenv"
+)
+
+// counting counts the requests it carries, by method and path kind.
+type counting struct {
+	mu    sync.Mutex
+	count map[string]int
+}
+
+func (c *counting) RoundTrip(req *http.Request) (*http.Response, error) {
+	kind := "other"
+	switch {
+	case strings.Contains(req.URL.Path, "/manifests/"):
+		kind = "manifests"
+	case strings.Contains(req.URL.Path, "/blobs/"):
+		kind = "blobs"
+	case strings.HasSuffix(req.URL.Path, "/tags/list"):
+		kind = "tags"
+	case req.URL.Path == "/v2/":
+		kind = "ping"
+	}
+	c.mu.Lock()
+	c.count[req.Method+" "+kind]++
+	c.mu.Unlock()
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+func (c *counting) reset() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	got := c.count
+	c.count = map[string]int{}
+	return got
+}
+
+// push writes a random image to repo:tag and returns its manifest digest.
+func push(t *testing.T, r *testenv.Registry, repo, tag string) v1.Hash {
+	t.Helper()
+	img, err := random.Image(256, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := name.NewTag(r.Host + "/" + repo + ":" + tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img, remote.WithAuth(&authn.Basic{Username: r.Username, Password: r.Password})); err != nil {
+		t.Fatal(err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return digest
+}
+
+func TestAReferenceResolvesWithOneManifestHEAD(t *testing.T) {
+	r := testenv.StartRegistry(t)
+	v1Digest := push(t, r, "plumb/app", "v1")
+	url := oci.Scheme + r.Host + "/plumb/app"
+	requests := &counting{count: map[string]int{}}
+	c := &oci.Client{Transport: requests, AllowHTTP: true}
+	auth := oci.Auth{Username: r.Username, Password: r.Password}
+	ctx := context.Background()
+
+	rev, err := c.Resolve(ctx, url, oci.Ref{Tag: "v1"}, auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "v1@" + v1Digest.String(); rev.String() != want {
+		t.Errorf("revision %s, want %s", rev, want)
+	}
+	got := requests.reset()
+	t.Logf("the requests of a resolve by tag: %v", got)
+	if got["HEAD manifests"] != 1 || got["GET manifests"] != 0 || got["GET blobs"]+got["HEAD blobs"] != 0 {
+		t.Errorf("requests %v, want one manifest HEAD and no manifest GET or blob", got)
+	}
+
+	rev, err = c.Resolve(ctx, url, oci.Ref{Digest: v1Digest.String()}, auth)
+	if err != nil || rev.String() != v1Digest.String() {
+		t.Errorf("by digest: %s, %v; want %s", rev, err, v1Digest)
+	}
+	if got := requests.reset(); got["HEAD manifests"] != 1 || got["GET blobs"] != 0 {
+		t.Errorf("by digest, requests %v, want one manifest HEAD", got)
+	}
+}
+
+func TestASemverRangeFollowsTheHighestTagInIt(t *testing.T) {
+	r := testenv.StartRegistry(t)
+	for _, tag := range []string{"1.0.0", "1.2.0", "2.0.0", "latest", "not-semver"} {
+		push(t, r, "plumb/chart", tag)
+	}
+	url := oci.Scheme + r.Host + "/plumb/chart"
+	c := &oci.Client{AllowHTTP: true}
+	auth := oci.Auth{Username: r.Username, Password: r.Password}
+	rev, err := c.Resolve(context.Background(), url, oci.Ref{SemVer: ">=1.0.0 <2.0.0"}, auth)
+	if err != nil || rev.Tag != "1.2.0" {
+		t.Fatalf("resolved %s, %v; want 1.2.0", rev, err)
+	}
+	newer := push(t, r, "plumb/chart", "1.3.0")
+	rev, err = c.Resolve(context.Background(), url, oci.Ref{SemVer: ">=1.0.0 <2.0.0"}, auth)
+	if err != nil || rev.String() != "1.3.0@"+newer.String() {
+		t.Errorf("after 1.3.0 was pushed: %s, %v; want 1.3.0@%s", rev, err, newer)
+	}
+	if _, err := c.Resolve(context.Background(), url, oci.Ref{SemVer: ">=3.0.0"}, auth); !errors.Is(err, oci.ErrNotFound) {
+		t.Errorf("a range no tag satisfies: %v, want ErrNotFound", err)
+	}
+}
+
+func TestABadReferenceOrAccountIsToldApart(t *testing.T) {
+	r := testenv.StartRegistry(t)
+	push(t, r, "plumb/app", "v1")
+	url := oci.Scheme + r.Host + "/plumb/app"
+	auth := oci.Auth{Username: r.Username, Password: r.Password}
+	ctx := context.Background()
+	allowed := &oci.Client{AllowHTTP: true}
+	for _, tc := range []struct {
+		name   string
+		client *oci.Client
+		url    string
+		ref    oci.Ref
+		auth   oci.Auth
+		want   error
+	}{
+		{"a missing tag", allowed, url, oci.Ref{Tag: "v9"}, auth, oci.ErrNotFound},
+		{"a missing digest", allowed, url, oci.Ref{Digest: "sha256:" + strings.Repeat("0", 64)}, auth, oci.ErrNotFound},
+		{"a wrong password", allowed, url, oci.Ref{Tag: "v1"}, oci.Auth{Username: r.Username, Password: "wrong-password"}, oci.ErrUnauthorized},
+		{"no account", allowed, url, oci.Ref{Tag: "v1"}, oci.Auth{}, oci.ErrUnauthorized},
+		{"two references", allowed, url, oci.Ref{Tag: "v1", SemVer: "1.x"}, auth, oci.ErrInvalidRef},
+		{"a malformed range", allowed, url, oci.Ref{SemVer: ">=>1"}, auth, oci.ErrInvalidRef},
+		{"not an oci:// URL", allowed, "https://" + r.Host + "/plumb/app", oci.Ref{Tag: "v1"}, auth, oci.ErrInvalidRef},
+		{"credentials in the URL", allowed, oci.Scheme + "user:pw@" + r.Host + "/plumb/app", oci.Ref{Tag: "v1"}, auth, oci.ErrInvalidRef},
+		{"plain HTTP not allowed", &oci.Client{}, url, oci.Ref{Tag: "v1"}, auth, oci.ErrPlainHTTP},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.client.Resolve(ctx, tc.url, tc.ref, tc.auth)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if strings.Contains(err.Error(), r.Password) || strings.Contains(err.Error(), "wrong-password") {
+				t.Errorf("the error shows a password: %v", err)
+			}
+		})
+	}
+}

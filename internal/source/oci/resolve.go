@@ -11,10 +11,13 @@ package oci
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/Masterminds/semver/v3"
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -68,14 +71,25 @@ func (r Revision) String() string {
 	return r.Tag + "@" + r.Digest
 }
 
-// Client asks registries about repositories.
+// Client asks registries about repositories. It keeps, per repository and
+// account, the session it authenticated (go-containerregistry's Puller), so
+// that a later resolve sends the manifest HEAD alone, without the ping
+// and token requests before it. The zero value is ready to use; a Client
+// is safe for concurrent use.
 type Client struct {
 	// Transport carries the requests (http.DefaultTransport when nil).
 	Transport http.RoundTripper
 	// AllowHTTP allows plain HTTP registries; without it every request
 	// must be HTTPS.
 	AllowHTTP bool
+
+	mu      sync.Mutex
+	pullers map[string]*remote.Puller // by sessionKey
+	order   []string                  // pullers' keys, oldest first
 }
+
+// maxSessions bounds the sessions a Client keeps; the oldest goes first.
+const maxSessions = 512
 
 // Resolve resolves ref in the repository at url (oci://host/path): a tag
 // or a digest with one manifest HEAD, a semver range by listing the tags
@@ -94,7 +108,10 @@ func (c *Client) Resolve(ctx context.Context, url string, ref Ref, auth Auth) (R
 	if set > 1 {
 		return Revision{}, fmt.Errorf("%w: set one of tag, semver and digest", ErrInvalidRef)
 	}
-	opts := c.options(ctx, auth)
+	puller, err := c.puller(repo, auth)
+	if err != nil {
+		return Revision{}, err
+	}
 	var target name.Reference
 	tag := ref.Tag
 	switch {
@@ -103,7 +120,7 @@ func (c *Client) Resolve(ctx context.Context, url string, ref Ref, auth Auth) (R
 			return Revision{}, fmt.Errorf("%w: digest %q: %v", ErrInvalidRef, ref.Digest, err)
 		}
 	case ref.SemVer != "":
-		if tag, err = c.highestInRange(repo, ref.SemVer, opts); err != nil {
+		if tag, err = highestInRange(ctx, puller, repo, ref.SemVer); err != nil {
 			return Revision{}, err
 		}
 		target = repo.Tag(tag)
@@ -115,7 +132,7 @@ func (c *Client) Resolve(ctx context.Context, url string, ref Ref, auth Auth) (R
 			return Revision{}, fmt.Errorf("%w: tag %q: %v", ErrInvalidRef, tag, err)
 		}
 	}
-	desc, err := remote.Head(target, opts...)
+	desc, err := puller.Head(ctx, target)
 	if err != nil {
 		return Revision{}, classify(err, fmt.Sprintf("%s in %s", target.Identifier(), url))
 	}
@@ -124,12 +141,12 @@ func (c *Client) Resolve(ctx context.Context, url string, ref Ref, auth Auth) (R
 
 // highestInRange lists the repository's tags and picks the highest that is
 // a semver version in the range.
-func (c *Client) highestInRange(repo name.Repository, rangeSpec string, opts []remote.Option) (string, error) {
+func highestInRange(ctx context.Context, puller *remote.Puller, repo name.Repository, rangeSpec string) (string, error) {
 	constraint, err := semver.NewConstraint(rangeSpec)
 	if err != nil {
 		return "", fmt.Errorf("%w: semver range %q: %v", ErrInvalidRef, rangeSpec, err)
 	}
-	tags, err := remote.List(repo, opts...)
+	tags, err := puller.List(ctx, repo)
 	if err != nil {
 		return "", classify(err, "the tags of "+repo.String())
 	}
@@ -166,9 +183,17 @@ func (c *Client) repository(url string) (name.Repository, error) {
 	return repo, nil
 }
 
-// options are the requests' options: the context, the account and a
-// transport that refuses plain HTTP unless it is allowed.
-func (c *Client) options(ctx context.Context, auth Auth) []remote.Option {
+// puller is the session for repo as auth: kept per repository and per
+// digest of the credentials, so that no App is served a session another
+// account authenticated.
+func (c *Client) puller(repo name.Repository, auth Auth) (*remote.Puller, error) {
+	sum := sha256.Sum256([]byte(auth.Username + "\x00" + auth.Password))
+	key := repo.Name() + "\x00" + hex.EncodeToString(sum[:])
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.pullers[key]; ok {
+		return p, nil
+	}
 	base := c.Transport
 	if base == nil {
 		base = http.DefaultTransport
@@ -177,8 +202,20 @@ func (c *Client) options(ctx context.Context, auth Auth) []remote.Option {
 	if auth.Username != "" || auth.Password != "" {
 		authenticator = &authn.Basic{Username: auth.Username, Password: auth.Password}
 	}
-	return []remote.Option{remote.WithContext(ctx), remote.WithAuth(authenticator),
-		remote.WithTransport(httpsOnly{base: base, allowHTTP: c.AllowHTTP})}
+	p, err := remote.NewPuller(remote.WithAuth(authenticator), remote.WithTransport(httpsOnly{base: base, allowHTTP: c.AllowHTTP}))
+	if err != nil {
+		return nil, err
+	}
+	if c.pullers == nil {
+		c.pullers = map[string]*remote.Puller{}
+	}
+	if len(c.order) >= maxSessions {
+		delete(c.pullers, c.order[0])
+		c.order = c.order[1:]
+	}
+	c.pullers[key] = p
+	c.order = append(c.order, key)
+	return p, nil
 }
 
 // httpsOnly refuses plain HTTP requests unless they are allowed.

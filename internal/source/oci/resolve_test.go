@@ -88,12 +88,25 @@ func TestAReferenceResolvesWithOneManifestHEAD(t *testing.T) {
 		t.Errorf("revision %s, want %s", rev, want)
 	}
 	got := requests.reset()
-	t.Logf("the requests of a resolve by tag: %v", got)
+	t.Logf("the requests of the first resolve (it authenticates): %v", got)
 	if got["HEAD manifests"] != 1 || got["GET manifests"] != 0 || got["GET blobs"]+got["HEAD blobs"] != 0 {
 		t.Errorf("requests %v, want one manifest HEAD and no manifest GET or blob", got)
 	}
 
-	rev, err = c.Resolve(ctx, url, oci.Ref{Digest: v1Digest.String()}, auth)
+	// The next tick's check, unchanged: one request, the manifest HEAD.
+	if again, err := c.Resolve(ctx, url, oci.Ref{Tag: "v1"}, auth); err != nil || again != rev {
+		t.Fatalf("resolved again: %s, %v; want %s", again, err, rev)
+	}
+	if got := requests.reset(); len(got) != 1 || got["HEAD manifests"] != 1 {
+		t.Errorf("an unchanged check made %v, want one manifest HEAD and nothing else", got)
+	}
+	v2 := push(t, r, "plumb/app", "v1") // the tag moves
+	if moved, err := c.Resolve(ctx, url, oci.Ref{Tag: "v1"}, auth); err != nil || moved.Digest != v2.String() {
+		t.Errorf("after the tag moved: %s, %v; want v1@%s", moved, err, v2)
+	}
+	requests.reset()
+
+	rev, err = c.Resolve(ctx, url, oci.Ref{Digest: v1Digest.String()}, auth) // still in the registry, untagged
 	if err != nil || rev.String() != v1Digest.String() {
 		t.Errorf("by digest: %s, %v; want %s", rev, err, v1Digest)
 	}
@@ -130,6 +143,8 @@ func TestABadReferenceOrAccountIsToldApart(t *testing.T) {
 	url := oci.Scheme + r.Host + "/plumb/app"
 	auth := oci.Auth{Username: r.Username, Password: r.Password}
 	ctx := context.Background()
+	// The cases share one Client, and the first opens a session with the
+	// right account: a session serves no other account.
 	allowed := &oci.Client{AllowHTTP: true}
 	for _, tc := range []struct {
 		name   string

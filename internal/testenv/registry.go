@@ -23,6 +23,9 @@ type Registry struct {
 	Host string
 	// Username and Password are the one account it accepts.
 	Username, Password string
+	// Storage is the folder that holds its blobs and manifests (a test
+	// may alter a blob there, as a hostile registry would serve it).
+	Storage string
 
 	proc *process
 }
@@ -47,7 +50,8 @@ func StartRegistry(t testing.TB) *Registry {
 		t.Fatal(err)
 	}
 	config := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(config, []byte(registryConfig(r.Host, filepath.Join(dir, "data"), htpasswd)), 0o600); err != nil {
+	r.Storage = filepath.Join(dir, "data")
+	if err := os.WriteFile(config, []byte(registryConfig(r.Host, r.Storage, htpasswd)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if r.proc, err = startProcess("registry", bin, []string{"serve", config}, dir); err != nil {

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -228,7 +229,30 @@ func (t httpsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "https" && !t.allowHTTP {
 		return nil, fmt.Errorf("%w: %s", ErrPlainHTTP, req.URL.Host)
 	}
-	return t.base.RoundTrip(req)
+	resp, err := t.base.RoundTrip(req)
+	if err == nil && strings.Contains(req.URL.Path, "/manifests/") {
+		resp.Body = &cappedBody{ReadCloser: resp.Body, left: maxManifestBytes + 1}
+	}
+	return resp, err
+}
+
+// cappedBody fails a manifest's body past maxManifestBytes, whatever the
+// registry's Content-Length said.
+type cappedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, fmt.Errorf("%w: a manifest of more than %d bytes", ErrLimitExceeded, maxManifestBytes)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // classify maps a registry's answer to the package's errors; what names

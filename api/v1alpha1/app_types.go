@@ -308,29 +308,133 @@ const (
 	DriftPolicyAlert DriftPolicy = "alert"
 )
 
-// Source is a folder in a Git repository at a reference.
+// Source is where the desired state lives: a folder of a Git repository
+// at a reference (url, ref, path and secretRef, the Git source), or of an
+// OCI artifact (oci, with path). Exactly one kind is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.url), has(self.oci)].filter(x, x).size() == 1",message="source must set exactly one of url (a Git repository) and oci"
+// +kubebuilder:validation:XValidation:rule="has(self.url) == has(self.ref)",message="a Git source sets url and ref together (an OCI source sets oci.ref)"
+// +kubebuilder:validation:XValidation:rule="!has(self.secretRef) || has(self.url)",message="secretRef is the Git repository's credentials; an OCI source names its own in oci.secretRef"
 type Source struct {
-	// URL of the repository: https://, http:// (for local servers), ssh://,
-	// scp-like user@host:org/repo, or file://.
+	// URL of the Git repository: https://, http:// (for local servers),
+	// ssh://, scp-like user@host:org/repo, or file://.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(https?|ssh)://[^/ ]+(/[^ ]*)?$') || self.matches('^file://[^ ]+$') || self.matches('^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[A-Za-z0-9._~/-][^ ]*$')",message="url must be https://, http://, ssh://, file:// or scp-like user@host:org/repo"
-	URL string `json:"url"`
+	// +optional
+	URL string `json:"url,omitempty"`
 
-	// Ref is the branch, tag, semver range or commit to follow.
-	Ref GitRef `json:"ref"`
+	// Ref is the branch, tag, semver range or commit of the Git repository
+	// to follow; set with url.
+	// +optional
+	Ref GitRef `json:"ref,omitzero"`
 
-	// Path is the folder inside the repository that holds the manifests,
-	// relative to the repository root. Empty means the root.
+	// Path is the folder inside the repository or artifact that holds the
+	// manifests, relative to its root. Empty means the root.
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)')",message="path must be relative to the repository root and must not contain '..'"
 	// +optional
 	Path string `json:"path,omitempty"`
 
 	// SecretRef names a Secret in the App's namespace that holds the
-	// credentials for the repository.
+	// credentials for the Git repository.
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+
+	// OCI reads an artifact from an OCI registry in place of a Git
+	// repository: a Flux artifact (`flux push artifact`), a Helm chart
+	// pushed with `helm push`, or any image whose layer is a tar+gzip of
+	// manifests.
+	// +optional
+	OCI *OCISource `json:"oci,omitempty"`
+}
+
+// Kind is the kind of source set: SourceKindGit or SourceKindOCI.
+func (s Source) Kind() SourceKind {
+	if s.OCI != nil {
+		return SourceKindOCI
+	}
+	return SourceKindGit
+}
+
+// Location is where the source is read from, without credentials: the
+// Git repository's URL or the OCI repository's.
+func (s Source) Location() string {
+	if s.OCI != nil {
+		return s.OCI.URL
+	}
+	return s.URL
+}
+
+// SourceKind names a kind of source.
+type SourceKind string
+
+const (
+	// SourceKindGit is a Git repository (url, ref, path, secretRef).
+	SourceKindGit SourceKind = "git"
+	// SourceKindOCI is an OCI artifact (oci).
+	SourceKindOCI SourceKind = "oci"
+)
+
+// OCISource is an artifact in an OCI registry.
+type OCISource struct {
+	// URL of the repository: oci://host[:port]/path, without a tag or a
+	// digest (they go in ref).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^oci://[a-zA-Z0-9.-]+(:[0-9]+)?/[a-z0-9]+([._/-]+[a-z0-9]+)*$')",message="url must be oci://host[:port]/repository, with the tag or digest in ref"
+	URL string `json:"url"`
+
+	// Ref is the tag, semver range over the tags, or manifest digest to
+	// follow; the tag latest when empty.
+	// +optional
+	Ref OCIRef `json:"ref,omitzero"`
+
+	// LayerSelector picks the layer to read by its media type. Without
+	// it the first layer of a known content type is read: Flux's
+	// content, a Helm chart, then a plain OCI or Docker tar+gzip layer.
+	// Other layers (signatures, attestations, SBOMs) are ignored and not
+	// downloaded.
+	// +optional
+	LayerSelector *OCILayerSelector `json:"layerSelector,omitempty"`
+
+	// SecretRef names a Secret in the App's namespace of type
+	// kubernetes.io/dockerconfigjson (as `kubectl create secret
+	// docker-registry` makes) that holds the registry's credentials.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+
+	// Insecure reads the registry over plain HTTP. The controller refuses
+	// it unless it runs with --allow-insecure-registries.
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
+}
+
+// OCIRef selects an artifact. At most one field is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.tag), has(self.semver), has(self.digest)].filter(x, x).size() <= 1",message="ref must set at most one of tag, semver or digest"
+type OCIRef struct {
+	// Tag follows one tag.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`
+	// +optional
+	Tag string `json:"tag,omitempty"`
+
+	// SemVer follows the highest tag inside a semver range, e.g. ">=1.2.0 <2".
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +optional
+	SemVer string `json:"semver,omitempty"`
+
+	// Digest pins one manifest, sha256:<64 hex>.
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	// +optional
+	Digest string `json:"digest,omitempty"`
+}
+
+// OCILayerSelector picks an artifact's layer.
+type OCILayerSelector struct {
+	// MediaType of the layer to read, a tar+gzip of manifests.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	MediaType string `json:"mediaType"`
 }
 
 // GitRef selects a revision. Exactly one field is set.

@@ -15,6 +15,7 @@ import (
 	"github.com/plumb-dev/plumb/internal/preview"
 	"github.com/plumb-dev/plumb/internal/preview/diffreport"
 	"github.com/plumb-dev/plumb/internal/reconcile"
+	"github.com/plumb-dev/plumb/internal/revision"
 	"github.com/plumb-dev/plumb/internal/source/git"
 )
 
@@ -89,11 +90,12 @@ diff and flux diff), so that CI can gate on it.`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: diffFailed, err: err} })
 	flags := cmd.Flags()
-	flags.StringVar(&f.revision, "revision", "", "diff this revision instead of the App's ref: a commit (40 hex digits, or a recorded revision such as main@sha1:<hex>), a branch (or heads/NAME), or tags/NAME")
+	flags.StringVar(&f.revision, "revision", "", "diff this revision instead of the App's ref: a commit (40 hex digits, or a recorded revision such as main@sha1:<hex>), a branch (or heads/NAME), or tags/NAME; for an OCI App a tag (or tags/NAME) or a digest (sha256:<hex>, or a recorded revision such as v1@sha256:<hex>)")
 	flags.StringVar(&f.path, "path", "", "diff a working copy of the App's folder on this machine instead of its Git source")
 	flags.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	flags.StringVar(&f.color, "color", "auto", "colour the diff: auto (on a terminal, unless NO_COLOR is set), always or never")
 	flags.BoolVar(&f.policy.NoCrossNamespace, "no-cross-namespace", false, "preview as a controller run with --no-cross-namespace would tick")
+	flags.BoolVar(&f.policy.AllowInsecureRegistries, "allow-insecure-registries", false, "preview as a controller run with --allow-insecure-registries would tick: an OCI App may read its registry over plain HTTP")
 	flags.StringVar(&f.policy.DefaultServiceAccount, "default-service-account", "", "preview as a controller run with --default-service-account would tick: an App naming no ServiceAccount acts as this one")
 	flags.BoolVar(&f.withMyRights, "with-my-rights", false, "preview an App that acts as a ServiceAccount with your own rights, not by impersonating the ServiceAccount")
 	flags.StringVar(&f.gitCacheDir, "git-cache-dir", "", "folder that keeps the clones of repositories between runs, for one run at a time (default: a new folder each run, removed after it)")
@@ -155,11 +157,9 @@ func runDiff(cmd *cobra.Command, cluster *clusterFlags, name string, f diffFlags
 		app.Spec.ServiceAccountName = ""
 	}
 	if f.revision != "" {
-		ref, err := parseRevision(f.revision)
-		if err != nil {
+		if err := atRevision(app, f.revision); err != nil {
 			return 0, err
 		}
-		app.Spec.Source.Ref = ref
 	}
 	p, err := previewer.Preview(ctx, app)
 	if err != nil {
@@ -190,6 +190,40 @@ func runDiff(cmd *cobra.Command, cluster *clusterFlags, name string, f diffFlags
 
 // shortCommit is an abbreviated commit, which Git cannot fetch by name.
 var shortCommit = regexp.MustCompile(`^[0-9a-f]{7,39}$`)
+
+// atRevision points the App's source at --revision.
+func atRevision(app *plumbv1.App, rev string) error {
+	if o := app.Spec.Source.OCI; o != nil {
+		ref, err := parseOCIRevision(rev)
+		o.Ref = ref
+		return err
+	}
+	ref, err := parseRevision(rev)
+	app.Spec.Source.Ref = ref
+	return err
+}
+
+// ociDigest is a manifest digest as --revision names one.
+var ociDigest = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// parseOCIRevision reads --revision for an OCI App: a digest, alone or
+// recorded after its tag, or a tag.
+func parseOCIRevision(rev string) (plumbv1.OCIRef, error) {
+	if recorded := revision.Parse(rev); recorded.Algorithm() == revision.SHA256 {
+		if !ociDigest.MatchString(recorded.Digest) {
+			return plumbv1.OCIRef{}, fmt.Errorf("--revision %q: a digest is sha256: and 64 hex digits", rev)
+		}
+		return plumbv1.OCIRef{Digest: recorded.Digest}, nil
+	}
+	tag := strings.TrimPrefix(rev, "tags/")
+	if !ociTag.MatchString(tag) {
+		return plumbv1.OCIRef{}, fmt.Errorf("--revision %q: an OCI App's revision is a tag (letters, digits, '.', '_', '-') or a digest, sha256:<64 hex>", rev)
+	}
+	return plumbv1.OCIRef{Tag: tag}, nil
+}
+
+// ociTag is a well-formed OCI tag.
+var ociTag = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
 
 // parseRevision reads --revision.
 func parseRevision(rev string) (plumbv1.GitRef, error) {

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/revision"
 	"github.com/plumb-dev/plumb/internal/source/git"
 )
 
@@ -154,14 +155,14 @@ func APIMessage(err error) string {
 	return err.Error()
 }
 
-// ShortRevision is a recorded revision with its commit cut to
-// git.ShortHashLength digits
-// ("main@sha1:1a2b3c4"); "-" when there is none.
+// ShortRevision is a recorded revision with its digest cut to
+// revision.ShortLength digits ("main@sha1:1a2b3c4",
+// "v1.0.0@sha256:1a2b3c4"); "-" when there is none.
 func ShortRevision(rev string) string {
 	if rev == "" {
 		return "-"
 	}
-	return git.ParseRevision(rev).Short()
+	return revision.Parse(rev).Short()
 }
 
 // Age is how long before now t was, as kubectl shows ages ("-" for none).
@@ -175,6 +176,22 @@ func Age(t *metav1.Time, now time.Time) string {
 // SourceOf is the App's source: URL, ref and path.
 func SourceOf(app *plumbv1.App) string {
 	s := app.Spec.Source
+	path := s.Path
+	if path == "" {
+		path = "."
+	}
+	if o := s.OCI; o != nil {
+		at := "tag latest"
+		switch {
+		case o.Ref.Digest != "":
+			at = "digest " + revision.Revision{Digest: o.Ref.Digest}.Short()
+		case o.Ref.SemVer != "":
+			at = "semver " + o.Ref.SemVer
+		case o.Ref.Tag != "":
+			at = "tag " + o.Ref.Tag
+		}
+		return o.URL + " " + at + " " + path
+	}
 	ref := s.Ref
 	var at string
 	switch {
@@ -186,10 +203,6 @@ func SourceOf(app *plumbv1.App) string {
 		at = "semver " + ref.SemVer
 	default:
 		at = "branch " + ref.Branch
-	}
-	path := s.Path
-	if path == "" {
-		path = "."
 	}
 	return s.URL + " " + at + " " + path
 }

@@ -197,7 +197,8 @@ func (l *loop) newReader() (*source.Reader, error) {
 		isolation = &render.Isolation{Command: opts.RenderCommand, Timeout: opts.RenderTimeout, MemoryBytes: opts.RenderMemoryBytes}
 	}
 	reader, err := source.NewReader(source.Options{CacheDir: opts.GitCacheDir, Limits: opts.ReadLimits,
-		RenderCacheBytes: opts.RenderCacheBytes, RenderTimeout: opts.RenderTimeout, Isolation: isolation})
+		RenderCacheBytes: opts.RenderCacheBytes, RenderTimeout: opts.RenderTimeout, Isolation: isolation,
+		AllowInsecureRegistries: opts.Policy.AllowInsecureRegistries})
 	if err != nil {
 		return nil, err
 	}

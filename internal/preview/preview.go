@@ -152,7 +152,8 @@ func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.P
 	if p.opts.LocalDir != "" {
 		reader = &source.Local{Dir: p.opts.LocalDir, Limits: *p.opts.Limits, Isolation: isolation}
 	} else {
-		gitReader, err := source.NewReader(source.Options{CacheDir: p.opts.GitCacheDir, Limits: *p.opts.Limits, Isolation: isolation})
+		gitReader, err := source.NewReader(source.Options{CacheDir: p.opts.GitCacheDir, Limits: *p.opts.Limits, Isolation: isolation,
+			AllowInsecureRegistries: p.opts.Policy.AllowInsecureRegistries})
 		if err != nil {
 			return nil, err
 		}
@@ -190,9 +191,10 @@ func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.P
 		},
 		Applier:    applier,
 		Identities: identities,
-		Policy:     reconcile.Policy{NoCrossNamespace: p.opts.Policy.NoCrossNamespace, DefaultServiceAccount: p.opts.Policy.DefaultServiceAccount},
-		Events:     noEvents{},
-		Log:        p.opts.Log,
+		Policy: reconcile.Policy{NoCrossNamespace: p.opts.Policy.NoCrossNamespace, DefaultServiceAccount: p.opts.Policy.DefaultServiceAccount,
+			AllowInsecureRegistries: p.opts.Policy.AllowInsecureRegistries},
+		Events: noEvents{},
+		Log:    p.opts.Log,
 	})
 	if err != nil {
 		return nil, err

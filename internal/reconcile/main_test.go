@@ -53,6 +53,8 @@ type harness struct {
 	r       *Reconciler
 	events  *record.FakeRecorder
 	counter *testenv.RequestLog
+	// registry counts the requests to OCI registries.
+	registry *testenv.RegistryRequests
 	// enqueued counts the tick's and the informers' calls of Enqueue,
 	// healthEvents the informers' health events, and after is the last
 	// delay EnqueueAfter was given.
@@ -115,14 +117,16 @@ func newHarnessAs(t *testing.T, base *rest.Config, policy Policy) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader, err := source.NewReader(source.Options{CacheDir: t.TempDir(), Limits: source.DefaultLimits(), RefsTTL: -1})
+	registry := &testenv.RegistryRequests{}
+	reader, err := source.NewReader(source.Options{CacheDir: t.TempDir(), Limits: source.DefaultLimits(), RefsTTL: -1,
+		RegistryTransport: registry, AllowInsecureRegistries: policy.AllowInsecureRegistries})
 	if err != nil {
 		t.Fatal(err)
 	}
 	secrets := credentials.New(clientset)
 	t.Cleanup(secrets.Stop)
 	events := record.NewFakeRecorder(10000)
-	h := &harness{events: events, counter: counter}
+	h := &harness{events: events, counter: counter, registry: registry}
 	r, err := New(Deps{
 		Client: apps, APIReader: direct, Credentials: secrets, Mapper: mapper, Cluster: clusterinfo.New(discoveryClient, 0),
 		Reader: reader, Applier: ssa.NewManager(direct), Events: events, Log: zap.NewNop(), Policy: policy,

@@ -12,6 +12,7 @@ import (
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/internal/notify"
 	"github.com/plumb-dev/plumb/internal/repourl"
+	"github.com/plumb-dev/plumb/internal/revision"
 	"github.com/plumb-dev/plumb/internal/source"
 	"github.com/plumb-dev/plumb/internal/source/git"
 )
@@ -23,7 +24,7 @@ const maxNotifiedFields = 20
 func (r *Reconciler) event(app *plumbv1.App, kind plumbv1.NotificationEvent, revision string) notify.Event {
 	return notify.Event{
 		Kind: kind, App: client.ObjectKeyFromObject(app), AppLabels: app.Labels,
-		Source: repourl.WithoutCredentials(app.Spec.Source.URL), Revision: revision, Commit: git.ParseRevision(revision).Hash,
+		Source: repourl.WithoutCredentials(app.Spec.Source.Location()), Revision: revision, Commit: git.ParseRevision(revision).Hash,
 		Time: r.now(),
 	}
 }
@@ -134,7 +135,7 @@ func (r *Reconciler) notifyPending(app *plumbv1.App, revision string) {
 	}
 	r.memory.sendRevision(key, sentRevision{revision: revision, kind: plumbv1.EventRevisionPending})
 	e := r.event(app, plumbv1.EventRevisionPending, revision)
-	e.Message = fmt.Sprintf("plumb is applying %s to App %s/%s", git.ParseRevision(revision).Short(), app.Namespace, app.Name)
+	e.Message = fmt.Sprintf("plumb is applying %s to App %s/%s", shortRevision(revision), app.Namespace, app.Name)
 	r.Notifier.Notify(e)
 }
 
@@ -163,7 +164,7 @@ func (r *Reconciler) notifyOutcome(app *plumbv1.App, err error) {
 		// Applied but for drift left in place: pending again, should a
 		// failure have been told meanwhile.
 		e = r.event(app, plumbv1.EventRevisionPending, revision)
-		e.Message = fmt.Sprintf("plumb is applying %s to App %s/%s", git.ParseRevision(revision).Short(), app.Namespace, app.Name)
+		e.Message = fmt.Sprintf("plumb is applying %s to App %s/%s", shortRevision(revision), app.Namespace, app.Name)
 	case err == nil:
 		ready := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
 		if ready == nil {
@@ -177,16 +178,16 @@ func (r *Reconciler) notifyOutcome(app *plumbv1.App, err error) {
 		switch {
 		case ready.Status == metav1.ConditionTrue:
 			e = r.event(app, plumbv1.EventRevisionSucceeded, revision)
-			e.Message = fmt.Sprintf("App %s/%s is Ready at %s", app.Namespace, app.Name, git.ParseRevision(revision).Short())
+			e.Message = fmt.Sprintf("App %s/%s is Ready at %s", app.Namespace, app.Name, shortRevision(revision))
 		case ready.Reason == plumbv1.ReasonProgressing:
 			// Applied; its objects are still rolling out (the health
 			// re-assessment tells the outcome).
 			e = r.event(app, plumbv1.EventRevisionPending, revision)
-			e.Message = fmt.Sprintf("plumb applied %s to App %s/%s and waits for its objects to become healthy", git.ParseRevision(revision).Short(), app.Namespace, app.Name)
+			e.Message = fmt.Sprintf("plumb applied %s to App %s/%s and waits for its objects to become healthy", shortRevision(revision), app.Namespace, app.Name)
 		default:
 			e = r.event(app, plumbv1.EventRevisionFailed, revision)
 			e.Reason = ready.Reason
-			e.Message = fmt.Sprintf("App %s/%s is not Ready at %s: %s", app.Namespace, app.Name, git.ParseRevision(revision).Short(), ready.Reason)
+			e.Message = fmt.Sprintf("App %s/%s is not Ready at %s: %s", app.Namespace, app.Name, shortRevision(revision), ready.Reason)
 		}
 	case !errors.As(err, &phaseErr) || revision == applied:
 		return
@@ -209,3 +210,7 @@ func (r *Reconciler) notifyOutcome(app *plumbv1.App, err error) {
 		r.Notifier.Notify(e)
 	}
 }
+
+// shortRevision is a recorded revision with its digest cut short, for
+// messages.
+func shortRevision(recorded string) string { return revision.Parse(recorded).Short() }

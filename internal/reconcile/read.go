@@ -12,6 +12,7 @@ import (
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/internal/source"
 	"github.com/plumb-dev/plumb/internal/source/git"
+	"github.com/plumb-dev/plumb/internal/source/oci"
 	"github.com/plumb-dev/plumb/internal/source/render"
 	"github.com/plumb-dev/plumb/queue"
 )
@@ -99,13 +100,17 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 	if err := r.refuseFileSource(app); err != nil {
 		return nil, err
 	}
-	var auth git.Auth
-	if ref := app.Spec.Source.SecretRef; ref != nil {
-		secret, err := r.Credentials.Get(ctx, client.ObjectKeyFromObject(app), ref.Name)
+	secretRef := app.Spec.Source.SecretRef
+	if o := app.Spec.Source.OCI; o != nil {
+		secretRef = o.SecretRef
+	}
+	var secret map[string][]byte
+	if secretRef != nil {
+		s, err := r.Credentials.Get(ctx, client.ObjectKeyFromObject(app), secretRef.Name)
 		if err != nil {
-			return nil, fail(string(source.ReasonSourceUnavailable), fmt.Errorf("reading secret %s/%s: %w", app.Namespace, ref.Name, err), false)
+			return nil, fail(string(source.ReasonSourceUnavailable), fmt.Errorf("reading secret %s/%s: %w", app.Namespace, secretRef.Name, err), false)
 		}
-		auth = source.AuthFromSecret(secret.Data)
+		secret = s.Data
 	} else {
 		r.Credentials.Release(client.ObjectKeyFromObject(app))
 	}
@@ -113,15 +118,20 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 	if err != nil {
 		return nil, fail(string(source.ReasonInvalidSpec), err, true)
 	}
-	ref := app.Spec.Source.Ref
 	req := source.Request{
-		URL:          app.Spec.Source.URL,
-		Ref:          git.Ref{Branch: ref.Branch, Tag: ref.Tag, SemVer: ref.SemVer, Commit: ref.Commit},
 		Path:         app.Spec.Source.Path,
-		Auth:         auth,
 		Render:       render.Options{Helm: helm},
 		LastRevision: app.Status.LastAppliedRevision,
 		Refresh:      refresh,
+	}
+	if o := app.Spec.Source.OCI; o != nil {
+		if req.OCI, err = ociRequest(o, secretRef, secret); err != nil {
+			return nil, fail(string(source.ReasonSourceUnavailable), err, false)
+		}
+	} else {
+		ref := app.Spec.Source.Ref
+		req.URL, req.Auth = app.Spec.Source.URL, source.AuthFromSecret(secret)
+		req.Ref = git.Ref{Branch: ref.Branch, Tag: ref.Tag, SemVer: ref.SemVer, Commit: ref.Commit}
 	}
 	if r.Cluster != nil {
 		req.Cluster = r.Cluster // asked only for a Helm chart
@@ -152,4 +162,26 @@ func helmOptions(app *plumbv1.App) (render.HelmOptions, error) {
 		helm.ValuesFiles = h.ValuesFiles
 	}
 	return helm, nil
+}
+
+// ociRequest is what the Read phase asks of an OCI source, with the
+// account for its registry from the App's dockerconfigjson Secret.
+func ociRequest(o *plumbv1.OCISource, secretRef *plumbv1.LocalObjectReference, secret map[string][]byte) (*source.OCIRequest, error) {
+	req := &source.OCIRequest{URL: o.URL, Ref: oci.Ref{Tag: o.Ref.Tag, SemVer: o.Ref.SemVer, Digest: o.Ref.Digest}, Insecure: o.Insecure}
+	if o.LayerSelector != nil {
+		req.LayerMediaType = o.LayerSelector.MediaType
+	}
+	if secretRef == nil {
+		return req, nil
+	}
+	config, ok := secret[oci.SecretKeyDockerConfig]
+	if !ok {
+		return nil, fmt.Errorf("secret %s holds no %s key: create it with kubectl create secret docker-registry", secretRef.Name, oci.SecretKeyDockerConfig)
+	}
+	auth, err := oci.AuthFromDockerConfig(config, o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("secret %s: %w", secretRef.Name, err)
+	}
+	req.Auth = auth
+	return req, nil
 }

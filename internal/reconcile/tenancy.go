@@ -34,6 +34,9 @@ type Policy struct {
 	// AllowFileSources lets Apps read file:// repositories, which are on the
 	// controller's own disk.
 	AllowFileSources bool
+	// AllowInsecureRegistries lets Apps read OCI registries over plain
+	// HTTP (spec.source.oci.insecure).
+	AllowInsecureRegistries bool
 }
 
 // Identities gives the Applier that acts as a ServiceAccount in an App's
@@ -90,13 +93,24 @@ func (r *Reconciler) applierFor(ctx context.Context, app *plumbv1.App) (Applier,
 
 // refuseFileSource refuses a file:// repository unless the controller
 // allows them: it would be read from the controller's own disk.
+// An OCI source over plain HTTP is refused unless the controller allows
+// insecure registries.
 func (r *Reconciler) refuseFileSource(app *plumbv1.App) error {
+	refuse := func(err error) error {
+		return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: "SourceRefused", Terminal: true, Err: err}
+	}
+	if o := app.Spec.Source.OCI; o != nil {
+		if o.Insecure && !r.Policy.AllowInsecureRegistries {
+			return refuse(errors.New("oci.insecure asks for a plain HTTP registry, which is refused: anyone on the path could change what is applied " +
+				"(start plumb controller with --allow-insecure-registries to allow it)"))
+		}
+		return nil
+	}
 	if r.Policy.AllowFileSources || !git.IsLocal(app.Spec.Source.URL) {
 		return nil
 	}
-	return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: "SourceRefused", Terminal: true,
-		Err: errors.New("file:// sources are refused: the repository would be read from the controller's own disk " +
-			"(start plumb controller with --allow-file-sources to allow them)")}
+	return refuse(errors.New("file:// sources are refused: the repository would be read from the controller's own disk " +
+		"(start plumb controller with --allow-file-sources to allow them)"))
 }
 
 // checkNamespaces enforces NoCrossNamespace on the prepared render (every

@@ -12,7 +12,7 @@ import (
 	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 
-	"github.com/plumb-dev/plumb/internal/source/git"
+	"github.com/plumb-dev/plumb/internal/revision"
 	"github.com/plumb-dev/plumb/internal/source/render"
 	"github.com/plumb-dev/plumb/internal/source/tree"
 )
@@ -71,7 +71,7 @@ func (l *Local) Read(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Result{Revision: git.Revision{Name: LocalRevision}, Engine: out.engine, Objects: out.objects, LeftOut: out.leftOut}, nil
+	return &Result{Revision: revision.Revision{Name: LocalRevision}, Engine: out.engine, Objects: out.objects, LeftOut: out.leftOut}, nil
 }
 
 // repositoryRoot is the nearest folder at or above dir that holds a .git,

@@ -61,7 +61,7 @@ func TestLocalRendersAWorkingCopyAsGitWould(t *testing.T) {
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%s rendered %v, want %v", tc.dir, got, tc.want)
 		}
-		if result.Revision.Name != source.LocalRevision || result.Revision.Hash != "" {
+		if result.Revision.Name != source.LocalRevision || result.Revision.Hex() != "" {
 			t.Errorf("revision %+v, want %s and no commit", result.Revision, source.LocalRevision)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	pathpkg "path"
 	"strings"
 	"sync/atomic"
@@ -26,8 +27,10 @@ import (
 
 	"k8s.io/utils/lru"
 
+	"github.com/plumb-dev/plumb/internal/revision"
 	"github.com/plumb-dev/plumb/internal/source/git"
 	"github.com/plumb-dev/plumb/internal/source/manifest"
+	"github.com/plumb-dev/plumb/internal/source/oci"
 	"github.com/plumb-dev/plumb/internal/source/render"
 	"github.com/plumb-dev/plumb/internal/source/tree"
 )
@@ -87,6 +90,9 @@ type Request struct {
 	// Cluster, when set, tells Helm renders what the target cluster serves
 	// (.Capabilities). It is asked only when the folder is a Helm chart.
 	Cluster Capabilities
+	// OCI, when set, reads an artifact from an OCI registry in place of a
+	// Git repository: URL, Ref, Auth and LastRevision are then not used.
+	OCI *OCIRequest
 }
 
 // Capabilities tells what the target cluster serves: its Kubernetes
@@ -98,8 +104,9 @@ type Capabilities interface {
 // Result is what a read found. Objects are shared with the cache (they are
 // immutable; Decode gives a copy to change).
 type Result struct {
-	// Revision is what was read, e.g. main@sha1:<40 hex>.
-	Revision git.Revision
+	// Revision is what was read, e.g. main@sha1:<40 hex> or
+	// v1.0.0@sha256:<64 hex>.
+	Revision revision.Revision
 	// CommitTime is the revision's committer date; zero when it could not
 	// be read.
 	CommitTime time.Time
@@ -140,6 +147,12 @@ type Options struct {
 	// Isolation, when set, runs Kustomize and Helm builds in a child
 	// process (see render.Isolation); its timeout is RenderTimeout.
 	Isolation *render.Isolation
+	// RegistryTransport carries the requests to OCI registries
+	// (http.DefaultTransport when nil).
+	RegistryTransport http.RoundTripper
+	// AllowInsecureRegistries lets an App read a registry over plain
+	// HTTP (oci.insecure); without it such an App fails with InvalidSpec.
+	AllowInsecureRegistries bool
 }
 
 // DefaultRenderCacheBytes is the default bound of the render cache.
@@ -150,13 +163,16 @@ const DefaultRenderTimeout = 30 * time.Second
 
 // Reader reads sources. It is safe for concurrent use by every tick.
 type Reader struct {
-	repos         *git.Cache
-	limits        Limits
-	renderTimeout time.Duration
-	renders       *renderCache
-	isolation     *render.Isolation
-	engines       *lru.Cache   // render key without capabilities → render.Engine
-	rendered      atomic.Int64 // renders run (not served from the cache)
+	repos      *git.Cache
+	registries *oci.Client // HTTPS only
+	// insecureRegistries allows plain HTTP; nil unless the Options allow it.
+	insecureRegistries *oci.Client
+	limits             Limits
+	renderTimeout      time.Duration
+	renders            *renderCache
+	isolation          *render.Isolation
+	engines            *lru.Cache   // render key without capabilities → render.Engine
+	rendered           atomic.Int64 // renders run (not served from the cache)
 }
 
 // enginesRemembered bounds the engines remembered per render key (a few
@@ -191,8 +207,13 @@ func NewReader(opts Options) (*Reader, error) {
 		isolation.Timeout = opts.RenderTimeout
 		opts.Isolation = &isolation
 	}
-	return &Reader{repos: repos, limits: opts.Limits, renderTimeout: opts.RenderTimeout, isolation: opts.Isolation,
-		renders: newRenderCache(opts.RenderCacheBytes), engines: lru.New(enginesRemembered)}, nil
+	reader := &Reader{repos: repos, limits: opts.Limits, renderTimeout: opts.RenderTimeout, isolation: opts.Isolation,
+		renders: newRenderCache(opts.RenderCacheBytes), engines: lru.New(enginesRemembered),
+		registries: &oci.Client{Transport: opts.RegistryTransport}}
+	if opts.AllowInsecureRegistries {
+		reader.insecureRegistries = &oci.Client{Transport: opts.RegistryTransport, AllowHTTP: true}
+	}
+	return reader, nil
 }
 
 // Renders is how many renders the Reader has run: reads served from the
@@ -205,7 +226,11 @@ func (r *Reader) Renders() int64 { return r.rendered.Load() }
 // credentials, fetches what the ref needs and renders the folder. A render
 // that failed for a reason that retrying cannot change (an invalid file, a
 // limit) is remembered too, so a broken revision is not rendered every tick.
+// A request for an OCI artifact (req.OCI) is read as readOCI says.
 func (r *Reader) Read(ctx context.Context, req Request) (*Result, error) {
+	if req.OCI != nil {
+		return r.readOCI(ctx, req)
+	}
 	rev, err := r.repos.Resolve(ctx, req.URL, req.Ref, req.Auth, git.ResolveOptions{Fresh: req.Refresh})
 	if err != nil {
 		return nil, classify("", err)
@@ -214,22 +239,69 @@ func (r *Reader) Read(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, classify(rev.String(), err)
 	}
-	key, err := renderKey(repoKey, rev.Hash, req.Path, req.Render)
+	rewritten := false
+	result, err := r.readContent(ctx, &req, content{
+		origin: repoKey, id: rev.Hash, revision: rev.Recorded(),
+		fetch: func(ctx context.Context) error {
+			if err := r.repos.Fetch(ctx, req.URL, req.Ref, rev, req.Auth); err != nil {
+				return classify(rev.String(), err)
+			}
+			rewritten = r.historyRewritten(req, rev)
+			return nil
+		},
+		tree: func(context.Context) (*tree.Tree, error) {
+			t, err := r.repos.Tree(req.URL, req.Auth, rev.Hash, r.treeLimits())
+			if err != nil {
+				return nil, classify(rev.String(), err)
+			}
+			return t, nil
+		},
+		// The commit's date only labels a metric: a commit that cannot
+		// say when it was made still renders.
+		committed: func() time.Time {
+			committed, _ := r.repos.CommitTime(req.URL, req.Auth, rev.Hash)
+			return committed
+		},
+	})
 	if err != nil {
-		return nil, &Error{Reason: ReasonInvalidSpec, Revision: rev.String(), Err: err}
+		return nil, err
 	}
-	result := &Result{Revision: rev}
+	result.HistoryRewritten = rewritten
+	return result, nil
+}
+
+// content is what readContent renders: the content id within an origin,
+// and how to get its files when the render is not cached.
+type content struct {
+	// origin is the repository as reached with the request's credentials:
+	// a render is served only to a request of the same origin.
+	origin string
+	// id names the content: a commit, a manifest digest.
+	id       string
+	revision revision.Revision
+	// fetch, when set, makes the content readable (Git's fetch).
+	fetch func(context.Context) error
+	// tree reads the content's files within the limits.
+	tree func(context.Context) (*tree.Tree, error)
+	// committed, when set, is when the content was made.
+	committed func() time.Time
+}
+
+// readContent serves the render of c's folder from the cache, or fetches,
+// reads and renders it and caches the render (or its lasting failure).
+func (r *Reader) readContent(ctx context.Context, req *Request, c content) (*Result, error) {
+	rev := c.revision.String()
+	key, err := renderKey(c.origin, c.id, req.Path, req.Render)
+	if err != nil {
+		return nil, &Error{Reason: ReasonInvalidSpec, Revision: rev, Err: err}
+	}
+	result := &Result{Revision: c.revision}
 	// A Helm chart's render also depends on what the cluster serves.
-	helmKey, isHelm := "", false
-	if engine, ok := r.engines.Get(key); ok && engine == render.Helm {
-		if helmKey, err = withCapabilities(ctx, &req, key); err != nil {
-			return nil, &Error{Reason: ReasonRenderFailed, Revision: rev.String(), Err: err, retry: true}
-		}
-		isHelm = true
-	}
 	lookup := key
-	if isHelm {
-		lookup = helmKey
+	if engine, ok := r.engines.Get(key); ok && engine == render.Helm {
+		if lookup, err = withCapabilities(ctx, req, key); err != nil {
+			return nil, &Error{Reason: ReasonRenderFailed, Revision: rev, Err: err, retry: true}
+		}
 	}
 	if cached, ok := r.renders.get(lookup); ok && !req.Refresh {
 		if cached.err != nil {
@@ -238,24 +310,30 @@ func (r *Reader) Read(ctx context.Context, req Request) (*Result, error) {
 		result.Engine, result.Objects, result.LeftOut, result.Cached, result.CommitTime = cached.engine, cached.objects, cached.leftOut, true, cached.committed
 		return result, nil
 	}
-
-	if err := r.repos.Fetch(ctx, req.URL, req.Ref, rev, req.Auth); err != nil {
-		return nil, classify(rev.String(), err)
+	if c.fetch != nil {
+		if err := c.fetch(ctx); err != nil {
+			return nil, err
+		}
 	}
-	result.HistoryRewritten = r.historyRewritten(req, rev)
-	out, err := r.render(ctx, &req, rev, key, &lookup)
+	out, err := r.render(ctx, req, c, key, &lookup)
 	if err != nil {
 		if lasting(err) && ctx.Err() == nil {
 			r.renders.add(lookup, &cachedRender{err: err})
 		}
 		return nil, err
 	}
-	// The commit's date only labels a metric: a commit that cannot say
-	// when it was made still renders.
-	committed, _ := r.repos.CommitTime(req.URL, req.Auth, rev.Hash)
+	var committed time.Time
+	if c.committed != nil {
+		committed = c.committed()
+	}
 	r.renders.add(lookup, &cachedRender{engine: out.engine, objects: out.objects, leftOut: out.leftOut, committed: committed})
 	result.Engine, result.Objects, result.LeftOut, result.CommitTime = out.engine, out.objects, out.leftOut, committed
 	return result, nil
+}
+
+// treeLimits are the limits of one content's files.
+func (r *Reader) treeLimits() tree.Limits {
+	return tree.Limits{MaxFiles: r.limits.MaxFiles, MaxTotalBytes: r.limits.MaxTotalBytes, MaxFileBytes: r.limits.MaxFileBytes}
 }
 
 // withCapabilities asks req.Cluster what it serves, puts it in the Helm
@@ -273,30 +351,29 @@ func withCapabilities(ctx context.Context, req *Request, key string) (string, er
 	return key + "\x00" + hex.EncodeToString(sum[:]), nil
 }
 
-// render reads the commit's tree and renders the folder, within the limits
-// and the render timeout. For a Helm chart it first asks what the cluster
-// serves, and moves *lookup to the render key that includes it.
-func (r *Reader) render(ctx context.Context, req *Request, rev git.Revision, key string, lookup *string) (rendered, error) {
+// render reads the content's tree and renders the folder, within the
+// limits and the render timeout. For a Helm chart it first asks what the
+// cluster serves, and moves *lookup to the render key that includes it.
+func (r *Reader) render(ctx context.Context, req *Request, c content, key string, lookup *string) (rendered, error) {
 	r.rendered.Add(1)
-	t, err := r.repos.Tree(req.URL, req.Auth, rev.Hash, tree.Limits{
-		MaxFiles: r.limits.MaxFiles, MaxTotalBytes: r.limits.MaxTotalBytes, MaxFileBytes: r.limits.MaxFileBytes,
-	})
+	rev := c.revision.String()
+	t, err := c.tree(ctx)
 	if err != nil {
-		return rendered{}, classify(rev.String(), err)
+		return rendered{}, err
 	}
 	if engine, err := render.Detect(t, req.Path); err == nil {
 		r.engines.Add(key, engine)
 		if engine == render.Helm && req.Render.Helm.KubeVersion == "" {
 			helmKey, err := withCapabilities(ctx, req, key)
 			if err != nil {
-				return rendered{}, &Error{Reason: ReasonRenderFailed, Revision: rev.String(), Err: err, retry: true}
+				return rendered{}, &Error{Reason: ReasonRenderFailed, Revision: rev, Err: err, retry: true}
 			}
 			*lookup = helmKey
 		}
 	}
 	opts := req.Render
 	opts.Isolation = r.isolation
-	return renderTree(ctx, t, req.Path, opts, r.limits, r.renderTimeout, rev.String())
+	return renderTree(ctx, t, req.Path, opts, r.limits, r.renderTimeout, rev)
 }
 
 // rendered is what a render of a folder gave: the encoded objects to

@@ -127,7 +127,7 @@ func TestAnUnchangedRepositoryCostsOneRoundTripAndNoRender(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if third.Cached || third.Revision.Hash != hash || !cmp.Equal(names(third), []string{"ConfigMap/a", "ConfigMap/b"}) {
+		if third.Cached || third.Revision.Hex() != hash || !cmp.Equal(names(third), []string{"ConfigMap/a", "ConfigMap/b"}) {
 			t.Errorf("after a push: cached=%v revision=%s objects=%v", third.Cached, third.Revision, names(third))
 		}
 	})
@@ -169,7 +169,7 @@ func TestForcePushIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after.Revision.Hash != rewritten || !after.HistoryRewritten {
+	if after.Revision.Hex() != rewritten || !after.HistoryRewritten {
 		t.Errorf("after a force-push: revision=%s historyRewritten=%v, want %s and true", after.Revision, after.HistoryRewritten, rewritten)
 	}
 	// A normal fast-forward is not a rewrite.

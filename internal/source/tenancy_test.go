@@ -45,7 +45,7 @@ func TestARemoteThatAdvertisesAnotherAppsCommitDoesNotGetItsRender(t *testing.T)
 		t.Fatal(err)
 	}
 	// The commit hash is public: plumb writes it on every object it applies.
-	hostile := source.Request{URL: lyingRemote(t, victim.Revision.Hash), Ref: git.Ref{Branch: "main"}, Path: "deploy"}
+	hostile := source.Request{URL: lyingRemote(t, victim.Revision.Hex()), Ref: git.Ref{Branch: "main"}, Path: "deploy"}
 	got, err := r.Read(ctx, hostile)
 	if err == nil {
 		t.Fatalf("a remote that only advertised the victim's commit read %v", names(got))

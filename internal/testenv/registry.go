@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -27,6 +28,8 @@ type Registry struct {
 	// may alter a blob there, as a hostile registry would serve it).
 	Storage string
 
+	dir  string // its config, htpasswd and log
+	bin  string
 	proc *process
 }
 
@@ -49,21 +52,53 @@ func StartRegistry(t testing.TB) *Registry {
 	if err := os.WriteFile(htpasswd, []byte(r.Username+":"+string(hash)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	config := filepath.Join(dir, "config.yml")
 	r.Storage = filepath.Join(dir, "data")
-	if err := os.WriteFile(config, []byte(registryConfig(r.Host, r.Storage, htpasswd)), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(registryConfig(r.Host, r.Storage, htpasswd)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if r.proc, err = startProcess("registry", bin, []string{"serve", config}, dir); err != nil {
+	r.dir, r.bin = dir, bin
+	r.Start(t)
+	t.Cleanup(func() {
+		if r.proc != nil {
+			_ = r.proc.stop(10 * time.Second)
+		}
+	})
+	return r
+}
+
+// Start starts the registry again after Stop, on the same address and
+// with the same content.
+func (r *Registry) Start(t testing.TB) {
+	t.Helper()
+	proc, err := startProcess("registry", r.bin, []string{"serve", filepath.Join(r.dir, "config.yml")}, r.dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = r.proc.stop(10 * time.Second) })
+	r.proc = proc
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := r.waitReady(ctx); err != nil {
 		t.Fatalf("the registry did not become ready: %v; last lines of its log:\n%s", err, tail(r.proc.logPath, 30))
 	}
-	return r
+}
+
+// Stop stops the registry (an outage) until Start.
+func (r *Registry) Stop(t testing.TB) {
+	t.Helper()
+	if err := r.proc.stop(10 * time.Second); err != nil {
+		t.Logf("stopping the registry: %v", err)
+	}
+	r.proc = nil
+}
+
+// URL is the oci:// URL of a repository of the registry.
+func (r *Registry) URL(repository string) string { return "oci://" + r.Host + "/" + repository }
+
+// DockerConfig is a kubernetes.io/dockerconfigjson Secret's
+// .dockerconfigjson for the registry's account.
+func (r *Registry) DockerConfig() []byte {
+	auth := base64.StdEncoding.EncodeToString([]byte(r.Username + ":" + r.Password))
+	return []byte(fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, r.Host, auth))
 }
 
 // registryConfig is the registry's configuration: plain HTTP on addr

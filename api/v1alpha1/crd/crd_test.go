@@ -123,6 +123,31 @@ func TestValidAppIsAcceptedDefaultedAndReadBack(t *testing.T) {
 	})
 }
 
+func TestAnOCISourceIsAcceptedAndReadBack(t *testing.T) {
+	c, ns := setup(t)
+	ctx := context.Background()
+	for i, ref := range []plumbv1.OCIRef{{}, {Tag: "v1.2.0"}, {SemVer: ">=1.0.0 <2"}, {Digest: "sha256:" + strings.Repeat("ab", 32)}} {
+		app := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("oci-%d", i)},
+			Spec: plumbv1.AppSpec{Source: plumbv1.Source{Path: "deploy", OCI: &plumbv1.OCISource{
+				URL: "oci://registry.example.com:5000/org/app", Ref: ref, Insecure: true,
+				LayerSelector: &plumbv1.OCILayerSelector{MediaType: "application/vnd.cncf.flux.content.v1.tar+gzip"},
+				SecretRef:     &plumbv1.LocalObjectReference{Name: "registry-credentials"}}}}}
+		if err := c.Create(ctx, app); err != nil {
+			t.Fatalf("creating an OCI App with ref %+v: %v", ref, err)
+		}
+		var got plumbv1.App
+		if err := c.Get(ctx, client.ObjectKeyFromObject(app), &got); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(app.Spec.Source, got.Spec.Source); diff != "" {
+			t.Errorf("the source read back differs (-sent +read):\n%s", diff)
+		}
+		if got.Spec.Source.Kind() != plumbv1.SourceKindOCI || got.Spec.Source.Location() != "oci://registry.example.com:5000/org/app" {
+			t.Errorf("kind %q, location %q", got.Spec.Source.Kind(), got.Spec.Source.Location())
+		}
+	}
+}
+
 func TestSupportedURLFormsAreAccepted(t *testing.T) {
 	c, ns := setup(t)
 	for i, url := range []string{
@@ -152,9 +177,52 @@ func TestInvalidAppsAreRejectedWithAClearMessage(t *testing.T) {
 		mutate:      func(a *plumbv1.App) { a.Spec.Source.Ref = plumbv1.GitRef{Branch: "main", Tag: "v1.0.0"} },
 		wantMessage: "ref must set exactly one of branch, tag, semver or commit",
 	}, {
-		name:        "no ref kind",
+		name:        "no ref",
 		mutate:      func(a *plumbv1.App) { a.Spec.Source.Ref = plumbv1.GitRef{} },
-		wantMessage: "ref must set exactly one of branch, tag, semver or commit",
+		wantMessage: "a Git source sets url and ref together",
+	}, {
+		name:        "no source",
+		mutate:      func(a *plumbv1.App) { a.Spec.Source = plumbv1.Source{} },
+		wantMessage: "source must set exactly one of url (a Git repository) and oci",
+	}, {
+		name: "a Git and an OCI source at once",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source.OCI = &plumbv1.OCISource{URL: "oci://registry.example.com/org/app"}
+		},
+		wantMessage: "source must set exactly one of url (a Git repository) and oci",
+	}, {
+		name: "an OCI source with the Git source's secretRef",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{OCI: &plumbv1.OCISource{URL: "oci://registry.example.com/org/app"},
+				SecretRef: &plumbv1.LocalObjectReference{Name: "creds"}}
+		},
+		wantMessage: "secretRef is the Git repository's credentials; an OCI source names its own in oci.secretRef",
+	}, {
+		name: "an OCI url with a tag in it",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{OCI: &plumbv1.OCISource{URL: "oci://registry.example.com/org/app:v1"}}
+		},
+		wantMessage: "url must be oci://host[:port]/repository, with the tag or digest in ref",
+	}, {
+		name: "an OCI url over https://",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{OCI: &plumbv1.OCISource{URL: "https://registry.example.com/org/app"}}
+		},
+		wantMessage: "url must be oci://host[:port]/repository, with the tag or digest in ref",
+	}, {
+		name: "an OCI ref with a tag and a digest",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{OCI: &plumbv1.OCISource{URL: "oci://registry.example.com/org/app",
+				Ref: plumbv1.OCIRef{Tag: "v1", Digest: "sha256:" + strings.Repeat("0", 64)}}}
+		},
+		wantMessage: "ref must set at most one of tag, semver or digest",
+	}, {
+		name: "an OCI digest that is not sha256",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{OCI: &plumbv1.OCISource{URL: "oci://registry.example.com/org/app",
+				Ref: plumbv1.OCIRef{Digest: "sha1:" + strings.Repeat("0", 40)}}}
+		},
+		wantMessage: "spec.source.oci.ref.digest in body should match",
 	}, {
 		name:        "interval 1s",
 		mutate:      func(a *plumbv1.App) { a.Spec.Interval = &metav1.Duration{Duration: time.Second} },

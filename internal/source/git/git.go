@@ -41,6 +41,7 @@ import (
 	"k8s.io/utils/lru"
 
 	"github.com/plumb-dev/plumb/internal/repourl"
+	"github.com/plumb-dev/plumb/internal/revision"
 	"github.com/plumb-dev/plumb/internal/source/tree"
 )
 
@@ -82,29 +83,25 @@ type Revision struct {
 // String is the revision as plumb records it: <name>@sha1:<hash>, or
 // sha1:<hash> for a pinned commit (the format Flux uses); the name alone
 // when there is no commit.
-func (r Revision) String() string {
+func (r Revision) String() string { return r.Recorded().String() }
+
+// Recorded is the revision in the form every source records.
+func (r Revision) Recorded() revision.Revision {
 	if r.Hash == "" {
-		return r.Name // no commit: a working copy (source.Local)
+		return revision.Revision{Name: r.Name} // no commit: a working copy (source.Local)
 	}
-	if r.Name == "" {
-		return "sha1:" + r.Hash
-	}
-	return r.Name + "@sha1:" + r.Hash
+	return revision.Revision{Name: r.Name, Digest: revision.SHA1 + ":" + r.Hash}
 }
 
 // ShortHashLength is how many hex digits of a commit plumb shows where it
 // abbreviates one (Git's and GitHub's default).
-const ShortHashLength = 7
+const ShortHashLength = revision.ShortLength
 
 // ParseRevision reads a revision as String writes it: <name>@sha1:<hash>,
-// sha1:<hash>, or a name alone. (Git ref names cannot hold a colon, so
-// the first "@sha1:" ends the name.)
+// sha1:<hash>, or a name alone (any other revision, too, is a name here).
 func ParseRevision(s string) Revision {
-	if name, hash, ok := strings.Cut(s, "@sha1:"); ok {
-		return Revision{Name: name, Hash: hash}
-	}
-	if hash, ok := strings.CutPrefix(s, "sha1:"); ok {
-		return Revision{Hash: hash}
+	if r := revision.Parse(s); r.Algorithm() == revision.SHA1 {
+		return Revision{Name: r.Name, Hash: r.Hex()}
 	}
 	return Revision{Name: s}
 }
@@ -119,9 +116,7 @@ func (r Revision) ShortHash() string {
 
 // Short is the revision as String writes it, with its commit cut to
 // ShortHashLength digits ("main@sha1:1a2b3c4"), for messages and tables.
-func (r Revision) Short() string {
-	return Revision{Name: r.Name, Hash: r.ShortHash()}.String()
-}
+func (r Revision) Short() string { return r.Recorded().Short() }
 
 // Cache is the on-disk cache of bare repositories, one per repository URL
 // and credentials. It is safe for concurrent use; fetches of one repository

@@ -3,9 +3,7 @@ package oci_test
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -17,38 +15,6 @@ import (
 	"github.com/plumb-dev/plumb/internal/source/oci"
 	"github.com/plumb-dev/plumb/internal/testenv"
 )
-
-// counting counts the requests it carries, by method and path kind.
-type counting struct {
-	mu    sync.Mutex
-	count map[string]int
-}
-
-func (c *counting) RoundTrip(req *http.Request) (*http.Response, error) {
-	kind := "other"
-	switch {
-	case strings.Contains(req.URL.Path, "/manifests/"):
-		kind = "manifests"
-	case strings.Contains(req.URL.Path, "/blobs/"):
-		kind = "blobs"
-	case strings.HasSuffix(req.URL.Path, "/tags/list"):
-		kind = "tags"
-	case req.URL.Path == "/v2/":
-		kind = "ping"
-	}
-	c.mu.Lock()
-	c.count[req.Method+" "+kind]++
-	c.mu.Unlock()
-	return http.DefaultTransport.RoundTrip(req)
-}
-
-func (c *counting) reset() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	got := c.count
-	c.count = map[string]int{}
-	return got
-}
 
 // push writes a random image to repo:tag and returns its manifest digest.
 func push(t *testing.T, r *testenv.Registry, repo, tag string) v1.Hash {
@@ -75,7 +41,7 @@ func TestAReferenceResolvesWithOneManifestHEAD(t *testing.T) {
 	r := testenv.StartRegistry(t)
 	v1Digest := push(t, r, "plumb/app", "v1")
 	url := oci.Scheme + r.Host + "/plumb/app"
-	requests := &counting{count: map[string]int{}}
+	requests := &testenv.RegistryRequests{}
 	c := &oci.Client{Transport: requests, AllowHTTP: true}
 	auth := oci.Auth{Username: r.Username, Password: r.Password}
 	ctx := context.Background()
@@ -87,7 +53,7 @@ func TestAReferenceResolvesWithOneManifestHEAD(t *testing.T) {
 	if want := "v1@" + v1Digest.String(); rev.String() != want {
 		t.Errorf("revision %s, want %s", rev, want)
 	}
-	got := requests.reset()
+	got := requests.Reset()
 	t.Logf("the requests of the first resolve (it authenticates): %v", got)
 	if got["HEAD manifests"] != 1 || got["GET manifests"] != 0 || got["GET blobs"]+got["HEAD blobs"] != 0 {
 		t.Errorf("requests %v, want one manifest HEAD and no manifest GET or blob", got)
@@ -97,20 +63,20 @@ func TestAReferenceResolvesWithOneManifestHEAD(t *testing.T) {
 	if again, err := c.Resolve(ctx, url, oci.Ref{Tag: "v1"}, auth); err != nil || again != rev {
 		t.Fatalf("resolved again: %s, %v; want %s", again, err, rev)
 	}
-	if got := requests.reset(); len(got) != 1 || got["HEAD manifests"] != 1 {
+	if got := requests.Reset(); len(got) != 1 || got["HEAD manifests"] != 1 {
 		t.Errorf("an unchanged check made %v, want one manifest HEAD and nothing else", got)
 	}
 	v2 := push(t, r, "plumb/app", "v1") // the tag moves
 	if moved, err := c.Resolve(ctx, url, oci.Ref{Tag: "v1"}, auth); err != nil || moved.Digest != v2.String() {
 		t.Errorf("after the tag moved: %s, %v; want v1@%s", moved, err, v2)
 	}
-	requests.reset()
+	requests.Reset()
 
 	rev, err = c.Resolve(ctx, url, oci.Ref{Digest: v1Digest.String()}, auth) // still in the registry, untagged
 	if err != nil || rev.String() != v1Digest.String() {
 		t.Errorf("by digest: %s, %v; want %s", rev, err, v1Digest)
 	}
-	if got := requests.reset(); got["HEAD manifests"] != 1 || got["GET blobs"] != 0 {
+	if got := requests.Reset(); got["HEAD manifests"] != 1 || got["GET blobs"] != 0 {
 		t.Errorf("by digest, requests %v, want one manifest HEAD", got)
 	}
 }

@@ -1,0 +1,106 @@
+package reconcile
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/testenv"
+	"github.com/plumb-dev/plumb/queue"
+)
+
+// ociApp makes an App that reads deploy/ of repository's tag v1 on
+// registry, with the registry's account in a dockerconfigjson Secret.
+func ociApp(t *testing.T, registry *testenv.Registry, repository string, insecure bool) client.ObjectKey {
+	t.Helper()
+	app := newApp(t, "unused", func(a *plumbv1.App) {
+		a.Spec.Source = plumbv1.Source{Path: "deploy", OCI: &plumbv1.OCISource{URL: registry.URL(repository),
+			Ref: plumbv1.OCIRef{Tag: "v1"}, Insecure: insecure, SecretRef: &plumbv1.LocalObjectReference{Name: "registry"}}}
+		noWait(a)
+	})
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "registry"}, Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: registry.DockerConfig()}}
+	if err := admin(t).Create(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	return client.ObjectKeyFromObject(app)
+}
+
+func TestAnAppFromAnOCIArtifactConvergesAndKeepsItsLastGoodState(t *testing.T) {
+	ctx := context.Background()
+	registry := testenv.StartRegistry(t)
+	first := registry.PushFiles(t, "plumb/web", "v1", map[string]string{"deploy/a.yaml": configMapYAML("a")})
+	h := newHarnessAs(t, cluster.Config, Policy{AllowInsecureRegistries: true})
+	key := ociApp(t, registry, "plumb/web", true)
+
+	got := h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	if got.Status.LastAppliedRevision != "v1@"+first {
+		t.Fatalf("applied %q, want v1@%s", got.Status.LastAppliedRevision, first)
+	}
+	var a corev1.ConfigMap
+	if err := admin(t).Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "a"}, &a); err != nil || a.Labels[plumbv1.LabelAppName] != key.Name {
+		t.Fatalf("ConfigMap a: %v, labels %v", err, a.Labels)
+	}
+
+	// An unchanged tick asks the registry one manifest HEAD, and nothing else.
+	h.registry.Reset()
+	got = h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	if n := h.registry.Reset(); !cmp.Equal(n, map[string]int{"HEAD manifests": 1}) {
+		t.Errorf("an unchanged tick asked the registry %v, want one manifest HEAD", n)
+	}
+
+	// The tag moves: the new content is applied and what left it pruned.
+	moved := registry.PushFiles(t, "plumb/web", "v1", map[string]string{"deploy/b.yaml": configMapYAML("b")})
+	got = h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	if got.Status.LastAppliedRevision != "v1@"+moved {
+		t.Fatalf("applied %q after the tag moved, want v1@%s", got.Status.LastAppliedRevision, moved)
+	}
+	waitGone(t, admin(t), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: "a"}})
+
+	// An outage fails the Read phase and keeps the last good state.
+	registry.Stop(t)
+	got = h.tick(t, key, queue.WakeTimer)
+	failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "SourceUnavailable")
+	if got.Status.LastAppliedRevision != "v1@"+moved {
+		t.Errorf("after a failed read the applied revision is %q, want v1@%s kept", got.Status.LastAppliedRevision, moved)
+	}
+	var b corev1.ConfigMap
+	if err := admin(t).Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "b"}, &b); err != nil {
+		t.Errorf("ConfigMap b after the outage: %v, want it kept", err)
+	}
+	if msg := phaseStatus(got, PhaseRead).LastError; strings.Contains(msg, registry.Password) {
+		t.Errorf("the Read phase's error shows the registry's password: %s", msg)
+	}
+	registry.Start(t)
+	ready(t, h.tick(t, key, queue.WakeTimer))
+}
+
+func TestAPlainHTTPRegistryIsRefusedUnlessTheControllerAllowsIt(t *testing.T) {
+	registry := testenv.StartRegistry(t)
+	registry.PushFiles(t, "plumb/web", "v1", map[string]string{"deploy/a.yaml": configMapYAML("a")})
+	key := ociApp(t, registry, "plumb/web", true)
+	got := newHarness(t).tick(t, key, queue.WakeTimer)
+	msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "SourceRefused")
+	if !strings.Contains(msg, "--allow-insecure-registries") {
+		t.Errorf("Ready message %q does not name the flag", msg)
+	}
+	if cond := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionStalled); cond == nil || cond.Status != metav1.ConditionTrue {
+		t.Errorf("Stalled = %+v: a refused source needs a change of spec or flags, not retries", cond)
+	}
+	// Without oci.insecure the registry's plain HTTP is refused as the Read.
+	plain := ociApp(t, registry, "plumb/web", false)
+	got = newHarnessAs(t, cluster.Config, Policy{AllowInsecureRegistries: true}).tick(t, plain, queue.WakeTimer)
+	if msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "SourceUnavailable"); !strings.Contains(msg, "plain HTTP") {
+		t.Errorf("Ready message %q does not say that plain HTTP was refused", msg)
+	}
+}

@@ -1,0 +1,91 @@
+package source
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/plumb-dev/plumb/internal/revision"
+	"github.com/plumb-dev/plumb/internal/source/oci"
+	"github.com/plumb-dev/plumb/internal/source/tree"
+)
+
+// OCIRequest names an artifact in an OCI registry, read in place of a Git
+// repository.
+type OCIRequest struct {
+	// URL is the repository, oci://host[:port]/path.
+	URL string
+	// Ref is the tag, semver range or digest (the tag latest when zero).
+	Ref oci.Ref
+	// Auth is the account from the App's dockerconfigjson Secret.
+	Auth oci.Auth
+	// LayerMediaType, when set, picks the layer to read.
+	LayerMediaType string
+	// Insecure reads the registry over plain HTTP; the Reader refuses it
+	// unless its Options allow insecure registries.
+	Insecure bool
+}
+
+// ErrInsecureRegistry is a request for a plain HTTP registry that the
+// controller does not allow.
+var ErrInsecureRegistry = errors.New("oci.insecure asks for plain HTTP, which this controller refuses (it runs without --allow-insecure-registries)")
+
+// readOCI resolves the artifact's reference with one manifest HEAD (the
+// tags are listed first for a semver range) and, unless the render of
+// that manifest digest is cached for the same repository and account,
+// downloads the content layer, unpacks it within the limits and renders
+// the folder as a Git commit's would be.
+func (r *Reader) readOCI(ctx context.Context, req Request) (*Result, error) {
+	o := req.OCI
+	registries := r.registries
+	if o.Insecure {
+		if r.insecureRegistries == nil {
+			return nil, &Error{Reason: ReasonInvalidSpec, Err: ErrInsecureRegistry}
+		}
+		registries = r.insecureRegistries
+	}
+	rev, err := registries.Resolve(ctx, o.URL, o.Ref, o.Auth)
+	if err != nil {
+		return nil, classifyOCI("", err)
+	}
+	recorded := revision.Parse(rev.String())
+	return r.readContent(ctx, &req, content{
+		origin: ociOrigin(o), id: rev.Digest, revision: recorded,
+		tree: func(ctx context.Context) (*tree.Tree, error) {
+			t, err := registries.Pull(ctx, o.URL, rev, o.Auth, o.LayerMediaType, oci.Limits{Tree: r.treeLimits(), MaxLayerBytes: r.limits.MaxFetchBytes})
+			if err != nil {
+				return nil, classifyOCI(recorded.String(), err)
+			}
+			return t, nil
+		},
+	})
+}
+
+// ociOrigin keys an artifact's renders by the repository, the way it is
+// reached (HTTPS or plain HTTP), the layer read and a digest of the
+// account that proved access.
+func ociOrigin(o *OCIRequest) string {
+	sum := sha256.Sum256([]byte(o.Auth.Username + "\x00" + o.Auth.Password))
+	return fmt.Sprintf("oci\x00%s\x00%t\x00%s\x00%s", o.URL, o.Insecure, o.LayerMediaType, hex.EncodeToString(sum[:]))
+}
+
+// classifyOCI wraps an error of package oci with the reason an operator
+// can act on; others go to classify.
+func classifyOCI(revision string, err error) error {
+	reason := ReasonSourceUnavailable
+	switch {
+	case errors.Is(err, oci.ErrInvalidRef):
+		reason = ReasonInvalidSpec
+	case errors.Is(err, oci.ErrNotFound):
+		reason = ReasonRevisionNotFound
+	case errors.Is(err, oci.ErrLimitExceeded):
+		reason = ReasonLimitExceeded
+	case errors.Is(err, oci.ErrUnauthorized), errors.Is(err, oci.ErrPlainHTTP):
+		reason = ReasonSourceUnavailable
+	default:
+		return classify(revision, err)
+	}
+	return &Error{Reason: reason, Revision: revision, Err: err}
+}

@@ -57,7 +57,7 @@ func (c *Client) Pull(ctx context.Context, url string, rev Revision, auth Auth, 
 	if err != nil {
 		return nil, err
 	}
-	puller, err := c.puller(repo, auth)
+	sess, err := c.session(repo, auth)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (c *Client) Pull(ctx context.Context, url string, rev Revision, auth Auth, 
 	if err != nil {
 		return nil, fmt.Errorf("%w: digest %q: %v", ErrInvalidRef, rev.Digest, err)
 	}
-	desc, err := puller.Get(ctx, ref)
+	desc, err := sess.puller.Get(ctx, ref)
 	if err != nil {
 		return nil, classify(err, ref.Identifier()+" in "+url)
 	}
@@ -99,7 +99,7 @@ func (c *Client) Pull(ctx context.Context, url string, rev Revision, auth Auth, 
 	if limits.MaxLayerBytes > 0 && layer.Size > limits.MaxLayerBytes {
 		return nil, fmt.Errorf("%w: the layer of %s in %s is %d bytes, more than %d", ErrLimitExceeded, rev, url, layer.Size, limits.MaxLayerBytes)
 	}
-	blob, err := puller.Layer(ctx, repo.Digest(layer.Digest.String()))
+	blob, err := sess.puller.Layer(ctx, repo.Digest(layer.Digest.String()))
 	if err != nil {
 		return nil, classify(err, layer.Digest.String()+" in "+url)
 	}

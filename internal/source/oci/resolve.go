@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/Masterminds/semver/v3"
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -75,18 +76,35 @@ func (r Revision) String() string {
 // Client asks registries about repositories. It keeps, per repository and
 // account, the session it authenticated (go-containerregistry's Puller), so
 // that a later resolve sends the manifest HEAD alone, without the ping
-// and token requests before it. The zero value is ready to use; a Client
-// is safe for concurrent use.
+// and token requests before it, and the repository's last listing of tags,
+// which serves the semver resolves of every App with that account for
+// TagsMaxAge. The zero value is ready to use; a Client is safe for
+// concurrent use.
 type Client struct {
 	// Transport carries the requests (http.DefaultTransport when nil).
 	Transport http.RoundTripper
 	// AllowHTTP allows plain HTTP registries; without it every request
 	// must be HTTPS.
 	AllowHTTP bool
+	// TagsMaxAge is how long a listing of a repository's tags serves
+	// semver resolves (DefaultTagsMaxAge when zero).
+	TagsMaxAge time.Duration
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
 
-	mu      sync.Mutex
-	pullers map[string]*remote.Puller // by sessionKey
-	order   []string                  // pullers' keys, oldest first
+	mu       sync.Mutex
+	sessions map[string]*session // by sessionKey
+	order    []string            // sessions' keys, oldest first
+}
+
+// DefaultTagsMaxAge is how long a listing of tags is reused: a tag pushed
+// is seen by a semver range within this (and the next tick) of its push.
+const DefaultTagsMaxAge = 30 * time.Second
+
+// session is one account's access to one repository.
+type session struct {
+	puller *remote.Puller
+	tags   tagListing
 }
 
 // maxSessions bounds the sessions a Client keeps; the oldest goes first.
@@ -109,7 +127,7 @@ func (c *Client) Resolve(ctx context.Context, url string, ref Ref, auth Auth) (R
 	if set > 1 {
 		return Revision{}, fmt.Errorf("%w: set one of tag, semver and digest", ErrInvalidRef)
 	}
-	puller, err := c.puller(repo, auth)
+	sess, err := c.session(repo, auth)
 	if err != nil {
 		return Revision{}, err
 	}
@@ -121,7 +139,7 @@ func (c *Client) Resolve(ctx context.Context, url string, ref Ref, auth Auth) (R
 			return Revision{}, fmt.Errorf("%w: digest %q: %v", ErrInvalidRef, ref.Digest, err)
 		}
 	case ref.SemVer != "":
-		if tag, err = highestInRange(ctx, puller, repo, ref.SemVer); err != nil {
+		if tag, err = c.highestInRange(ctx, sess, repo, ref.SemVer); err != nil {
 			return Revision{}, err
 		}
 		target = repo.Tag(tag)
@@ -133,23 +151,33 @@ func (c *Client) Resolve(ctx context.Context, url string, ref Ref, auth Auth) (R
 			return Revision{}, fmt.Errorf("%w: tag %q: %v", ErrInvalidRef, tag, err)
 		}
 	}
-	desc, err := puller.Head(ctx, target)
+	desc, err := sess.puller.Head(ctx, target)
 	if err != nil {
 		return Revision{}, classify(err, fmt.Sprintf("%s in %s", target.Identifier(), url))
 	}
 	return Revision{Tag: tag, Digest: desc.Digest.String()}, nil
 }
 
-// highestInRange lists the repository's tags and picks the highest that is
-// a semver version in the range.
-func highestInRange(ctx context.Context, puller *remote.Puller, repo name.Repository, rangeSpec string) (string, error) {
+// highestInRange picks, of the repository's tags, the highest that is a
+// semver version in the range.
+func (c *Client) highestInRange(ctx context.Context, sess *session, repo name.Repository, rangeSpec string) (string, error) {
 	constraint, err := semver.NewConstraint(rangeSpec)
 	if err != nil {
 		return "", fmt.Errorf("%w: semver range %q: %v", ErrInvalidRef, rangeSpec, err)
 	}
-	tags, err := puller.List(ctx, repo)
+	maxAge := c.TagsMaxAge
+	if maxAge == 0 {
+		maxAge = DefaultTagsMaxAge
+	}
+	now := time.Now
+	if c.Now != nil {
+		now = c.Now
+	}
+	tags, err := sess.tags.get(ctx, now, maxAge, func(ctx context.Context) ([]string, error) {
+		return listTags(ctx, sess.puller, repo)
+	})
 	if err != nil {
-		return "", classify(err, "the tags of "+repo.String())
+		return "", err
 	}
 	var best *semver.Version
 	bestTag := ""
@@ -184,16 +212,16 @@ func (c *Client) repository(url string) (name.Repository, error) {
 	return repo, nil
 }
 
-// puller is the session for repo as auth: kept per repository and per
-// digest of the credentials, so that no App is served a session another
-// account authenticated.
-func (c *Client) puller(repo name.Repository, auth Auth) (*remote.Puller, error) {
+// session is the access to repo as auth: kept per repository and per
+// digest of the credentials, so that no App is served a session (or a
+// listing of tags) another account authenticated.
+func (c *Client) session(repo name.Repository, auth Auth) (*session, error) {
 	sum := sha256.Sum256([]byte(auth.Username + "\x00" + auth.Password))
 	key := repo.Name() + "\x00" + hex.EncodeToString(sum[:])
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if p, ok := c.pullers[key]; ok {
-		return p, nil
+	if s, ok := c.sessions[key]; ok {
+		return s, nil
 	}
 	base := c.Transport
 	if base == nil {
@@ -203,56 +231,90 @@ func (c *Client) puller(repo name.Repository, auth Auth) (*remote.Puller, error)
 	if auth.Username != "" || auth.Password != "" {
 		authenticator = &authn.Basic{Username: auth.Username, Password: auth.Password}
 	}
-	p, err := remote.NewPuller(remote.WithAuth(authenticator), remote.WithTransport(httpsOnly{base: base, allowHTTP: c.AllowHTTP}))
+	p, err := remote.NewPuller(remote.WithAuth(authenticator), remote.WithPageSize(tagsPageSize),
+		remote.WithTransport(guarded{base: base, allowHTTP: c.AllowHTTP}))
 	if err != nil {
 		return nil, err
 	}
-	if c.pullers == nil {
-		c.pullers = map[string]*remote.Puller{}
+	if c.sessions == nil {
+		c.sessions = map[string]*session{}
 	}
 	if len(c.order) >= maxSessions {
-		delete(c.pullers, c.order[0])
+		delete(c.sessions, c.order[0])
 		c.order = c.order[1:]
 	}
-	c.pullers[key] = p
+	s := &session{puller: p}
+	c.sessions[key] = s
 	c.order = append(c.order, key)
-	return p, nil
+	return s, nil
 }
 
-// httpsOnly refuses plain HTTP requests unless they are allowed.
-type httpsOnly struct {
+// guarded is the transport under every request to a registry. It refuses
+// plain HTTP unless allowed, bounds the bodies of manifests and tag lists
+// whatever their Content-Length says, and lets a request leave the
+// registry's host only as a blob download (real registries send those to
+// a storage host), and then without the registry's credentials.
+type guarded struct {
 	base      http.RoundTripper
 	allowHTTP bool
 }
 
-func (t httpsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t guarded) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "https" && !t.allowHTTP {
 		return nil, fmt.Errorf("%w: %s", ErrPlainHTTP, req.URL.Host)
 	}
-	resp, err := t.base.RoundTrip(req)
-	if err == nil && strings.Contains(req.URL.Path, "/manifests/") {
-		resp.Body = &cappedBody{ReadCloser: resp.Body, left: maxManifestBytes + 1}
+	if via := req.Response; via != nil && via.Request != nil && via.Request.URL.Host != req.URL.Host {
+		first := via.Request
+		for first.Response != nil && first.Response.Request != nil {
+			first = first.Response.Request
+		}
+		if req.Method != http.MethodGet || !strings.Contains(first.URL.Path, "/blobs/") {
+			return nil, fmt.Errorf("%w: the registry redirected %s %s to another host (%s); only a blob download may leave the registry's host",
+				ErrLimitExceeded, first.Method, first.URL.Path, req.URL.Host)
+		}
+		req = req.Clone(req.Context())
+		req.Header.Del("Authorization")
 	}
-	return resp, err
+	resp, err := t.base.RoundTrip(req)
+	if err != nil {
+		return resp, err
+	}
+	switch {
+	case strings.Contains(req.URL.Path, "/manifests/"):
+		resp.Body = &cappedBody{ReadCloser: resp.Body, limit: maxManifestBytes, what: "a manifest"}
+	case strings.HasSuffix(req.URL.Path, "/tags/list"):
+		resp.Body = &cappedBody{ReadCloser: resp.Body, limit: maxTagsPageBytes, what: "a page of tags"}
+	}
+	return resp, nil
 }
 
-// cappedBody fails a manifest's body past maxManifestBytes, whatever the
-// registry's Content-Length said.
+// cappedBody fails a body past its bound, whatever the registry's
+// Content-Length said, and closes it there: go-containerregistry does not
+// close a body it failed to decode, and the connection would stay open.
 type cappedBody struct {
 	io.ReadCloser
-	left int64
+	limit, read int64
+	what        string
 }
 
 func (b *cappedBody) Read(p []byte) (int, error) {
-	if b.left <= 0 {
-		return 0, fmt.Errorf("%w: a manifest of more than %d bytes", ErrLimitExceeded, maxManifestBytes)
+	if b.read > b.limit {
+		return 0, b.exceeded()
 	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
+	if left := b.limit + 1 - b.read; int64(len(p)) > left {
+		p = p[:left]
 	}
 	n, err := b.ReadCloser.Read(p)
-	b.left -= int64(n)
+	b.read += int64(n)
+	if b.read > b.limit {
+		return n, b.exceeded()
+	}
 	return n, err
+}
+
+func (b *cappedBody) exceeded() error {
+	_ = b.ReadCloser.Close()
+	return fmt.Errorf("%w: %s of more than %d bytes", ErrLimitExceeded, b.what, b.limit)
 }
 
 // classify maps a registry's answer to the package's errors; what names

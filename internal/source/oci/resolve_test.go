@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -87,18 +88,43 @@ func TestASemverRangeFollowsTheHighestTagInIt(t *testing.T) {
 		push(t, r, "plumb/chart", tag)
 	}
 	url := oci.Scheme + r.Host + "/plumb/chart"
-	c := &oci.Client{AllowHTTP: true}
+	clock := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	requests := &testenv.RegistryRequests{}
+	c := &oci.Client{Transport: requests, AllowHTTP: true, Now: func() time.Time { return clock }}
 	auth := oci.Auth{Username: r.Username, Password: r.Password}
-	rev, err := c.Resolve(context.Background(), url, oci.Ref{SemVer: ">=1.0.0 <2.0.0"}, auth)
+	ctx := context.Background()
+	rev, err := c.Resolve(ctx, url, oci.Ref{SemVer: ">=1.0.0 <2.0.0"}, auth)
 	if err != nil || rev.Tag != "1.2.0" {
 		t.Fatalf("resolved %s, %v; want 1.2.0", rev, err)
 	}
-	newer := push(t, r, "plumb/chart", "1.3.0")
-	rev, err = c.Resolve(context.Background(), url, oci.Ref{SemVer: ">=1.0.0 <2.0.0"}, auth)
-	if err != nil || rev.String() != "1.3.0@"+newer.String() {
-		t.Errorf("after 1.3.0 was pushed: %s, %v; want 1.3.0@%s", rev, err, newer)
+	if got := requests.Reset(); got["GET tags"] != 1 {
+		t.Errorf("the first resolve listed the tags %d times, want once: %v", got["GET tags"], got)
 	}
-	if _, err := c.Resolve(context.Background(), url, oci.Ref{SemVer: ">=3.0.0"}, auth); !errors.Is(err, oci.ErrNotFound) {
+
+	// A second App with the same account, within TagsMaxAge: the listing
+	// is shared, and the check is one manifest HEAD.
+	if again, err := c.Resolve(ctx, url, oci.Ref{SemVer: "1.x"}, auth); err != nil || again != rev {
+		t.Fatalf("another App's resolve: %s, %v; want %s", again, err, rev)
+	}
+	if got := requests.Reset(); len(got) != 1 || got["HEAD manifests"] != 1 {
+		t.Errorf("a resolve within TagsMaxAge made %v, want one manifest HEAD and no listing", got)
+	}
+	// Another account is not served that listing.
+	if _, err := c.Resolve(ctx, url, oci.Ref{SemVer: "1.x"}, oci.Auth{Username: r.Username, Password: "wrong-password"}); !errors.Is(err, oci.ErrUnauthorized) {
+		t.Errorf("another account's resolve: %v, want ErrUnauthorized", err)
+	}
+
+	newer := push(t, r, "plumb/chart", "1.3.0")
+	clock = clock.Add(oci.DefaultTagsMaxAge)
+	requests.Reset()
+	rev, err = c.Resolve(ctx, url, oci.Ref{SemVer: ">=1.0.0 <2.0.0"}, auth)
+	if err != nil || rev.String() != "1.3.0@"+newer.String() {
+		t.Errorf("after 1.3.0 was pushed and the listing aged: %s, %v; want 1.3.0@%s", rev, err, newer)
+	}
+	if got := requests.Reset(); got["GET tags"] != 1 || got["HEAD manifests"] != 1 {
+		t.Errorf("an aged listing: %v, want one listing and one manifest HEAD", got)
+	}
+	if _, err := c.Resolve(ctx, url, oci.Ref{SemVer: ">=3.0.0"}, auth); !errors.Is(err, oci.ErrNotFound) {
 		t.Errorf("a range no tag satisfies: %v, want ErrNotFound", err)
 	}
 }

@@ -108,7 +108,7 @@ var valueSets = map[string]string{
       securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}`,
 	"dashboardTLS": "dashboard: {enabled: true, addr: ':9443', trustedProxies: [], tls: {secretName: dashboard-tls, clientCASecretName: proxy-ca, clientCertNames: [oauth2-proxy.auth.svc]}, service: {targetPort: 9443}}",
 	"everything": `controller: {workers: 8, logLevel: debug, logEncoding: console, appLabelSelector: "shard=a", defaultServiceAccount: deployer,
-  noCrossNamespace: true, notificationBlockedCIDRs: [10.0.0.0/8], notificationBlockDefaultCIDRs: false, extraArgs: ["--pprof-addr=127.0.0.1:6060"],
+  noCrossNamespace: true, notificationBlockedCIDRs: [10.0.0.0/8], notificationBlockDefaultCIDRs: false, allowInsecureRegistries: true, extraArgs: ["--pprof-addr=127.0.0.1:6060"],
   readLimits: {maxRepositoryFiles: 11, maxRepositoryBytes: 12, maxFileBytes: 13, maxObjects: 14, maxFetchBytes: 15},
   renderTimeout: 3m, renderMemoryBytes: 536870912, renderCacheBytes: 1048576, shutdownTimeout: 50s, kubeAPIQPS: 20, kubeAPIBurst: 40}
 webhook: {maxBodyBytes: 2048}
@@ -283,6 +283,9 @@ func TestTheDefaultsRunARestrictedPodWithLeaderElection(t *testing.T) {
 	if slices.Contains(a, "--no-cross-namespace") {
 		t.Errorf("args %v: --no-cross-namespace is on by default only in mode namespaces", a)
 	}
+	if slices.Contains(a, "--allow-insecure-registries") {
+		t.Errorf("args %v: plain HTTP registries are allowed by default", a)
+	}
 	for _, flag := range a {
 		if strings.HasPrefix(flag, "--notification-block") {
 			t.Errorf("args %v: %s by default, want plumb's own default ranges blocked and none more", a, flag)
@@ -400,7 +403,7 @@ func TestEveryValueReachesTheRenderedObjects(t *testing.T) {
 	a := args(t, objects)
 	for _, flag := range []string{"--workers=8", "--log-level=debug", "--log-encoding=console", "--app-label-selector=shard=a",
 		"--default-service-account=deployer", "--no-cross-namespace", "--notification-blocked-cidrs=10.0.0.0/8", "--notification-block-default-cidrs=false",
-		"--pprof-addr=127.0.0.1:6060", "--max-repository-files=11", "--max-repository-bytes=12", "--max-file-bytes=13", "--max-objects=14", "--max-fetch-bytes=15",
+		"--allow-insecure-registries", "--pprof-addr=127.0.0.1:6060", "--max-repository-files=11", "--max-repository-bytes=12", "--max-file-bytes=13", "--max-objects=14", "--max-fetch-bytes=15",
 		"--render-timeout=3m", "--render-memory-bytes=536870912", "--render-cache-bytes=1048576", "--shutdown-timeout=50s",
 		"--kube-api-qps=20", "--kube-api-burst=40", "--webhook-max-body-bytes=2048"} {
 		if !slices.Contains(a, flag) {
@@ -618,7 +621,7 @@ func TestTheDashboardIsOffByDefaultAndTrustsOnlyItsProxy(t *testing.T) {
 		t.Errorf("a dashboard trusting a whole CA: %v, want the chart's refusal", err)
 	}
 	// It previews as the controller ticks: with its lockdown.
-	objects, _, err = render(t, values(t, valueSets["dashboard"]+"\ncontroller: {defaultServiceAccount: deployer, noCrossNamespace: true}"))
+	objects, _, err = render(t, values(t, valueSets["dashboard"]+"\ncontroller: {defaultServiceAccount: deployer, noCrossNamespace: true, allowInsecureRegistries: true}"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -626,8 +629,9 @@ func TestTheDashboardIsOffByDefaultAndTrustsOnlyItsProxy(t *testing.T) {
 	dashArgs, _, _ = unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
 	// --default-service-account too, so that the App page says it cannot
 	// preview Apps that act as it (Kubernetes impersonates once).
-	if !slices.Contains(dashArgs, "--default-service-account=deployer") || !slices.Contains(dashArgs, "--no-cross-namespace") {
-		t.Errorf("the dashboard's args %v: want --no-cross-namespace and --default-service-account=deployer", dashArgs)
+	if !slices.Contains(dashArgs, "--default-service-account=deployer") || !slices.Contains(dashArgs, "--no-cross-namespace") ||
+		!slices.Contains(dashArgs, "--allow-insecure-registries") {
+		t.Errorf("the dashboard's args %v: want --no-cross-namespace, --allow-insecure-registries and --default-service-account=deployer", dashArgs)
 	}
 }
 

@@ -143,6 +143,9 @@ true
 {{- if not .Values.controller.notificationBlockDefaultCIDRs }}
 - --notification-block-default-cidrs=false
 {{- end }}
+{{- if .Values.controller.allowInsecureRegistries }}
+- --allow-insecure-registries
+{{- end }}
 {{- with .Values.controller.extraArgs }}
 {{ toYaml . }}
 {{- end }}

@@ -89,7 +89,8 @@ func setUp(t *testing.T) {
 		t.Fatalf("installing the CRD: %v", err)
 	}
 	k8s = c.Client(t)
-	controller = startController(t, "main", "--leader-elect=false", "--app-label-selector=e2e-shard notin (rbac,leader,outage,tenancy,health,handover)")
+	controller = startController(t, "main", "--leader-elect=false", "--allow-insecure-registries",
+		"--app-label-selector=e2e-shard notin (rbac,leader,outage,tenancy,health,handover)")
 }
 
 func tearDown() {

@@ -47,8 +47,8 @@ type world struct {
 
 // newWorld makes the namespace (prefix and a random suffix) and the
 // repository of a test and starts a controller for its Apps (labelled
-// plumb-test=<namespace>).
-func newWorld(t *testing.T, prefix string) *world {
+// plumb-test=<namespace>), with controllerArgs added to its flags.
+func newWorld(t *testing.T, prefix string, controllerArgs ...string) *world {
 	t.Helper()
 	ns := prefix + "-" + rand.String(5)
 	k8s := cluster.Client(t)
@@ -65,13 +65,13 @@ func newWorld(t *testing.T, prefix string) *world {
 		t.Fatal(err)
 	}
 	w := &world{t: t, ns: ns, k8s: k8s, repo: repo, url: gitServer.HTTPURL(ns)}
-	w.startController()
+	w.startController(controllerArgs...)
 	return w
 }
 
 // startController runs plumb controller for the world's Apps until the
 // test ends.
-func (w *world) startController() {
+func (w *world) startController(extra ...string) {
 	t := w.t
 	dir := t.TempDir()
 	w.log = filepath.Join(dir, "controller.log")
@@ -84,6 +84,7 @@ func (w *world) startController() {
 		"--health-addr", addrs[0], "--metrics-addr", addrs[1], "--leader-elect=false",
 		"--app-label-selector", "plumb-test="+w.ns, "--git-cache-dir", filepath.Join(dir, "git"),
 		"--log-level", "debug", "--log-encoding", "console")
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -57,6 +57,19 @@ func TestAnOCIArtifactIsReadAndRenderedLikeACommit(t *testing.T) {
 		t.Errorf("an unchanged tick: cached=%v with requests %v after %d renders; want one manifest HEAD, no blob, 1 render", second.Cached, n, r.Renders())
 	}
 
+	// The render is cached for the account that proved access: another
+	// account, on the same Reader, is refused and not served it.
+	stranger := req
+	stranger.OCI = &source.OCIRequest{URL: req.OCI.URL, Ref: req.OCI.Ref, Auth: oci.Auth{Username: registry.Username, Password: "not-the-password"}, Insecure: true}
+	if got, err := r.Read(ctx, stranger); !errors.Is(err, oci.ErrUnauthorized) {
+		t.Errorf("another account's read of a cached render: %v, %v; want ErrUnauthorized", got, err)
+	}
+	anonymous := req
+	anonymous.OCI = &source.OCIRequest{URL: req.OCI.URL, Ref: req.OCI.Ref, Insecure: true}
+	if got, err := r.Read(ctx, anonymous); !errors.Is(err, oci.ErrUnauthorized) {
+		t.Errorf("an anonymous read of a cached render: %v, %v; want ErrUnauthorized", got, err)
+	}
+
 	moved := registry.PushFiles(t, "plumb/app", "v1", map[string]string{"deploy/b.yaml": configMap("b", "2")})
 	third, err := r.Read(ctx, req)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/docker/cli/cli/config/configfile"
@@ -29,10 +31,13 @@ func AuthFromDockerConfig(config []byte, url string) (Auth, error) {
 		return Auth{}, errors.New("the Secret's " + SecretKeyDockerConfig + " is not a Docker config with base64 user:password auths")
 	}
 	want := registryKey(repo.RegistryStr())
-	for key, entry := range parsed.AuthConfigs {
+	// Several keys may name the registry (ghcr.io, https://ghcr.io): the
+	// first in order is taken, so that every read takes the same one.
+	for _, key := range slices.Sorted(maps.Keys(parsed.AuthConfigs)) {
 		if registryKey(key) != want {
 			continue
 		}
+		entry := parsed.AuthConfigs[key]
 		if entry.IdentityToken != "" || entry.RegistryToken != "" {
 			return Auth{}, fmt.Errorf("the Secret's %s holds a token for %s: only a username and password are read", SecretKeyDockerConfig, want)
 		}

@@ -39,3 +39,15 @@ func TestADockerConfigGivesTheRegistrysAccount(t *testing.T) {
 		t.Errorf("a malformed auth: %v, want an error that quotes nothing of it", err)
 	}
 }
+
+// Two keys for one registry: every read takes the same account.
+func TestTwoKeysForOneRegistryGiveOneAccount(t *testing.T) {
+	config := `{"auths":{"https://ghcr.io/v1/":{"username":"second","password":"b"},"ghcr.io":{"username":"first","password":"a"},
+		"http://ghcr.io":{"username":"third","password":"c"}}}`
+	for range 50 { // map order is random: one read in 50 would show it
+		got, err := oci.AuthFromDockerConfig([]byte(config), "oci://ghcr.io/org/app")
+		if err != nil || got.Username != "first" {
+			t.Fatalf("%+v, %v; want the account of the key ghcr.io, first in order", got, err)
+		}
+	}
+}

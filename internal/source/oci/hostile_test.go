@@ -34,7 +34,9 @@ type hostileRegistry struct {
 	artifactDigest   string // the digest of the artifact served as v1
 }
 
-func startHostileRegistry(t *testing.T, artifact v1.Image) *hostileRegistry {
+// startHostileRegistry starts it (over HTTPS with useTLS, its storage host
+// too; the Client must then trust h.Client()'s transport).
+func startHostileRegistry(t *testing.T, artifact v1.Image, useTLS bool) *hostileRegistry {
 	t.Helper()
 	h := &hostileRegistry{}
 	manifest, err := artifact.RawManifest()
@@ -68,7 +70,7 @@ func startHostileRegistry(t *testing.T, artifact v1.Image) *hostileRegistry {
 		blobs[d.String()] = data
 	}
 
-	h.storage = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h.storage = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.mu.Lock()
 		h.storageRequests++
 		if r.Header.Get("Authorization") != "" {
@@ -82,6 +84,7 @@ func startHostileRegistry(t *testing.T, artifact v1.Image) *hostileRegistry {
 		}
 		_, _ = w.Write(data)
 	}))
+	start(h.storage, useTLS)
 	t.Cleanup(h.storage.Close)
 	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.mu.Lock()
@@ -152,13 +155,22 @@ func startHostileRegistry(t *testing.T, artifact v1.Image) *hostileRegistry {
 	mux.HandleFunc("/v2/attack/blobs/", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, h.storage.URL+"/"+strings.TrimPrefix(r.URL.Path, "/v2/attack/blobs/"), http.StatusTemporaryRedirect)
 	})
-	h.Server = httptest.NewServer(mux)
+	h.Server = httptest.NewUnstartedServer(mux)
+	start(h.Server, useTLS)
 	t.Cleanup(h.Close)
 	return h
 }
 
+func start(s *httptest.Server, useTLS bool) {
+	if useTLS {
+		s.StartTLS()
+	} else {
+		s.Start()
+	}
+}
+
 func (h *hostileRegistry) url(repo string) string {
-	return oci.Scheme + strings.TrimPrefix(h.URL, "http://") + "/" + repo
+	return oci.Scheme + strings.TrimPrefix(strings.TrimPrefix(h.URL, "http://"), "https://") + "/" + repo
 }
 
 // A hostile registry gets ErrLimitExceeded, and costs bounded requests
@@ -168,7 +180,7 @@ func (h *hostileRegistry) url(repo string) string {
 // be fetched from a storage host, without the registry's credentials.
 func TestAHostileRegistryGetsLimitExceeded(t *testing.T) {
 	files := map[string]string{"cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n"}
-	h := startHostileRegistry(t, testenv.Artifact(t, testenv.TarGz(t, files), oci.MediaTypeFluxContent))
+	h := startHostileRegistry(t, testenv.Artifact(t, testenv.TarGz(t, files), oci.MediaTypeFluxContent), false)
 	c := &oci.Client{AllowHTTP: true}
 	auth := oci.Auth{Username: "tenant", Password: "s3cret-password"}
 	ctx := context.Background()
@@ -226,5 +238,27 @@ func TestAHostileRegistryGetsLimitExceeded(t *testing.T) {
 	defer h.mu.Unlock()
 	if h.storageRequests != 1 || h.storageSawAuth {
 		t.Errorf("the storage host got %d requests (want 1), an Authorization header: %t (want none)", h.storageRequests, h.storageSawAuth)
+	}
+}
+
+// An HTTPS registry on a loopback (or private) address is read over HTTPS,
+// though go-containerregistry picks plain HTTP for such hosts; a blob on
+// its storage host too.
+func TestAnHTTPSRegistryOnALoopbackAddressIsReadOverHTTPS(t *testing.T) {
+	files := map[string]string{"cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n"}
+	h := startHostileRegistry(t, testenv.Artifact(t, testenv.TarGz(t, files), oci.MediaTypeFluxContent), true)
+	c := &oci.Client{Transport: h.Client().Transport} // trusts the test servers' certificate
+	auth := oci.Auth{Username: "tenant", Password: "s3cret-password"}
+	ctx := context.Background()
+	rev, err := c.Resolve(ctx, h.url("attack"), oci.Ref{Tag: "v1"}, auth)
+	if err != nil {
+		t.Fatalf("resolving over HTTPS: %v", err)
+	}
+	got, err := c.Pull(ctx, h.url("attack"), rev, auth, "", generous)
+	if err != nil {
+		t.Fatalf("pulling over HTTPS: %v", err)
+	}
+	if data, err := got.ReadFile("cm.yaml"); err != nil || string(data) != files["cm.yaml"] {
+		t.Errorf("cm.yaml: %q, %v", data, err)
 	}
 }

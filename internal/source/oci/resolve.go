@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"k8s.io/utils/lru"
 )
 
 // Scheme prefixes a repository URL: oci://host[:port]/path.
@@ -93,8 +95,7 @@ type Client struct {
 	Now func() time.Time
 
 	mu       sync.Mutex
-	sessions map[string]*session // by sessionKey
-	order    []string            // sessions' keys, oldest first
+	sessions *lru.Cache // *session by repository and credentials' digest
 }
 
 // DefaultTagsMaxAge is how long a listing of tags is reused: a tag pushed
@@ -107,7 +108,8 @@ type session struct {
 	tags   tagListing
 }
 
-// maxSessions bounds the sessions a Client keeps; the oldest goes first.
+// maxSessions bounds the sessions a Client keeps; the least recently used
+// goes first.
 const maxSessions = 512
 
 // Resolve resolves ref in the repository at url (oci://host/path): a tag
@@ -205,9 +207,20 @@ func (c *Client) repository(url string) (name.Repository, error) {
 	if strings.ContainsAny(rest, "@?#") {
 		return name.Repository{}, fmt.Errorf("%w: %s holds a tag, digest, query or credentials; name them in ref and secretRef", ErrInvalidRef, url)
 	}
-	repo, err := name.NewRepository(rest, name.StrictValidation)
+	options := []name.Option{name.StrictValidation}
+	if c.AllowHTTP {
+		options = append(options, name.Insecure) // plain HTTP, whatever the host
+	}
+	repo, err := name.NewRepository(rest, options...)
 	if err != nil {
 		return name.Repository{}, fmt.Errorf("%w: %s: %v", ErrInvalidRef, url, err)
+	}
+	// go-containerregistry takes a first part without a '.' or a ':' (and
+	// not localhost) for a Docker Hub namespace: oci://zot/app would
+	// read index.docker.io/zot/app.
+	host, _, _ := strings.Cut(rest, "/")
+	if got := repo.RegistryStr(); got != host && !(host == "docker.io" && got == name.DefaultRegistry) {
+		return name.Repository{}, fmt.Errorf("%w: %s: the registry's host %q needs a '.' or a port (or is localhost); Docker Hub is oci://docker.io/<namespace>/<name>", ErrInvalidRef, url, host)
 	}
 	return repo, nil
 }
@@ -220,8 +233,11 @@ func (c *Client) session(repo name.Repository, auth Auth) (*session, error) {
 	key := repo.Name() + "\x00" + hex.EncodeToString(sum[:])
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if s, ok := c.sessions[key]; ok {
-		return s, nil
+	if c.sessions == nil {
+		c.sessions = lru.New(maxSessions)
+	}
+	if s, ok := c.sessions.Get(key); ok {
+		return s.(*session), nil
 	}
 	base := c.Transport
 	if base == nil {
@@ -236,21 +252,15 @@ func (c *Client) session(repo name.Repository, auth Auth) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.sessions == nil {
-		c.sessions = map[string]*session{}
-	}
-	if len(c.order) >= maxSessions {
-		delete(c.sessions, c.order[0])
-		c.order = c.order[1:]
-	}
 	s := &session{puller: p}
-	c.sessions[key] = s
-	c.order = append(c.order, key)
+	c.sessions.Add(key, s)
 	return s, nil
 }
 
-// guarded is the transport under every request to a registry. It refuses
-// plain HTTP unless allowed, bounds the bodies of manifests and tag lists
+// guarded is the transport under every request to a registry. Without
+// allowHTTP it sends every request over HTTPS, though go-containerregistry
+// picks plain HTTP for loopback and private (RFC 1918) hosts, and refuses a
+// redirect to plain HTTP. It bounds the bodies of manifests and tag lists
 // whatever their Content-Length says, and lets a request leave the
 // registry's host only as a blob download (real registries send those to
 // a storage host), and then without the registry's credentials.
@@ -259,16 +269,26 @@ type guarded struct {
 	allowHTTP bool
 }
 
+// blobPath is the path of a blob download, /v2/<repository>/blobs/<digest>
+// (a repository's name holds no ':', so no manifest's path matches).
+var blobPath = regexp.MustCompile(`^/v2/.+/blobs/sha256:[0-9a-f]{64}$`)
+
 func (t guarded) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme != "https" && !t.allowHTTP {
-		return nil, fmt.Errorf("%w: %s", ErrPlainHTTP, req.URL.Host)
+	first := req
+	for first.Response != nil && first.Response.Request != nil {
+		first = first.Response.Request
 	}
-	if via := req.Response; via != nil && via.Request != nil && via.Request.URL.Host != req.URL.Host {
-		first := via.Request
-		for first.Response != nil && first.Response.Request != nil {
-			first = first.Response.Request
-		}
-		if req.Method != http.MethodGet || !strings.Contains(first.URL.Path, "/blobs/") {
+	asked := req
+	switch {
+	case req.URL.Scheme == "https" || t.allowHTTP:
+	case first == req:
+		req = req.Clone(req.Context())
+		req.URL.Scheme = "https"
+	default:
+		return nil, fmt.Errorf("%w: the registry redirected %s to %s", ErrPlainHTTP, first.URL.Host, req.URL.Host)
+	}
+	if first != req && first.URL.Host != req.URL.Host {
+		if req.Method != http.MethodGet || !blobPath.MatchString(first.URL.Path) {
 			return nil, fmt.Errorf("%w: the registry redirected %s %s to another host (%s); only a blob download may leave the registry's host",
 				ErrLimitExceeded, first.Method, first.URL.Path, req.URL.Host)
 		}
@@ -279,10 +299,13 @@ func (t guarded) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return resp, err
 	}
+	// The answer is to the request go-containerregistry made: a next
+	// page's link is checked against its scheme.
+	resp.Request = asked
 	switch {
-	case strings.Contains(req.URL.Path, "/manifests/"):
+	case strings.Contains(first.URL.Path, "/manifests/"):
 		resp.Body = &cappedBody{ReadCloser: resp.Body, limit: maxManifestBytes, what: "a manifest"}
-	case strings.HasSuffix(req.URL.Path, "/tags/list"):
+	case strings.HasSuffix(first.URL.Path, "/tags/list"):
 		resp.Body = &cappedBody{ReadCloser: resp.Body, limit: maxTagsPageBytes, what: "a page of tags"}
 	}
 	return resp, nil
@@ -328,6 +351,9 @@ func classify(err error, what string) error {
 		case http.StatusUnauthorized, http.StatusForbidden:
 			return fmt.Errorf("%w: %s (HTTP %d)", ErrUnauthorized, what, terr.StatusCode)
 		}
+	}
+	if strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
+		return fmt.Errorf("%w: asking the registry about %s, it answered over plain HTTP (oci.insecure reads it so, where the controller allows it)", ErrPlainHTTP, what)
 	}
 	return fmt.Errorf("asking the registry about %s: %w", what, err)
 }

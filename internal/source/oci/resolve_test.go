@@ -154,7 +154,7 @@ func TestABadReferenceOrAccountIsToldApart(t *testing.T) {
 		{"a malformed range", allowed, url, oci.Ref{SemVer: ">=>1"}, auth, oci.ErrInvalidRef},
 		{"not an oci:// URL", allowed, "https://" + r.Host + "/plumb/app", oci.Ref{Tag: "v1"}, auth, oci.ErrInvalidRef},
 		{"credentials in the URL", allowed, oci.Scheme + "user:pw@" + r.Host + "/plumb/app", oci.Ref{Tag: "v1"}, auth, oci.ErrInvalidRef},
-		{"plain HTTP not allowed", &oci.Client{}, url, oci.Ref{Tag: "v1"}, auth, oci.ErrPlainHTTP},
+		{"a host Docker Hub would take for a namespace", allowed, oci.Scheme + "zot/org/app", oci.Ref{Tag: "v1"}, auth, oci.ErrInvalidRef},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.client.Resolve(ctx, tc.url, tc.ref, tc.auth)
@@ -165,5 +165,23 @@ func TestABadReferenceOrAccountIsToldApart(t *testing.T) {
 				t.Errorf("the error shows a password: %v", err)
 			}
 		})
+	}
+}
+
+// Without AllowHTTP every request is HTTPS, also to a loopback or private
+// host, for which go-containerregistry would pick plain HTTP: the plain
+// HTTP test registry cannot be read.
+func TestASecureClientSpeaksOnlyHTTPS(t *testing.T) {
+	r := testenv.StartRegistry(t)
+	push(t, r, "plumb/app", "v1")
+	_, err := (&oci.Client{}).Resolve(context.Background(), oci.Scheme+r.Host+"/plumb/app", oci.Ref{Tag: "v1"}, oci.Auth{Username: r.Username, Password: r.Password})
+	if !errors.Is(err, oci.ErrPlainHTTP) || !strings.Contains(err.Error(), "oci.insecure") {
+		t.Errorf("a secure client reading a plain HTTP registry: %v, want ErrPlainHTTP naming oci.insecure", err)
+	}
+	// Docker Hub's short host is kept as go-containerregistry's own.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := (&oci.Client{}).Resolve(ctx, oci.Scheme+"docker.io/library/app", oci.Ref{Tag: "v1"}, oci.Auth{}); errors.Is(err, oci.ErrInvalidRef) {
+		t.Errorf("oci://docker.io/library/app: %v, want it taken", err)
 	}
 }

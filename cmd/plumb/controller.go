@@ -95,7 +95,7 @@ func (f *controllerFlags) register(flags *pflag.FlagSet) {
 	flags.Int64Var(&f.ReadLimits.MaxTotalBytes, "max-repository-bytes", f.ReadLimits.MaxTotalBytes, "largest total size in bytes of a repository's files at a revision (0: no limit)")
 	flags.Int64Var(&f.ReadLimits.MaxFileBytes, "max-file-bytes", f.ReadLimits.MaxFileBytes, "largest single file in bytes (0: no limit)")
 	flags.IntVar(&f.ReadLimits.MaxObjects, "max-objects", f.ReadLimits.MaxObjects, "largest number of objects one App may render (0: no limit)")
-	flags.Int64Var(&f.ReadLimits.MaxFetchBytes, "max-fetch-bytes", f.ReadLimits.MaxFetchBytes, "largest pack in bytes one Git fetch over HTTP(S) may download (a remote that sends more fails the Read with LimitExceeded)")
+	flags.Int64Var(&f.ReadLimits.MaxFetchBytes, "max-fetch-bytes", f.ReadLimits.MaxFetchBytes, "largest pack in bytes one Git fetch over HTTP(S) may download, and largest OCI content layer (a remote that sends more fails the Read with LimitExceeded)")
 	flags.StringVar(&f.Policy.DefaultServiceAccount, "default-service-account", "", "ServiceAccount, in each App's own namespace, that Apps naming none in spec.serviceAccountName act as (without it such Apps act with the controller's own rights)")
 	flags.BoolVar(&f.Policy.NoCrossNamespace, "no-cross-namespace", false, "refuse renders that place objects outside the App's namespace or hold cluster-scoped objects, and dependsOn on Apps of other namespaces")
 	flags.StringSliceVar(&f.blockedCIDRs, "notification-blocked-cidrs", nil,

@@ -1,10 +1,14 @@
 package oci_test
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,6 +134,29 @@ func TestAHostileArtifactIsRefusedWithinItsLimits(t *testing.T) {
 	}
 	if err := pull("notgzip", generous); err == nil || !strings.Contains(err.Error(), "not gzip") {
 		t.Errorf("a layer that is not gzip: %v", err)
+	}
+	// Entries the tree never sees (of a type it skips) still count: 8 MiB
+	// of them stop at the layer's decompression budget.
+	var skipped bytes.Buffer
+	gz := gzip.NewWriter(&skipped)
+	tw := tar.NewWriter(gz)
+	for i := range 8 {
+		if err := tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("skipped-%d", i), Typeflag: 'Z', Size: 1 << 20, Mode: 0o644}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(make([]byte, 1<<20)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.Push(t, "plumb/hostile", "skipped", testenv.Artifact(t, skipped.Bytes(), oci.MediaTypeFluxContent))
+	if err := pull("skipped", generous); !errors.Is(err, oci.ErrLimitExceeded) || !strings.Contains(err.Error(), "decompresses to more") {
+		t.Errorf("8 MiB of skipped entries: %v, want the decompression budget's ErrLimitExceeded", err)
 	}
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the tools that tests run (promtool, for the alert rules' unit tests,
-# Alertmanager, for the notification tests, and CNCF Distribution's registry,
-# for the OCI source tests) from the Go module
+# Alertmanager, for the notification tests, CNCF Distribution's registry,
+# for the OCI source tests, and cosign, which signs artifacts in them) from the Go module
 # proxy into a versioned cache folder outside the repository, so that every
 # clone on this machine reuses them. A warm run builds nothing.
 #
@@ -25,24 +25,30 @@ grep -qE "^(require)?[[:space:]]*github.com/prometheus/alertmanager $ALERTMANAGE
 	die "hack/tools/alertmanager/go.mod does not require alertmanager $ALERTMANAGER_VERSION (internal/testenv/tools.env); fix one of them"
 grep -qE "^(require)?[[:space:]]*github.com/distribution/distribution/v3 $DISTRIBUTION_VERSION( |$)" "$tools/registry/go.mod" ||
 	die "hack/tools/registry/go.mod does not require distribution $DISTRIBUTION_VERSION (internal/testenv/tools.env); fix one of them"
+grep -qE "^(require)?[[:space:]]*github.com/sigstore/cosign/v2 $COSIGN_VERSION( |$)" "$tools/cosign/go.mod" ||
+	die "hack/tools/cosign/go.mod does not require cosign $COSIGN_VERSION (internal/testenv/tools.env); fix one of them"
+cosign_bin="$cache_root/cosign-${COSIGN_VERSION}/bin"
 
-mkdir -p "$bin"
+mkdir -p "$bin" "$cosign_bin"
 exec 9>"$dir/.lock"
 flock 9 # one builder per cache folder; a second one waits, then finds the binaries
 
-build() { # name module-dir package
-	local name=$1 module=$2 pkg=$3
+build() { # name module-dir package [bin-dir]
+	local name=$1 module=$2 pkg=$3 bin=${4:-$bin}
 	if [[ -x "$bin/$name" ]]; then
 		echo "tools: $name is built (cached)"
 		return
 	fi
 	echo "tools: building $name from $pkg ..."
 	local start=$SECONDS
-	(cd "$tools/$module" && go build -trimpath -ldflags "-s -w" -o "$bin/$name.partial" "$pkg")
+	(cd "$tools/$module" && go build -trimpath -ldflags "-s -w" -tags "${tags:-}" -o "$bin/$name.partial" "$pkg")
 	mv "$bin/$name.partial" "$bin/$name"
 	echo "tools: built $name in $((SECONDS - start))s"
 }
 
-build promtool prometheus github.com/prometheus/prometheus/cmd/promtool
+# promtool only tests rules: without Prometheus's service discovery plugins
+# (their cloud SDKs) it builds in half the time (~4 instead of ~8 minutes).
+tags=remove_all_sd build promtool prometheus github.com/prometheus/prometheus/cmd/promtool
 build alertmanager alertmanager github.com/prometheus/alertmanager/cmd/alertmanager
 build registry registry github.com/distribution/distribution/v3/cmd/registry
+build cosign cosign github.com/sigstore/cosign/v2/cmd/cosign "$cosign_bin"

@@ -1,7 +1,7 @@
 package testenv
 
 // The tools that tests run — promtool (Prometheus's rule tests),
-// Alertmanager and CNCF Distribution's registry — which hack/tools.sh
+// Alertmanager, CNCF Distribution's registry and cosign — which hack/tools.sh
 // builds from the Go module proxy into a versioned folder of the user's
 // cache, once per machine.
 
@@ -28,34 +28,62 @@ const ToolsCacheEnv = "PLUMB_TOOLS_CACHE"
 // when a tool is not in the cache.
 var ErrToolMissing = errors.New("tool is missing")
 
-// ToolsDir is the folder that holds the pinned tools' executables.
+// ToolsDir is the folder that holds the pinned tools' executables (all but
+// cosign, which is in CosignDir).
 func ToolsDir() (string, error) {
+	values, root, err := toolsRoot()
+	if err != nil {
+		return "", err
+	}
+	prometheus, alertmanager, distribution := values["PROMETHEUS_VERSION"], values["ALERTMANAGER_VERSION"], values["DISTRIBUTION_VERSION"]
+	if prometheus == "" || alertmanager == "" || distribution == "" {
+		return "", errors.New("internal/testenv/tools.env: PROMETHEUS_VERSION, ALERTMANAGER_VERSION and DISTRIBUTION_VERSION must all be set")
+	}
+	// The stamp must match hack/tools.sh's.
+	return filepath.Join(root, fmt.Sprintf("prometheus-%s_alertmanager-%s_distribution-%s", prometheus, alertmanager, distribution), "bin"), nil
+}
+
+// CosignDir is the folder of the pinned cosign (a folder of its own, so
+// that changing its version rebuilds nothing else).
+func CosignDir() (string, error) {
+	values, root, err := toolsRoot()
+	if err != nil {
+		return "", err
+	}
+	if values["COSIGN_VERSION"] == "" {
+		return "", errors.New("internal/testenv/tools.env: COSIGN_VERSION must be set")
+	}
+	return filepath.Join(root, "cosign-"+values["COSIGN_VERSION"], "bin"), nil
+}
+
+// toolsRoot reads tools.env and finds the root of the tools cache.
+func toolsRoot() (map[string]string, string, error) {
 	values := map[string]string{}
 	for _, line := range strings.Split(toolsEnv, "\n") {
 		if key, value, ok := strings.Cut(strings.TrimSpace(line), "="); ok && !strings.HasPrefix(key, "#") {
 			values[key] = value
 		}
 	}
-	prometheus, alertmanager, distribution := values["PROMETHEUS_VERSION"], values["ALERTMANAGER_VERSION"], values["DISTRIBUTION_VERSION"]
-	if prometheus == "" || alertmanager == "" || distribution == "" {
-		return "", errors.New("internal/testenv/tools.env: PROMETHEUS_VERSION, ALERTMANAGER_VERSION and DISTRIBUTION_VERSION must all be set")
-	}
 	root := os.Getenv(ToolsCacheEnv)
 	if root == "" {
 		userCache, err := os.UserCacheDir()
 		if err != nil {
-			return "", fmt.Errorf("finding the user cache directory (set %s instead): %w", ToolsCacheEnv, err)
+			return nil, "", fmt.Errorf("finding the user cache directory (set %s instead): %w", ToolsCacheEnv, err)
 		}
 		root = filepath.Join(userCache, "plumb", "tools")
 	}
-	// The stamp must match hack/tools.sh's.
-	return filepath.Join(root, fmt.Sprintf("prometheus-%s_alertmanager-%s_distribution-%s", prometheus, alertmanager, distribution), "bin"), nil
+	return values, root, nil
 }
 
-// ToolPath is the executable of one tool ("promtool" or "alertmanager"), or
-// an error wrapping ErrToolMissing that names the command that builds it.
+// ToolPath is the executable of one tool ("promtool", "alertmanager",
+// "registry" or "cosign"), or an error wrapping ErrToolMissing that names
+// the command that builds it.
 func ToolPath(name string) (string, error) {
-	dir, err := ToolsDir()
+	find := ToolsDir
+	if name == "cosign" {
+		find = CosignDir
+	}
+	dir, err := find()
 	if err != nil {
 		return "", err
 	}

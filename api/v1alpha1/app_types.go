@@ -407,7 +407,30 @@ type OCISource struct {
 	// it unless it runs with --allow-insecure-registries.
 	// +optional
 	Insecure bool `json:"insecure,omitempty"`
+
+	// Verify checks the artifact's signature before any of it is read: a
+	// revision that no trusted key signed is never applied, and the last
+	// verified one stays.
+	// +optional
+	Verify *OCIVerification `json:"verify,omitempty"`
 }
+
+// OCIVerification names how an artifact's signature is checked.
+type OCIVerification struct {
+	// Provider of the signatures: cosign (its classic format, which
+	// `cosign sign` writes: the tag sha256-<digest>.sig).
+	// +kubebuilder:validation:Enum=cosign
+	Provider string `json:"provider"`
+
+	// SecretRef names a Secret in the App's namespace whose keys ending in
+	// .pub hold PEM public keys (cosign.pub); a signature by any of them
+	// verifies. Keyless (certificate identity) verification is not
+	// supported.
+	SecretRef LocalObjectReference `json:"secretRef"`
+}
+
+// VerifyProviderCosign is OCIVerification's cosign provider.
+const VerifyProviderCosign = "cosign"
 
 // OCIRef selects an artifact. At most one field is set.
 // +kubebuilder:validation:XValidation:rule="[has(self.tag), has(self.semver), has(self.digest)].filter(x, x).size() <= 1",message="ref must set at most one of tag, semver or digest"
@@ -868,6 +891,10 @@ const (
 	// (kstatus), Unknown while some are still in progress, False when one
 	// failed or the health timeout passed.
 	ConditionHealthy = "Healthy"
+	// ConditionSourceVerified is set on an App whose source asks for
+	// verification: True with the key that verified the revision read,
+	// False (ReasonVerificationFailed) when its signature did not verify.
+	ConditionSourceVerified = "SourceVerified"
 )
 
 // Condition reasons, one per failure domain of the tick.
@@ -929,4 +956,8 @@ const (
 	// ReasonOrphaned is the Event of a deleted App whose objects are left
 	// in place.
 	ReasonOrphaned = "Orphaned"
+	// ReasonVerified: a trusted key verified the source's signature.
+	ReasonVerified = "Verified"
+	// ReasonVerificationFailed: no signature of the revision verified.
+	ReasonVerificationFailed = "VerificationFailed"
 )

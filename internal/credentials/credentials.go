@@ -1,5 +1,5 @@
-// Package credentials serves the Secrets that Apps name for their Git
-// credentials from a watch of each such Secret alone: one watch per
+// Package credentials serves the Secrets that Apps name (their source's
+// credentials, their verification keys) from a watch of each such Secret alone: one watch per
 // referenced Secret (a field selector on its name, in the App's own
 // namespace), started when an App first needs it and stopped when no App
 // names it any more. A tick then reads its credentials without a request,
@@ -27,8 +27,8 @@ type Cache struct {
 	client kubernetes.Interface
 
 	mu      sync.Mutex
-	watches map[types.NamespacedName]*watch // by Secret
-	uses    map[types.NamespacedName]types.NamespacedName
+	watches map[types.NamespacedName]*watch                        // by Secret
+	uses    map[types.NamespacedName]map[types.NamespacedName]bool // App → the Secrets it uses
 }
 
 // watch is the informer of one Secret.
@@ -43,7 +43,7 @@ type watch struct {
 
 // New creates a cache that reads Secrets with client.
 func New(client kubernetes.Interface) *Cache {
-	return &Cache{client: client, watches: map[types.NamespacedName]*watch{}, uses: map[types.NamespacedName]types.NamespacedName{}}
+	return &Cache{client: client, watches: map[types.NamespacedName]*watch{}, uses: map[types.NamespacedName]map[types.NamespacedName]bool{}}
 }
 
 // Get returns the Secret name in app's namespace, as the watch of that
@@ -51,8 +51,8 @@ func New(client kubernetes.Interface) *Cache {
 // listed the Secret, Get reads it with one request instead of waiting for
 // the watch (whose first list takes tens of milliseconds: an App's first
 // tick, and a cold start of many Apps, would wait that long per App).
-// It records that app uses this Secret, and no
-// other. The Secret is shared with the cache: do not change it. A missing
+// It records that app uses this Secret (Release forgets
+// the Secrets it no longer uses). The Secret is shared with the cache: do not change it. A missing
 // Secret is a NotFound error. Where RBAC lets plumb get Secrets but not
 // list and watch them, it reads the Secret with one request each time;
 // where it lets plumb watch but not get them, Get waits (within ctx) for
@@ -95,13 +95,24 @@ func (c *Cache) Get(ctx context.Context, app types.NamespacedName, name string) 
 	return obj.(*corev1.Secret), nil
 }
 
-// Release forgets app (it was deleted, or names no Secret any more).
-func (c *Cache) Release(app types.NamespacedName) {
+// Release forgets that app uses any Secret but those named in keep (with
+// none, it was deleted or names no Secret any more); a watch no App uses
+// stops.
+func (c *Cache) Release(app types.NamespacedName, keep ...string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if previous, ok := c.uses[app]; ok {
+	kept := map[types.NamespacedName]bool{}
+	for _, name := range keep {
+		kept[types.NamespacedName{Namespace: app.Namespace, Name: name}] = true
+	}
+	for key := range c.uses[app] {
+		if !kept[key] {
+			delete(c.uses[app], key)
+			c.releaseLocked(key)
+		}
+	}
+	if len(c.uses[app]) == 0 {
 		delete(c.uses, app)
-		c.releaseLocked(previous)
 	}
 }
 
@@ -114,7 +125,7 @@ func (c *Cache) Stop() {
 		<-w.done
 		delete(c.watches, key)
 	}
-	c.uses = map[types.NamespacedName]types.NamespacedName{}
+	c.uses = map[types.NamespacedName]map[types.NamespacedName]bool{}
 }
 
 // Watched is how many Secrets are watched.
@@ -128,11 +139,10 @@ func (c *Cache) Watched() int {
 func (c *Cache) use(app, key types.NamespacedName) *watch {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if previous, ok := c.uses[app]; ok && previous != key {
-		delete(c.uses, app)
-		c.releaseLocked(previous)
+	if c.uses[app] == nil {
+		c.uses[app] = map[types.NamespacedName]bool{}
 	}
-	c.uses[app] = key
+	c.uses[app][key] = true
 	w, ok := c.watches[key]
 	if !ok {
 		w = c.start(key)
@@ -144,7 +154,7 @@ func (c *Cache) use(app, key types.NamespacedName) *watch {
 // releaseLocked stops the watch of key when no App uses it. c.mu is held.
 func (c *Cache) releaseLocked(key types.NamespacedName) {
 	for _, used := range c.uses {
-		if used == key {
+		if used[key] {
 			return
 		}
 	}

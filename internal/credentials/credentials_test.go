@@ -156,3 +156,34 @@ func TestWithoutListAndWatchRightsTheSecretIsRead(t *testing.T) {
 		t.Fatalf("Get with get rights only = %v, %v", s, err)
 	}
 }
+
+// An App may use two Secrets at once (its registry's credentials and its
+// verification keys); Release keeps the ones it still names.
+func TestAnAppUsesTwoSecretsAndReleasesOnlyTheOneItDropped(t *testing.T) {
+	admin := kubernetes.NewForConfigOrDie(cluster.Config)
+	ns := namespaceWithSecrets(t, admin, map[string]string{"registry": "one", "keys": "two"})
+	c := New(admin)
+	defer c.Stop()
+	ctx := context.Background()
+	app := types.NamespacedName{Namespace: ns, Name: "web"}
+	for _, name := range []string{"registry", "keys"} {
+		if _, err := c.Get(ctx, app, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Release(app, "registry", "keys")
+	if got := c.Watched(); got != 2 {
+		t.Fatalf("%d Secrets watched for an App that uses two, want 2", got)
+	}
+	c.Release(app, "registry")
+	if got := c.Watched(); got != 1 {
+		t.Errorf("%d Secrets watched after the App dropped its keys, want 1", got)
+	}
+	if s, err := c.Get(ctx, app, "registry"); err != nil || string(s.Data["password"]) != "one" {
+		t.Errorf("the Secret kept: %v, %v", s, err)
+	}
+	c.Release(app)
+	if got := c.Watched(); got != 0 {
+		t.Errorf("%d Secrets watched after the App released all, want 0", got)
+	}
+}

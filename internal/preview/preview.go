@@ -216,7 +216,7 @@ func (s secrets) Get(ctx context.Context, app types.NamespacedName, name string)
 	return s.clientset.CoreV1().Secrets(app.Namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
-func (secrets) Release(types.NamespacedName) {}
+func (secrets) Release(types.NamespacedName, ...string) {}
 
 // noEvents records nothing: a preview tells no one.
 type noEvents struct{}

@@ -48,12 +48,12 @@ type Applier interface {
 	Denied(ctx context.Context, user string, accesses []ssa.Access) ([]string, error)
 }
 
-// Credentials serves the Secrets Apps name for Git credentials (package
-// credentials): Get records that app uses the Secret, Release that it uses
-// none.
+// Credentials serves the Secrets Apps name for their source's credentials
+// and verification keys (package credentials): Get records that app uses
+// the Secret, Release that it uses none but those in keep.
 type Credentials interface {
 	Get(ctx context.Context, app types.NamespacedName, name string) (*corev1.Secret, error)
-	Release(app types.NamespacedName)
+	Release(app types.NamespacedName, keep ...string)
 }
 
 // ClusterInfo tells what the cluster serves, for Helm's .Capabilities

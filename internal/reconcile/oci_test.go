@@ -104,3 +104,84 @@ func TestAPlainHTTPRegistryIsRefusedUnlessTheControllerAllowsIt(t *testing.T) {
 		t.Errorf("Ready message %q does not say that plain HTTP was refused", msg)
 	}
 }
+
+// An App that asks for a cosign signature applies only revisions a
+// trusted key signed: an unsigned revision fails the Read phase
+// (VerificationFailed, SourceVerified False) and nothing of it is applied,
+// the last verified state stays, and once it is signed it is applied.
+func TestAVerifiedAppAppliesOnlySignedRevisions(t *testing.T) {
+	ctx := context.Background()
+	registry := testenv.StartRegistry(t)
+	signer := testenv.GenerateCosignKey(t)
+	first := registry.PushFiles(t, "plumb/web", "v1", map[string]string{"deploy/a.yaml": configMapYAML("a")})
+	registry.Sign(t, signer, "plumb/web", first)
+	h := newHarnessAs(t, cluster.Config, Policy{AllowInsecureRegistries: true})
+	key := ociApp(t, registry, "plumb/web", true)
+	verifyWith := func(t *testing.T, secret string, data map[string][]byte) {
+		t.Helper()
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: secret}, Data: data}
+		if err := admin(t).Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		updateApp(t, h, key, func(app *plumbv1.App) {
+			app.Spec.Source.OCI.Verify = &plumbv1.OCIVerification{Provider: plumbv1.VerifyProviderCosign, SecretRef: plumbv1.LocalObjectReference{Name: secret}}
+		})
+	}
+	verified := func(t *testing.T, app *plumbv1.App, want metav1.ConditionStatus, reason, says string) {
+		t.Helper()
+		c := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionSourceVerified)
+		if c == nil || c.Status != want || c.Reason != reason || !strings.Contains(c.Message, says) {
+			t.Errorf("SourceVerified = %+v, want %s/%s saying %q", c, want, reason, says)
+		}
+	}
+
+	verifyWith(t, "no-keys", map[string][]byte{"cosign.key": []byte("a private key is not a public one")})
+	got := h.tick(t, key, queue.WakeTimer)
+	if msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "VerificationFailed"); !strings.Contains(msg, ".pub") {
+		t.Errorf("a Secret without a .pub key: %q does not say what it lacks", msg)
+	}
+	verified(t, got, metav1.ConditionFalse, plumbv1.ReasonVerificationFailed, "no-keys")
+	if err := admin(t).Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "a"}, &corev1.ConfigMap{}); err == nil {
+		t.Fatal("ConfigMap a was applied though the keys could not be read")
+	}
+
+	verifyWith(t, "keys", map[string][]byte{"cosign.pub": signer.Public})
+	got = h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	verified(t, got, metav1.ConditionTrue, plumbv1.ReasonVerified, "cosign.pub")
+	if got.Status.LastAppliedRevision != "v1@"+first {
+		t.Fatalf("applied %q, want v1@%s", got.Status.LastAppliedRevision, first)
+	}
+	h.registry.Reset()
+	ready(t, h.tick(t, key, queue.WakeTimer))
+	if n := h.registry.Reset(); !cmp.Equal(n, map[string]int{"HEAD manifests": 1}) {
+		t.Errorf("an unchanged verified tick asked the registry %v, want one manifest HEAD", n)
+	}
+
+	// The tag moves to an unsigned artifact: nothing of it is applied.
+	unsigned := registry.PushFiles(t, "plumb/web", "v1", map[string]string{"deploy/b.yaml": configMapYAML("b")})
+	got = h.tick(t, key, queue.WakeTimer)
+	if msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "VerificationFailed"); !strings.Contains(msg, "not signed") {
+		t.Errorf("the unsigned revision's message %q does not say it is not signed", msg)
+	}
+	verified(t, got, metav1.ConditionFalse, plumbv1.ReasonVerificationFailed, unsigned)
+	if got.Status.LastAppliedRevision != "v1@"+first || got.Status.LastAttemptedRevision != "v1@"+unsigned {
+		t.Errorf("applied %q, attempted %q; want v1@%s kept and v1@%s attempted", got.Status.LastAppliedRevision, got.Status.LastAttemptedRevision, first, unsigned)
+	}
+	if err := admin(t).Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "a"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("ConfigMap a of the last verified revision: %v, want it kept", err)
+	}
+	if err := admin(t).Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "b"}, &corev1.ConfigMap{}); err == nil {
+		t.Error("ConfigMap b of the unsigned revision was applied")
+	}
+
+	// Signed after its push (as CI pipelines do): the next tick applies it.
+	registry.Sign(t, signer, "plumb/web", unsigned)
+	got = h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	verified(t, got, metav1.ConditionTrue, plumbv1.ReasonVerified, unsigned)
+	if got.Status.LastAppliedRevision != "v1@"+unsigned {
+		t.Errorf("applied %q once signed, want v1@%s", got.Status.LastAppliedRevision, unsigned)
+	}
+	waitGone(t, admin(t), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: "a"}})
+}

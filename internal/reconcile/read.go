@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -40,6 +41,7 @@ func (r *Reconciler) readPhase(ctx context.Context, app *plumbv1.App, wake queue
 	// A sync request is answered by a fresh read, whatever it finds.
 	app.Status.LastHandledSyncRequest = syncRequest
 	result, err := r.read(ctx, app, refresh)
+	r.recordVerification(app, result, err)
 	r.memory.triedRead(key, app.Generation)
 	if err != nil {
 		r.memory.forgetRead(key)
@@ -52,6 +54,27 @@ func (r *Reconciler) readPhase(ctx context.Context, app *plumbv1.App, wake queue
 	r.memory.rememberRead(key, app.Generation, result)
 	r.tellLeftOut(app, result)
 	return result, nil
+}
+
+// recordVerification sets the SourceVerified condition of an App whose
+// source asks for a signature: True naming the key that verified the
+// revision read, False when no signature verified (the read failed, and
+// nothing of that revision is applied). Other read failures leave it as
+// it was; an App that asks for no signature has none.
+func (r *Reconciler) recordVerification(app *plumbv1.App, result *source.Result, err error) {
+	o := app.Spec.Source.OCI
+	if o == nil || o.Verify == nil {
+		apimeta.RemoveStatusCondition(&app.Status.Conditions, plumbv1.ConditionSourceVerified)
+		return
+	}
+	var phaseErr *PhaseError
+	switch {
+	case err == nil && result.Verified != nil:
+		setCondition(app, plumbv1.ConditionSourceVerified, true, plumbv1.ReasonVerified,
+			fmt.Sprintf("%s signature of %s verified with key %s of secret %s", o.Verify.Provider, result.Verified.Digest, result.Verified.Key, o.Verify.SecretRef.Name), r.now())
+	case errors.As(err, &phaseErr) && phaseErr.Detail == string(source.ReasonVerificationFailed):
+		setCondition(app, plumbv1.ConditionSourceVerified, false, plumbv1.ReasonVerificationFailed, phaseErr.Err.Error(), r.now())
+	}
 }
 
 // maxLeftOutListed bounds the objects a LeftOut Event names.
@@ -100,19 +123,37 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 	if err := r.refuseFileSource(app); err != nil {
 		return nil, err
 	}
+	appKey := client.ObjectKeyFromObject(app)
 	secretRef := app.Spec.Source.SecretRef
+	var verifyRef *plumbv1.LocalObjectReference
 	if o := app.Spec.Source.OCI; o != nil {
 		secretRef = o.SecretRef
+		if o.Verify != nil {
+			verifyRef = &o.Verify.SecretRef
+		}
 	}
+	var used []string
+	for _, ref := range []*plumbv1.LocalObjectReference{secretRef, verifyRef} {
+		if ref != nil {
+			used = append(used, ref.Name)
+		}
+	}
+	r.Credentials.Release(appKey, used...)
 	var secret map[string][]byte
 	if secretRef != nil {
-		s, err := r.Credentials.Get(ctx, client.ObjectKeyFromObject(app), secretRef.Name)
+		s, err := r.Credentials.Get(ctx, appKey, secretRef.Name)
 		if err != nil {
 			return nil, fail(string(source.ReasonSourceUnavailable), fmt.Errorf("reading secret %s/%s: %w", app.Namespace, secretRef.Name, err), false)
 		}
 		secret = s.Data
-	} else {
-		r.Credentials.Release(client.ObjectKeyFromObject(app))
+	}
+	var verifyKeys map[string][]byte
+	if verifyRef != nil {
+		keys, err := r.verificationKeys(ctx, appKey, verifyRef.Name)
+		if err != nil {
+			return nil, fail(string(source.ReasonVerificationFailed), err, false)
+		}
+		verifyKeys = keys
 	}
 	helm, err := helmOptions(app)
 	if err != nil {
@@ -127,6 +168,9 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 	if o := app.Spec.Source.OCI; o != nil {
 		if req.OCI, err = ociRequest(o, secretRef, secret); err != nil {
 			return nil, fail(string(source.ReasonSourceUnavailable), err, false)
+		}
+		if verifyKeys != nil {
+			req.OCI.Verify = &source.OCIVerify{Keys: verifyKeys}
 		}
 	} else {
 		ref := app.Spec.Source.Ref
@@ -184,4 +228,23 @@ func ociRequest(o *plumbv1.OCISource, secretRef *plumbv1.LocalObjectReference, s
 	}
 	req.Auth = auth
 	return req, nil
+}
+
+// verificationKeys reads the public keys of an App's verification Secret:
+// its keys ending in .pub (as Flux names them).
+func (r *Reconciler) verificationKeys(ctx context.Context, app client.ObjectKey, name string) (map[string][]byte, error) {
+	s, err := r.Credentials.Get(ctx, app, name)
+	if err != nil {
+		return nil, fmt.Errorf("reading the verification secret %s/%s: %w", app.Namespace, name, err)
+	}
+	keys := map[string][]byte{}
+	for key, value := range s.Data {
+		if strings.HasSuffix(key, ".pub") {
+			keys[key] = value
+		}
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("the verification secret %s/%s holds no key ending in .pub (a PEM public key, such as cosign.pub)", app.Namespace, name)
+	}
+	return keys, nil
 }

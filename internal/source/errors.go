@@ -32,6 +32,10 @@ const (
 	// ReasonInvalidSpec: the App's source spec itself is malformed (e.g. a
 	// semver range that does not parse). Retrying cannot help.
 	ReasonInvalidSpec Reason = "InvalidSpec"
+	// ReasonVerificationFailed: the source asks for a signature, and no
+	// trusted key verified one of the revision (or the keys themselves
+	// could not be read).
+	ReasonVerificationFailed Reason = "VerificationFailed"
 )
 
 // Error is a failed read. Its message names the repository, the file and

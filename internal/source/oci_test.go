@@ -116,3 +116,81 @@ func TestAnOCISourcesFailuresAreToldApart(t *testing.T) {
 		})
 	}
 }
+
+// With verification asked, a revision is read only once a trusted key's
+// signature of it is found; the check is remembered, so that an unchanged
+// tick is still one manifest HEAD; an unsigned revision that the tag moves
+// to is refused without downloading any of it.
+func TestAVerifiedArtifactIsReadOnlyWhenSigned(t *testing.T) {
+	registry := testenv.StartRegistry(t)
+	key, stranger := testenv.GenerateCosignKey(t), testenv.GenerateCosignKey(t)
+	signed := registry.PushFiles(t, "plumb/app", "v1", map[string]string{"a.yaml": configMap("a", "1")})
+	requests := &testenv.RegistryRequests{}
+	r := ociReader(t, requests, true)
+	verify := &source.OCIVerify{Keys: map[string][]byte{"cosign.pub": key.Public}}
+	req := source.Request{OCI: &source.OCIRequest{URL: registry.URL("plumb/app"), Ref: oci.Ref{Tag: "v1"},
+		Auth: oci.Auth{Username: registry.Username, Password: registry.Password}, Insecure: true, Verify: verify}}
+	ctx := context.Background()
+	refused := func(t *testing.T, req source.Request, why string) {
+		t.Helper()
+		requests.Reset()
+		got, err := r.Read(ctx, req)
+		if source.ReasonOf(err) != source.ReasonVerificationFailed || !strings.Contains(err.Error(), why) {
+			t.Fatalf("Read = %v, %v; want %s saying %q", got, err, source.ReasonVerificationFailed, why)
+		}
+		if n := requests.Reset(); n["GET blobs"] > 1 { // at most the signature's payload
+			t.Errorf("a refused read made %v: the artifact's layer was downloaded", n)
+		}
+	}
+
+	refused(t, req, "is not signed")
+	registry.Sign(t, key, "plumb/app", signed)
+	first, err := r.Read(ctx, req)
+	if err != nil {
+		t.Fatalf("the signed artifact: %v", err)
+	}
+	if first.Verified == nil || first.Verified.Digest != signed || first.Verified.Key != "cosign.pub" || !cmp.Equal(names(first), []string{"ConfigMap/a"}) {
+		t.Fatalf("read %+v with %v; want it verified by cosign.pub and ConfigMap/a", first.Verified, names(first))
+	}
+	requests.Reset()
+	again, err := r.Read(ctx, req)
+	if err != nil || again.Verified == nil || !again.Cached {
+		t.Fatalf("the next read: %+v, %v; want a cached, verified read", again, err)
+	}
+	if n := requests.Reset(); !cmp.Equal(n, map[string]int{"HEAD manifests": 1}) {
+		t.Errorf("an unchanged verified tick made %v, want one manifest HEAD", n)
+	}
+
+	t.Run("another key's Secret is not served the remembered check", func(t *testing.T) {
+		other := *req.OCI
+		other.Verify = &source.OCIVerify{Keys: map[string][]byte{"cosign.pub": stranger.Public}}
+		refused(t, source.Request{OCI: &other}, "no key verifies it")
+	})
+
+	t.Run("keys that do not parse are named", func(t *testing.T) {
+		other := *req.OCI
+		other.Verify = &source.OCIVerify{Keys: map[string][]byte{"team.pub": []byte("-----BEGIN PUBLIC KEY-----\nbroken\n")}}
+		refused(t, source.Request{OCI: &other}, "team.pub")
+	})
+
+	t.Run("a fresh read (a webhook, a sync request) verifies again", func(t *testing.T) {
+		fresh := req
+		fresh.Refresh = true
+		requests.Reset()
+		got, err := r.Read(ctx, fresh)
+		if err != nil || got.Verified == nil || got.Verified.Digest != signed {
+			t.Fatalf("a fresh read: %+v, %v; want it verified", got, err)
+		}
+		// The tag's HEAD; the signature's manifest and payload; the
+		// artifact's manifest and layer (a fresh read renders again too).
+		want := map[string]int{"HEAD manifests": 1, "GET manifests": 2, "GET blobs": 2}
+		if n := requests.Reset(); !cmp.Equal(n, want) {
+			t.Errorf("a fresh read made %v, want %v: the signature read again", n, want)
+		}
+	})
+
+	t.Run("an unsigned revision the tag moves to is refused", func(t *testing.T) {
+		registry.PushFiles(t, "plumb/app", "v1", map[string]string{"a.yaml": configMap("evil", "1")})
+		refused(t, req, "is not signed")
+	})
+}

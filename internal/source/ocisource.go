@@ -26,7 +26,24 @@ type OCIRequest struct {
 	// Insecure reads the registry over plain HTTP; the Reader refuses it
 	// unless its Options allow insecure registries.
 	Insecure bool
+	// Verify, when set, asks for a cosign signature of the revision by
+	// one of its keys before any of the artifact is read.
+	Verify *OCIVerify
 }
+
+// OCIVerify is the signature an artifact must carry.
+type OCIVerify struct {
+	// Keys are PEM public keys by name (the .pub keys of the App's
+	// verification Secret).
+	Keys map[string][]byte
+}
+
+// errVerificationKeys is a verification Secret whose keys do not parse.
+var errVerificationKeys = errors.New("the verification keys")
+
+// verificationsRemembered bounds the verified digests remembered (a few
+// hundred bytes each); past it, a verification is made again.
+const verificationsRemembered = 4096
 
 // ErrInsecureRegistry is a request for a plain HTTP registry that the
 // controller does not allow.
@@ -51,7 +68,16 @@ func (r *Reader) readOCI(ctx context.Context, req Request) (*Result, error) {
 		return nil, classifyOCI("", err)
 	}
 	recorded := revision.Parse(rev.String())
-	return r.readContent(ctx, &req, content{
+	var verified *oci.Verification
+	if o.Verify != nil {
+		if verified, err = r.verifyOCI(ctx, registries, o, rev, req.Refresh); err != nil {
+			if errors.Is(err, oci.ErrNotVerified) || errors.Is(err, errVerificationKeys) {
+				return nil, &Error{Reason: ReasonVerificationFailed, Revision: recorded.String(), Err: err, retry: true}
+			}
+			return nil, classifyOCI(recorded.String(), err) // the registry's failure, not the signature's
+		}
+	}
+	result, err := r.readContent(ctx, &req, content{
 		origin: ociOrigin(o), id: rev.Digest, revision: recorded,
 		tree: func(ctx context.Context) (*tree.Tree, error) {
 			t, err := registries.Pull(ctx, o.URL, rev, o.Auth, o.LayerMediaType, oci.Limits{Tree: r.treeLimits(), MaxLayerBytes: r.limits.MaxFetchBytes})
@@ -61,6 +87,40 @@ func (r *Reader) readOCI(ctx context.Context, req Request) (*Result, error) {
 			return t, nil
 		},
 	})
+	if err != nil {
+		return nil, err
+	}
+	result.Verified = verified
+	return result, nil
+}
+
+// verifyOCI checks rev's cosign signature with o's keys, or finds that it
+// was checked before for the same repository, account and keys (unless
+// refresh asks afresh): an unchanged revision costs no request for it.
+// A failure is not remembered, so that a signature pushed after the
+// artifact is found on the next read.
+func (r *Reader) verifyOCI(ctx context.Context, registries *oci.Client, o *OCIRequest, rev oci.Revision, refresh bool) (*oci.Verification, error) {
+	keys, err := oci.ParsePublicKeys(o.Verify.Keys)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errVerificationKeys, err)
+	}
+	h := sha256.New()
+	for _, k := range keys {
+		h.Write([]byte(k.Name + "\x00"))
+		h.Write(o.Verify.Keys[k.Name])
+		h.Write([]byte{0})
+	}
+	key := ociOrigin(o) + "\x00" + hex.EncodeToString(h.Sum(nil)) + "\x00" + rev.Digest
+	if v, ok := r.verified.Get(key); ok && !refresh {
+		verification := v.(oci.Verification)
+		return &verification, nil
+	}
+	verification, err := registries.VerifyCosign(ctx, o.URL, rev, o.Auth, keys)
+	if err != nil {
+		return nil, err
+	}
+	r.verified.Add(key, verification)
+	return &verification, nil
 }
 
 // ociOrigin keys an artifact's renders by the repository, the way it is

@@ -123,6 +123,9 @@ type Result struct {
 	// HistoryRewritten is true when LastRevision's commit is not an ancestor
 	// of the new one on the same branch (a force-push).
 	HistoryRewritten bool
+	// Verified is the signature check that the revision passed; nil when
+	// the request asked for none.
+	Verified *oci.Verification
 }
 
 // Empty reports a render with no objects. It is not an error here, but prune
@@ -172,6 +175,7 @@ type Reader struct {
 	renders            *renderCache
 	isolation          *render.Isolation
 	engines            *lru.Cache   // render key without capabilities → render.Engine
+	verified           *lru.Cache   // origin, keys and digest → oci.Verification
 	rendered           atomic.Int64 // renders run (not served from the cache)
 }
 
@@ -208,7 +212,7 @@ func NewReader(opts Options) (*Reader, error) {
 		opts.Isolation = &isolation
 	}
 	reader := &Reader{repos: repos, limits: opts.Limits, renderTimeout: opts.RenderTimeout, isolation: opts.Isolation,
-		renders: newRenderCache(opts.RenderCacheBytes), engines: lru.New(enginesRemembered),
+		renders: newRenderCache(opts.RenderCacheBytes), engines: lru.New(enginesRemembered), verified: lru.New(verificationsRemembered),
 		registries: &oci.Client{Transport: opts.RegistryTransport}}
 	if opts.AllowInsecureRegistries {
 		reader.insecureRegistries = &oci.Client{Transport: opts.RegistryTransport, AllowHTTP: true}

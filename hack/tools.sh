@@ -51,4 +51,8 @@ build() { # name module-dir package [bin-dir]
 tags=remove_all_sd build promtool prometheus github.com/prometheus/prometheus/cmd/promtool
 build alertmanager alertmanager github.com/prometheus/alertmanager/cmd/alertmanager
 build registry registry github.com/distribution/distribution/v3/cmd/registry
+# cosign's folder is shared by every prometheus/alertmanager/distribution
+# stamp, so it has a lock of its own.
+exec 8>"$cosign_bin/../.lock"
+flock 8
 build cosign cosign github.com/sigstore/cosign/v2/cmd/cosign "$cosign_bin"

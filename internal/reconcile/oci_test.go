@@ -184,4 +184,12 @@ func TestAVerifiedAppAppliesOnlySignedRevisions(t *testing.T) {
 		t.Errorf("applied %q once signed, want v1@%s", got.Status.LastAppliedRevision, unsigned)
 	}
 	waitGone(t, admin(t), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: "a"}})
+
+	// An App that stops asking for verification has no SourceVerified.
+	updateApp(t, h, key, func(app *plumbv1.App) { app.Spec.Source.OCI.Verify = nil })
+	got = h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	if c := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionSourceVerified); c != nil {
+		t.Errorf("SourceVerified = %+v after verify was removed, want none", c)
+	}
 }

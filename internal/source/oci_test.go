@@ -144,6 +144,15 @@ func TestAVerifiedArtifactIsReadOnlyWhenSigned(t *testing.T) {
 	}
 
 	refused(t, req, "is not signed")
+	// The tag's HEAD and the missing signature's manifest; the artifact's
+	// manifest and layer were not asked for.
+	requests.Reset()
+	if _, err := r.Read(ctx, req); source.ReasonOf(err) != source.ReasonVerificationFailed {
+		t.Fatalf("the unsigned artifact: %v", err)
+	}
+	if n, want := requests.Reset(), map[string]int{"HEAD manifests": 1, "GET manifests": 1}; !cmp.Equal(n, want) {
+		t.Errorf("an unsigned read made %v, want %v: nothing of the artifact", n, want)
+	}
 	registry.Sign(t, key, "plumb/app", signed)
 	first, err := r.Read(ctx, req)
 	if err != nil {

@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -105,10 +106,11 @@ func (r *Reader) verifyOCI(ctx context.Context, registries *oci.Client, o *OCIRe
 		return nil, fmt.Errorf("%w: %v", errVerificationKeys, err)
 	}
 	h := sha256.New()
-	for _, k := range keys {
-		h.Write([]byte(k.Name + "\x00"))
-		h.Write(o.Verify.Keys[k.Name])
-		h.Write([]byte{0})
+	for _, k := range keys { // each part length-prefixed: no two key sets hash alike
+		for _, part := range [][]byte{[]byte(k.Name), o.Verify.Keys[k.Name]} {
+			h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(part))))
+			h.Write(part)
+		}
 	}
 	key := ociOrigin(o) + "\x00" + hex.EncodeToString(h.Sum(nil)) + "\x00" + rev.Digest
 	if v, ok := r.verified.Get(key); ok && !refresh {

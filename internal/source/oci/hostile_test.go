@@ -140,6 +140,19 @@ func startHostileRegistry(t *testing.T, artifact v1.Image, useTLS bool) *hostile
 				return
 			}
 			_, _ = w.Write([]byte(`{"schemaVersion":2,"layers":[` + strings.Repeat(" ", 8<<20) + `]}`))
+		case ref == "sha256-"+strings.TrimPrefix(h.artifactDigest, "sha256:")+".sig":
+			// A signature image whose cosign layers have no digest, or
+			// one of another algorithm.
+			sig := `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",` +
+				`"config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:` + strings.Repeat("b", 64) + `","size":2},` +
+				`"layers":[{"mediaType":"` + oci.MediaTypeCosignSignature + `","size":10},` +
+				`{"mediaType":"` + oci.MediaTypeCosignSignature + `","size":10,"digest":"sha512:` + strings.Repeat("c", 128) + `",` +
+				`"annotations":{"dev.cosignproject.cosign/signature":"AAAA"}}]}`
+			w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+			w.Header().Set("Content-Length", fmt.Sprint(len(sig)))
+			if r.Method != http.MethodHead {
+				_, _ = w.Write([]byte(sig))
+			}
 		case ref == "v1" || ref == h.artifactDigest:
 			w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
 			w.Header().Set("Docker-Content-Digest", h.artifactDigest)
@@ -233,6 +246,14 @@ func TestAHostileRegistryGetsLimitExceeded(t *testing.T) {
 	}
 	if data, err := got.ReadFile("cm.yaml"); err != nil || string(data) != files["cm.yaml"] {
 		t.Errorf("cm.yaml: %q, %v", data, err)
+	}
+	// Signature layers without a sha256 digest are refused, not followed.
+	keys, err := oci.ParsePublicKeys(map[string][]byte{"cosign.pub": testenv.GenerateCosignKey(t).Public})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.VerifyCosign(ctx, h.url("attack"), rev, auth, keys); !errors.Is(err, oci.ErrNotVerified) || !strings.Contains(err.Error(), "no sha256 digest") {
+		t.Errorf("signature layers without a digest: %v, want %v saying so", err, oci.ErrNotVerified)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -121,14 +121,19 @@ func (c *Client) VerifyCosign(ctx context.Context, url string, rev Revision, aut
 		return Verification{}, fmt.Errorf("%w: the signature manifest %s in %s: %v", ErrNotVerified, sigTag.TagStr(), url, err)
 	}
 	var why []string
+	var unreadable error // the first payload the registry failed to serve
 	considered := 0
-	for _, layer := range manifest.Layers {
+	for i, layer := range manifest.Layers {
 		if string(layer.MediaType) != MediaTypeCosignSignature {
 			continue
 		}
 		if considered++; considered > maxSignatureLayers {
 			why = append(why, fmt.Sprintf("more than %d signatures; the rest were not read", maxSignatureLayers))
 			break
+		}
+		if layer.Digest.Algorithm != "sha256" || len(layer.Digest.Hex) != 64 {
+			why = append(why, fmt.Sprintf("layer %d: no sha256 digest", i))
+			continue
 		}
 		key, err := c.checkSignature(ctx, sess, repo, layer, rev.Digest, keys)
 		if err == nil {
@@ -139,9 +144,17 @@ func (c *Client) VerifyCosign(ctx context.Context, url string, rev Revision, aut
 		}
 		var transient *registryError
 		if errors.As(err, &transient) {
-			return Verification{}, transient.err
+			// Another signature may still verify; if none does, this
+			// is the registry's failure, not a verdict on the artifact.
+			if unreadable == nil {
+				unreadable = transient.err
+			}
+			continue
 		}
 		why = append(why, fmt.Sprintf("%s: %v", layer.Digest.Hex[:12], err))
+	}
+	if unreadable != nil {
+		return Verification{}, fmt.Errorf("reading a signature payload of %s: %w", sigTag.TagStr(), unreadable)
 	}
 	if considered == 0 {
 		return Verification{}, fmt.Errorf("%w: %s in %s holds no cosign signature layer", ErrNotVerified, sigTag.TagStr(), url)

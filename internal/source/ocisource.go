@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sort"
 
 	"github.com/plumb-dev/plumb/internal/revision"
 	"github.com/plumb-dev/plumb/internal/source/oci"
@@ -68,10 +69,10 @@ func (r *Reader) readOCI(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, classifyOCI("", err)
 	}
-	recorded := revision.Parse(rev.String())
+	recorded, origin := revision.Parse(rev.String()), ociOrigin(o)
 	var verified *oci.Verification
 	if o.Verify != nil {
-		if verified, err = r.verifyOCI(ctx, registries, o, rev, req.Refresh); err != nil {
+		if verified, err = r.verifyOCI(ctx, registries, o, origin, rev, req.Refresh); err != nil {
 			if errors.Is(err, oci.ErrNotVerified) || errors.Is(err, errVerificationKeys) {
 				return nil, &Error{Reason: ReasonVerificationFailed, Revision: recorded.String(), Err: err, retry: true}
 			}
@@ -79,7 +80,7 @@ func (r *Reader) readOCI(ctx context.Context, req Request) (*Result, error) {
 		}
 	}
 	result, err := r.readContent(ctx, &req, content{
-		origin: ociOrigin(o), id: rev.Digest, revision: recorded,
+		origin: origin, id: rev.Digest, revision: recorded,
 		tree: func(ctx context.Context) (*tree.Tree, error) {
 			t, err := registries.Pull(ctx, o.URL, rev, o.Auth, o.LayerMediaType, oci.Limits{Tree: r.treeLimits(), MaxLayerBytes: r.limits.MaxFetchBytes})
 			if err != nil {
@@ -100,22 +101,16 @@ func (r *Reader) readOCI(ctx context.Context, req Request) (*Result, error) {
 // refresh asks afresh): an unchanged revision costs no request for it.
 // A failure is not remembered, so that a signature pushed after the
 // artifact is found on the next read.
-func (r *Reader) verifyOCI(ctx context.Context, registries *oci.Client, o *OCIRequest, rev oci.Revision, refresh bool) (*oci.Verification, error) {
+func (r *Reader) verifyOCI(ctx context.Context, registries *oci.Client, o *OCIRequest, origin string, rev oci.Revision, refresh bool) (*oci.Verification, error) {
+	key := origin + "\x00" + keysDigest(o.Verify.Keys) + "\x00" + rev.Digest
+	if v, ok := r.verified.Get(key); ok && !refresh {
+		// Only keys that parsed were ever remembered: no parse is needed.
+		verification := v.(oci.Verification)
+		return &verification, nil
+	}
 	keys, err := oci.ParsePublicKeys(o.Verify.Keys)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errVerificationKeys, err)
-	}
-	h := sha256.New()
-	for _, k := range keys { // each part length-prefixed: no two key sets hash alike
-		for _, part := range [][]byte{[]byte(k.Name), o.Verify.Keys[k.Name]} {
-			h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(part))))
-			h.Write(part)
-		}
-	}
-	key := ociOrigin(o) + "\x00" + hex.EncodeToString(h.Sum(nil)) + "\x00" + rev.Digest
-	if v, ok := r.verified.Get(key); ok && !refresh {
-		verification := v.(oci.Verification)
-		return &verification, nil
 	}
 	verification, err := registries.VerifyCosign(ctx, o.URL, rev, o.Auth, keys)
 	if err != nil {
@@ -123,6 +118,24 @@ func (r *Reader) verifyOCI(ctx context.Context, registries *oci.Client, o *OCIRe
 	}
 	r.verified.Add(key, verification)
 	return &verification, nil
+}
+
+// keysDigest digests a set of named keys, in the order of their names,
+// each part length-prefixed so that no two sets digest alike.
+func keysDigest(keys map[string][]byte) string {
+	names := make([]string, 0, len(keys))
+	for n := range keys {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		for _, part := range [][]byte{[]byte(n), keys[n]} {
+			h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(part))))
+			h.Write(part)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // ociOrigin keys an artifact's renders by the repository, the way it is

@@ -133,9 +133,7 @@ func TestACosignSignatureVerifiesAndForgeriesDoNot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := remote.Write(mustRef(t, r.Host+"/plumb/mirror:v1"), original, opt); err != nil {
-			t.Fatal(err)
-		}
+		r.Push(t, "plumb/mirror", "v1", original)
 		copySignature(t, r, "plumb/app", signed, "plumb/mirror", signed, func(payload []byte) []byte { return payload })
 		mirror := r.URL("plumb/mirror")
 		mirrored, err := c.Resolve(ctx, mirror, oci.Ref{Tag: "v1"}, auth)

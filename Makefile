@@ -26,7 +26,7 @@ RACE_PACKAGES := ./internal/source/git ./informers/compact ./internal/digest ./q
 # package:target[:executions] — a target whose executions are slow (a whole
 # Kustomize build each) runs fewer.
 FUZZ_TARGETS := ./internal/source/manifest:FuzzParse ./internal/source/tree:FuzzResolve ./internal/repourl:FuzzCanonical ./webhook:FuzzHandler \
-	./internal/source/render:FuzzKustomizeResources:3000x
+	./internal/source/render:FuzzKustomizeResources:3000x ./internal/source/helmrepo:FuzzParseIndex:20000x
 
 .PHONY: help
 help: ## List the targets.

@@ -95,8 +95,9 @@ type cachedIndex struct {
 }
 
 // Index returns the index of the repository at repoURL (its index.yaml),
-// read as auth.
-func (c *Client) Index(ctx context.Context, repoURL string, auth Auth) (IndexResult, error) {
+// read as auth. With fresh it asks the repository whatever the index's
+// age (a webhook or a sync request asked for a fresh read).
+func (c *Client) Index(ctx context.Context, repoURL string, auth Auth, fresh bool) (IndexResult, error) {
 	indexURL, err := c.indexURL(repoURL)
 	if err != nil {
 		return IndexResult{}, err
@@ -105,7 +106,7 @@ func (c *Client) Index(ctx context.Context, repoURL string, auth Auth) (IndexRes
 	entry.mu.Lock()
 	defer entry.mu.Unlock()
 	now := c.now()
-	if entry.index != nil && now.Sub(entry.checked) < c.maxAge() {
+	if entry.index != nil && !fresh && now.Sub(entry.checked) < c.maxAge() {
 		return IndexResult{Index: entry.index, Digest: entry.digest}, nil
 	}
 	if err := c.fetch(ctx, indexURL, auth, entry); err != nil {

@@ -104,7 +104,7 @@ func TestAnIndexIsDownloadedOncePerChangeHoweverManyAppsReadIt(t *testing.T) {
 	results := make([]helmrepo.IndexResult, 20)
 	errs := make([]error, 20)
 	for i := range results {
-		wg.Go(func() { results[i], errs[i] = c.Index(ctx, repo.srv.URL, helmrepo.Auth{}) })
+		wg.Go(func() { results[i], errs[i] = c.Index(ctx, repo.srv.URL, helmrepo.Auth{}, false) })
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -121,7 +121,7 @@ func TestAnIndexIsDownloadedOncePerChangeHoweverManyAppsReadIt(t *testing.T) {
 
 	// Past the max age, one conditional request finds it unchanged.
 	clk.advance(helmrepo.DefaultIndexMaxAge)
-	unchanged, err := c.Index(ctx, repo.srv.URL, helmrepo.Auth{})
+	unchanged, err := c.Index(ctx, repo.srv.URL, helmrepo.Auth{}, false)
 	if err != nil || unchanged.Index != results[0].Index || !unchanged.Requested || unchanged.Digest != results[0].Digest {
 		t.Fatalf("unchanged: %+v, %v", unchanged, err)
 	}
@@ -133,13 +133,21 @@ func TestAnIndexIsDownloadedOncePerChangeHoweverManyAppsReadIt(t *testing.T) {
 	repo.publish(t, writeHelm(t, helmIndex(t, 3, 3)), old.Add(time.Minute))
 	clk.advance(helmrepo.DefaultIndexMaxAge)
 	for range 3 {
-		changed, err := c.Index(ctx, repo.srv.URL, helmrepo.Auth{})
+		changed, err := c.Index(ctx, repo.srv.URL, helmrepo.Auth{}, false)
 		if err != nil || changed.Index.Versions() != 9 || changed.Digest == results[0].Digest {
 			t.Fatalf("changed: %d versions, digest %s, %v", changed.Index.Versions(), changed.Digest, err)
 		}
 	}
 	if got := repo.counts(); got[http.StatusOK] != 1 || len(got) != 1 {
 		t.Errorf("a changed index read three times made %v, want one 200", got)
+	}
+
+	// A fresh read (a webhook, a sync request) asks within the max age.
+	if fresh, err := c.Index(ctx, repo.srv.URL, helmrepo.Auth{}, true); err != nil || !fresh.Requested || fresh.Index.Versions() != 9 {
+		t.Fatalf("fresh: %+v, %v", fresh, err)
+	}
+	if got := repo.counts(); got[http.StatusNotModified] != 1 || len(got) != 1 {
+		t.Errorf("a fresh read of an unchanged index made %v, want one 304", got)
 	}
 }
 
@@ -151,11 +159,11 @@ func TestAJustModifiedIndexIsNotTrustedToValidate(t *testing.T) {
 	repo.publish(t, writeHelm(t, helmIndex(t, 1, 1)), time.Now().Add(time.Hour)) // as good as "now" on a slow machine
 	clk := &clock{now: time.Now()}
 	c := &helmrepo.Client{AllowHTTP: true, Now: clk.Now}
-	if _, err := c.Index(context.Background(), repo.srv.URL, helmrepo.Auth{}); err != nil {
+	if _, err := c.Index(context.Background(), repo.srv.URL, helmrepo.Auth{}, false); err != nil {
 		t.Fatal(err)
 	}
 	clk.advance(helmrepo.DefaultIndexMaxAge)
-	if _, err := c.Index(context.Background(), repo.srv.URL, helmrepo.Auth{}); err != nil {
+	if _, err := c.Index(context.Background(), repo.srv.URL, helmrepo.Auth{}, false); err != nil {
 		t.Fatal(err)
 	}
 	if got := repo.counts(); got[http.StatusOK] != 2 || len(got) != 1 {
@@ -170,11 +178,11 @@ func TestAnIndexIsServedOnlyToTheAccountThatReadIt(t *testing.T) {
 	repo.publish(t, writeHelm(t, helmIndex(t, 1, 2)), time.Now().Add(-time.Hour))
 	c := &helmrepo.Client{AllowHTTP: true}
 	ctx := context.Background()
-	if _, err := c.Index(ctx, repo.srv.URL, helmrepo.Auth{Username: "team-a", Password: "s3cret-a"}); err != nil {
+	if _, err := c.Index(ctx, repo.srv.URL, helmrepo.Auth{Username: "team-a", Password: "s3cret-a"}, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, auth := range []helmrepo.Auth{{}, {Username: "team-a", Password: "guess"}} {
-		_, err := c.Index(ctx, repo.srv.URL, auth)
+		_, err := c.Index(ctx, repo.srv.URL, auth, false)
 		if !errors.Is(err, helmrepo.ErrUnauthorized) {
 			t.Errorf("as %q: %v, want %v", auth.Username, err, helmrepo.ErrUnauthorized)
 		}
@@ -192,27 +200,27 @@ func TestPlainHTTPAndBadURLsAreRefused(t *testing.T) {
 	repo.publish(t, writeHelm(t, helmIndex(t, 1, 1)), time.Now().Add(-time.Hour))
 	ctx := context.Background()
 	secure := &helmrepo.Client{}
-	if _, err := secure.Index(ctx, repo.srv.URL, helmrepo.Auth{}); !errors.Is(err, helmrepo.ErrPlainHTTP) {
+	if _, err := secure.Index(ctx, repo.srv.URL, helmrepo.Auth{}, false); !errors.Is(err, helmrepo.ErrPlainHTTP) {
 		t.Errorf("plain HTTP without AllowHTTP: %v, want %v", err, helmrepo.ErrPlainHTTP)
 	}
 	// An HTTPS repository that redirects to plain HTTP.
 	redirector := httptest.NewTLSServer(http.RedirectHandler(repo.srv.URL+"/index.yaml", http.StatusFound))
 	defer redirector.Close()
 	secure.Transport = redirector.Client().Transport
-	if _, err := secure.Index(ctx, redirector.URL, helmrepo.Auth{}); !errors.Is(err, helmrepo.ErrPlainHTTP) {
+	if _, err := secure.Index(ctx, redirector.URL, helmrepo.Auth{}, false); !errors.Is(err, helmrepo.ErrPlainHTTP) {
 		t.Errorf("a redirect to plain HTTP: %v, want %v", err, helmrepo.ErrPlainHTTP)
 	}
 	if got := repo.counts(); len(got) != 0 {
 		t.Errorf("the plain HTTP repository was asked %v, want nothing", got)
 	}
 	for _, bad := range []string{"ftp://host/charts", "https://user:pw@host/charts", "https://host/charts?x=1", "charts"} {
-		_, err := secure.Index(ctx, bad, helmrepo.Auth{})
+		_, err := secure.Index(ctx, bad, helmrepo.Auth{}, false)
 		if !errors.Is(err, helmrepo.ErrInvalidURL) || strings.Contains(err.Error(), "pw@") {
 			t.Errorf("%s: %v, want %v without the password", bad, err, helmrepo.ErrInvalidURL)
 		}
 	}
 	missing := &helmrepo.Client{AllowHTTP: true}
-	if _, err := missing.Index(ctx, repo.srv.URL+"/elsewhere", helmrepo.Auth{}); !errors.Is(err, helmrepo.ErrNotFound) {
+	if _, err := missing.Index(ctx, repo.srv.URL+"/elsewhere", helmrepo.Auth{}, false); !errors.Is(err, helmrepo.ErrNotFound) {
 		t.Errorf("no index: %v, want %v", err, helmrepo.ErrNotFound)
 	}
 }

@@ -1,8 +1,6 @@
 package oci
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -142,84 +140,15 @@ func contentLayer(m *v1.Manifest, mediaType string) (v1.Descriptor, error) {
 	return v1.Descriptor{}, fmt.Errorf("%w: no layer of type %s (the artifact has %s)", ErrNotFound, strings.Join(wanted, " or "), strings.Join(seen, ", "))
 }
 
-// unpack reads a tar+gzip stream into a tree within limits. The bytes
-// decompressed are bounded too, headers and skipped entries included, so
-// that an archive of entries the tree never sees costs bounded work.
+// unpack reads the layer's tar+gzip stream into a tree within limits
+// (see tree.FromTarGzip); past the decompression budget it fails with
+// ErrLimitExceeded.
 func unpack(r io.Reader, limits tree.Limits) (*tree.Tree, error) {
-	gz, err := gzip.NewReader(r)
-	if err != nil {
-		return nil, fmt.Errorf("not gzip: %w", err)
+	t, err := tree.FromTarGzip(r, limits)
+	if errors.Is(err, tree.ErrDecompressionBudget) {
+		return nil, fmt.Errorf("%w: the layer decompresses to more than its files may hold", ErrLimitExceeded)
 	}
-	defer gz.Close()
-	budget := int64(-1)
-	if limits.MaxTotalBytes > 0 {
-		// The content, plus a header and padding per file.
-		budget = limits.MaxTotalBytes + int64(max(limits.MaxFiles, 1)+16)*2048
-	}
-	files := map[string][]byte{}
-	b := tree.NewBuilder(limits, func(key string) ([]byte, error) {
-		if data, ok := files[key]; ok {
-			return data, nil
-		}
-		return nil, fmt.Errorf("%s: not in the artifact", key)
-	})
-	tr := tar.NewReader(&bounded{r: gz, left: budget})
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, limitOr(err)
-		}
-		switch h.Typeflag {
-		case tar.TypeReg:
-			if err := b.AddFile(h.Name, h.Size, h.Name); err != nil {
-				return nil, err
-			}
-			data, err := io.ReadAll(tr)
-			if err != nil {
-				return nil, limitOr(err)
-			}
-			files[h.Name] = data
-		case tar.TypeSymlink:
-			if err := b.AddSymlink(h.Name, h.Linkname); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return b.Build(), nil
-}
-
-// errBudget is the decompressed stream running past its bound.
-var errBudget = fmt.Errorf("%w: the layer decompresses to more than its files may hold", ErrLimitExceeded)
-
-func limitOr(err error) error {
-	if errors.Is(err, errBudget) {
-		return errBudget
-	}
-	return err
-}
-
-// bounded fails once more than left bytes were read (left < 0: no bound).
-type bounded struct {
-	r    io.Reader
-	left int64
-}
-
-func (b *bounded) Read(p []byte) (int, error) {
-	if b.left < 0 {
-		return b.r.Read(p)
-	}
-	if b.left == 0 {
-		return 0, errBudget
-	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left]
-	}
-	n, err := b.r.Read(p)
-	b.left -= int64(n)
-	return n, err
+	return t, err
 }
 
 // exactly reads a blob of a known size: no byte past it, and at its end

@@ -208,9 +208,10 @@ type IgnoreRule struct {
 	Paths []string `json:"paths"`
 }
 
-// HelmSpec configures how a chart in the repository is rendered. Charts are
-// rendered in-process: dependencies must be vendored under charts/, and
-// `lookup` sees no cluster.
+// HelmSpec configures how a chart is rendered: one in the Git repository
+// or artifact, or the chart of a Helm source. Charts are rendered
+// in-process: dependencies must be vendored under charts/, and `lookup`
+// sees no cluster.
 type HelmSpec struct {
 	// ReleaseName is .Release.Name; defaults to the App's name.
 	// +kubebuilder:validation:MaxLength=53
@@ -219,7 +220,8 @@ type HelmSpec struct {
 	ReleaseName string `json:"releaseName,omitempty"`
 
 	// ValuesFiles are values files in the repository, as paths relative to
-	// its root, merged in order over the chart's values.yaml.
+	// its root (for a Helm source, files of the chart, relative to its
+	// folder), merged in order over the chart's values.yaml.
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=1024
 	// +kubebuilder:validation:XValidation:rule="self.all(f, !f.startsWith('/') && !f.matches('(^|/)[.][.](/|$)'))",message="valuesFiles must be relative to the repository root and must not contain '..'"
@@ -309,11 +311,13 @@ const (
 )
 
 // Source is where the desired state lives: a folder of a Git repository
-// at a reference (url, ref, path and secretRef, the Git source), or of an
-// OCI artifact (oci, with path). Exactly one kind is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.url), has(self.oci)].filter(x, x).size() == 1",message="source must set exactly one of url (a Git repository) and oci"
-// +kubebuilder:validation:XValidation:rule="has(self.url) == has(self.ref)",message="a Git source sets url and ref together (an OCI source sets oci.ref)"
-// +kubebuilder:validation:XValidation:rule="!has(self.secretRef) || has(self.url)",message="secretRef is the Git repository's credentials; an OCI source names its own in oci.secretRef"
+// at a reference (url, ref, path and secretRef, the Git source), of an
+// OCI artifact (oci, with path), or a chart of a Helm repository (helm).
+// Exactly one kind is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.url), has(self.oci), has(self.helm)].filter(x, x).size() == 1",message="source must set exactly one of url (a Git repository), oci and helm"
+// +kubebuilder:validation:XValidation:rule="has(self.url) == has(self.ref)",message="a Git source sets url and ref together (an OCI source sets oci.ref, a Helm source helm.version)"
+// +kubebuilder:validation:XValidation:rule="!has(self.secretRef) || has(self.url)",message="secretRef is the Git repository's credentials; an OCI or Helm source names its own in oci.secretRef or helm.secretRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.helm) || !has(self.path)",message="path is not used by a Helm source: the chart is the archive's folder"
 type Source struct {
 	// URL of the Git repository: https://, http:// (for local servers),
 	// ssh://, scp-like user@host:org/repo, or file://.
@@ -346,23 +350,48 @@ type Source struct {
 	// manifests.
 	// +optional
 	OCI *OCISource `json:"oci,omitempty"`
+
+	// Helm reads a chart from a Helm repository (an index.yaml served over
+	// HTTPS) or an OCI registry, in place of a Git repository, and renders
+	// it with spec.helm's release name and values.
+	// +optional
+	Helm *HelmSource `json:"helm,omitempty"`
 }
 
-// Kind is the kind of source set: SourceKindGit or SourceKindOCI.
+// Kind is the kind of source set: SourceKindGit, SourceKindOCI or
+// SourceKindHelm.
 func (s Source) Kind() SourceKind {
-	if s.OCI != nil {
+	switch {
+	case s.OCI != nil:
 		return SourceKindOCI
+	case s.Helm != nil:
+		return SourceKindHelm
 	}
 	return SourceKindGit
 }
 
 // Location is where the source is read from, without credentials: the
-// Git repository's URL or the OCI repository's.
+// Git repository's URL, the OCI repository's, or the Helm repository's.
 func (s Source) Location() string {
-	if s.OCI != nil {
+	switch {
+	case s.OCI != nil:
 		return s.OCI.URL
+	case s.Helm != nil:
+		return s.Helm.Repository
 	}
 	return s.URL
+}
+
+// Verification is how the source's signatures are checked; nil when it
+// asks for none.
+func (s Source) Verification() *OCIVerification {
+	switch {
+	case s.OCI != nil:
+		return s.OCI.Verify
+	case s.Helm != nil:
+		return s.Helm.Verify
+	}
+	return nil
 }
 
 // SourceKind names a kind of source.
@@ -373,7 +402,55 @@ const (
 	SourceKindGit SourceKind = "git"
 	// SourceKindOCI is an OCI artifact (oci).
 	SourceKindOCI SourceKind = "oci"
+	// SourceKindHelm is a chart of a Helm repository (helm).
+	SourceKindHelm SourceKind = "helm"
 )
+
+// HelmSource is a chart in a Helm repository: an HTTP repository (an
+// index.yaml and the chart archives it lists) or an OCI registry (charts
+// pushed with `helm push`).
+// +kubebuilder:validation:XValidation:rule="!has(self.insecure) || !self.insecure || self.repository.startsWith('oci://')",message="insecure is for oci:// repositories; an HTTP repository over plain HTTP says http:// in its URL"
+// +kubebuilder:validation:XValidation:rule="!has(self.verify) || self.repository.startsWith('oci://')",message="verify checks cosign signatures, which only charts in OCI registries carry"
+type HelmSource struct {
+	// Repository is https://host/path (the folder of index.yaml), http://
+	// (refused unless the controller runs with
+	// --allow-insecure-registries), or oci://host/path (the chart is
+	// oci://host/path/<chart>).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[^/?#@ ]+(/[^?#@ ]*)?$') || self.matches('^oci://[a-zA-Z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._/-]+[a-z0-9]+)*)?$')",message="repository must be https://host/path or oci://host/path, without credentials, a query or a fragment"
+	Repository string `json:"repository"`
+
+	// Chart is the chart's name in the repository.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=250
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9][a-zA-Z0-9._-]*$`
+	Chart string `json:"chart"`
+
+	// Version is a semver range such as ">=1.2 <2" or an exact version;
+	// empty follows the highest stable version.
+	// +kubebuilder:validation:MaxLength=255
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// SecretRef names a Secret in the App's namespace that holds the
+	// repository's credentials: username and password keys for an HTTP
+	// repository (basic auth, sent only to the repository's own host),
+	// a kubernetes.io/dockerconfigjson Secret for an OCI registry.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+
+	// Insecure reads an oci:// registry over plain HTTP. The controller
+	// refuses it unless it runs with --allow-insecure-registries.
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
+
+	// Verify checks the chart's cosign signature before any of it is
+	// read (charts in OCI registries only): a version that no trusted key
+	// signed is never applied, and the last verified one stays.
+	// +optional
+	Verify *OCIVerification `json:"verify,omitempty"`
+}
 
 // OCISource is an artifact in an OCI registry.
 type OCISource struct {

@@ -2,100 +2,149 @@ package reconcile
 
 import (
 	"context"
-	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/queue"
 )
 
-func TestAHelmChartRendersForTheClusterItIsAppliedTo(t *testing.T) {
-	_, repo := newRepo(t, map[string]string{
-		"deploy/Chart.yaml": "apiVersion: v2\nname: web\nversion: 1.0.0\n",
-		// As many public charts do: pick the API by the cluster's version,
-		// and render what needs a kind only where the cluster serves it.
-		"deploy/templates/pdb.yaml": `{{- if semverCompare ">=1.21-0" .Capabilities.KubeVersion.GitVersion }}
-apiVersion: policy/v1
-{{- else }}
-apiVersion: policy/v1beta1
-{{- end }}
-kind: PodDisruptionBudget
-metadata: {name: web}
-spec:
-  maxUnavailable: 1
-  selector: {matchLabels: {app: web}}
-`,
-		"deploy/templates/monitor.yaml": `{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor" }}
-apiVersion: monitoring.coreos.com/v1
-kind: ServiceMonitor
-metadata: {name: web}
-{{- end }}
-`,
-	})
-	app := newApp(t, repo, nil)
-	h := newHarness(t)
-	ready(t, h.tick(t, client.ObjectKeyFromObject(app), queue.WakeTimer))
-	if err := admin(t).Get(context.Background(), client.ObjectKey{Namespace: app.Namespace, Name: "web"}, &policyv1.PodDisruptionBudget{}); err != nil {
-		t.Errorf("the PodDisruptionBudget was not applied as policy/v1: %v", err)
+// helmChart is a chart whose one ConfigMap is named <release>-<name>,
+// with the value color.
+func helmChart(name string) map[string]string {
+	return map[string]string{
+		"values.yaml":      "color: blue\n",
+		"values-prod.yaml": "color: red\n",
+		"templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-" + name +
+			"\ndata:\n  color: {{ .Values.color | quote }}\n",
 	}
 }
 
-// TestHelmTestHooksAreLeftOutAndNamed: as Helm's own install does, a
-// chart's test hooks (podinfo has three) are not applied — not as
-// ordinary objects, not waited for — and an Event names them and why,
-// once per render; other hooks keep being applied as ordinary objects
-// until plumb runs hooks.
-func TestHelmTestHooksAreLeftOutAndNamed(t *testing.T) {
-	pod := func(name, hook string) string {
-		return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: %s
-  annotations: {"helm.sh/hook": %q}
-spec:
-  restartPolicy: Never
-  containers: [{name: test, image: curlimages/curl, command: [curl, http://web:9898]}]
-`, name, hook)
-	}
-	_, repo := newRepo(t, map[string]string{
-		"deploy/Chart.yaml":                            "apiVersion: v2\nname: web\nversion: 1.0.0\n",
-		"deploy/templates/configmap.yaml":              "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web}\ndata: {color: blue}\n",
-		"deploy/templates/tests/test-connection.yaml":  pod("web-grpc-test", "test"),
-		"deploy/templates/tests/test-legacy.yaml":      pod("web-service-test", "test-success"),
-		"deploy/templates/tests/test-spaced.yaml":      pod("web-jwt-test", " test "),
-		"deploy/templates/hooks/pre-install.yaml":      "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-pre\n  annotations: {\"helm.sh/hook\": \"pre-install,pre-upgrade\"}\n",
-		"deploy/templates/hooks/install-and-test.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-both\n  annotations: {\"helm.sh/hook\": \"pre-install,test\"}\n",
+// helmApp makes an App that reads chart web (version range versions) of
+// repo, with the repository's account in a Secret of username and
+// password.
+func helmApp(t *testing.T, repo *testenv.HelmRepository, versions string, spec *plumbv1.HelmSpec) client.ObjectKey {
+	t.Helper()
+	app := newApp(t, "unused", func(a *plumbv1.App) {
+		a.Spec.Source = plumbv1.Source{Helm: &plumbv1.HelmSource{Repository: repo.URL, Chart: "web", Version: versions,
+			SecretRef: &plumbv1.LocalObjectReference{Name: "charts"}}}
+		a.Spec.Helm = spec
+		noWait(a)
 	})
-	app := newApp(t, repo, nil)
-	h := newHarness(t)
-	key := client.ObjectKeyFromObject(app)
-	ready(t, h.tick(t, key, queue.WakeTimer))
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "charts"},
+		StringData: map[string]string{"username": repo.Username, "password": repo.Password}}
+	if err := admin(t).Create(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	return client.ObjectKeyFromObject(app)
+}
+
+// An App whose source is a chart of a real Helm repository converges at
+// <version>@sha256:<archive>, with spec.helm's values files (the chart's
+// own) and values; an unchanged tick costs one conditional GET of the
+// index; a new version in the range is applied and what left it pruned;
+// an outage fails the Read phase and keeps the last good state.
+func TestAnAppFromAHelmRepositoryConvergesAndKeepsItsLastGoodState(t *testing.T) {
 	ctx := context.Background()
-	for _, name := range []string{"web-grpc-test", "web-service-test", "web-jwt-test"} {
-		if err := admin(t).Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: name}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
-			t.Errorf("test hook Pod %s: %v, want it never created", name, err)
-		}
+	repo := testenv.StartHelmRepository(t, testenv.HelmRepositoryOptions{Username: "ci", Password: "s3cret-helm"})
+	first := repo.Publish(t, "web", "1.0.0", helmChart("a"))
+	repo.Publish(t, "web", "2.0.0", helmChart("outside-the-range"))
+	h := newHarnessAs(t, cluster.Config, Policy{AllowInsecureRegistries: true})
+	key := helmApp(t, repo, "^1", &plumbv1.HelmSpec{ReleaseName: "shop", ValuesFiles: []string{"values-prod.yaml"},
+		Values: &apiextensionsv1.JSON{Raw: []byte(`{"unused":true}`)}})
+
+	got := h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	if want := "1.0.0@sha256:" + first; got.Status.LastAppliedRevision != want {
+		t.Fatalf("applied %q, want %s", got.Status.LastAppliedRevision, want)
 	}
-	for _, name := range []string{"web", "web-pre", "web-both"} {
-		if err := admin(t).Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: name}, &corev1.ConfigMap{}); err != nil {
-			t.Errorf("ConfigMap %s (ordinary, or a hook of other events) not applied: %v", name, err)
-		}
+	var a corev1.ConfigMap
+	if err := admin(t).Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "shop-a"}, &a); err != nil || a.Data["color"] != "red" {
+		t.Fatalf("ConfigMap shop-a: %v, data %v; want color red from the chart's values-prod.yaml", err, a.Data)
 	}
-	events := h.recorded()
-	if n := countContaining(events, "Normal LeftOut", "not applied, as Helm test hooks (helm.sh/hook: test), which Helm creates only on helm test",
-		"Pod web-grpc-test (helm deploy/templates/tests/test-connection.yaml", "Pod web-service-test", "Pod web-jwt-test"); n != 1 {
-		t.Errorf("LeftOut Events naming the three test hooks = %d, want 1; all: %q", n, events)
-	}
-	if countContaining(events, "LeftOut", "web-both") != 0 || countContaining(events, "LeftOut", "web-pre") != 0 {
-		t.Errorf("a LeftOut Event names a hook that is applied: %q", events)
-	}
-	// The next tick reads the cached render: it says nothing again.
+
+	repo.Answered()
 	ready(t, h.tick(t, key, queue.WakeTimer))
-	if events := h.recorded(); countContaining(events, "LeftOut") != 0 {
-		t.Errorf("a tick of the cached render repeated the LeftOut Event: %q", events)
+	if n := repo.Answered(); !cmp.Equal(n, map[string]int{"GET /charts/index.yaml 304": 1}) {
+		t.Errorf("an unchanged tick asked the repository %v, want one 304 of the index", n)
+	}
+
+	moved := repo.Publish(t, "web", "1.1.0", helmChart("b"))
+	got = h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	if want := "1.1.0@sha256:" + moved; got.Status.LastAppliedRevision != want {
+		t.Fatalf("applied %q after 1.1.0 was published, want %s", got.Status.LastAppliedRevision, want)
+	}
+	waitGone(t, admin(t), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: "shop-a"}})
+
+	repo.Stop()
+	got = h.tick(t, key, queue.WakeTimer)
+	failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "SourceUnavailable")
+	if want := "1.1.0@sha256:" + moved; got.Status.LastAppliedRevision != want {
+		t.Errorf("after a failed read the applied revision is %q, want %s kept", got.Status.LastAppliedRevision, want)
+	}
+	var b corev1.ConfigMap
+	if err := admin(t).Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "shop-b"}, &b); err != nil {
+		t.Errorf("ConfigMap shop-b after the outage: %v, want it kept", err)
+	}
+	if msg := phaseStatus(got, PhaseRead).LastError; strings.Contains(msg, repo.Password) {
+		t.Errorf("the Read phase's error shows the repository's password: %s", msg)
+	}
+}
+
+func TestAPlainHTTPHelmRepositoryIsRefusedUnlessTheControllerAllowsIt(t *testing.T) {
+	repo := testenv.StartHelmRepository(t, testenv.HelmRepositoryOptions{Username: "ci", Password: "s3cret-helm"})
+	repo.Publish(t, "web", "1.0.0", helmChart("a"))
+	key := helmApp(t, repo, "", nil)
+	got := newHarness(t).tick(t, key, queue.WakeTimer)
+	if msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "SourceRefused"); !strings.Contains(msg, "--allow-insecure-registries") {
+		t.Errorf("Ready message %q does not name the flag", msg)
+	}
+}
+
+// A Helm source in an OCI registry (charts pushed as `helm push` does)
+// reads oci://<repository>/<chart> at the highest tag in the range, its
+// chart layer rendered as a chart: recorded as <version>@<manifest>, an
+// unchanged tick one manifest HEAD.
+func TestAnAppFromAnOCIHelmRepositoryConverges(t *testing.T) {
+	ctx := context.Background()
+	registry := testenv.StartRegistry(t)
+	registry.Push(t, "charts/web", "1.0.0", testenv.HelmChartArtifact(t, testenv.Chart(t, "web", "1.0.0", helmChart("a"))))
+	highest := registry.Push(t, "charts/web", "1.2.0", testenv.HelmChartArtifact(t, testenv.Chart(t, "web", "1.2.0", helmChart("b"))))
+	registry.Push(t, "charts/web", "2.0.0", testenv.HelmChartArtifact(t, testenv.Chart(t, "web", "2.0.0", helmChart("c"))))
+	h := newHarnessAs(t, cluster.Config, Policy{AllowInsecureRegistries: true})
+	app := newApp(t, "unused", func(a *plumbv1.App) {
+		a.Spec.Source = plumbv1.Source{Helm: &plumbv1.HelmSource{Repository: registry.URL("charts"), Chart: "web", Version: ">=1.0.0 <2",
+			Insecure: true, SecretRef: &plumbv1.LocalObjectReference{Name: "registry"}}}
+		a.Spec.Helm = &plumbv1.HelmSpec{ValuesFiles: []string{"values-prod.yaml"}}
+		noWait(a)
+	})
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "registry"}, Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: registry.DockerConfig()}}
+	if err := admin(t).Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(app)
+
+	got := h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	if want := "1.2.0@" + highest; got.Status.LastAppliedRevision != want {
+		t.Fatalf("applied %q, want %s", got.Status.LastAppliedRevision, want)
+	}
+	var b corev1.ConfigMap
+	if err := admin(t).Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "app-b"}, &b); err != nil || b.Data["color"] != "red" {
+		t.Fatalf("ConfigMap app-b: %v, data %v; want color red from the chart's values-prod.yaml", err, b.Data)
+	}
+	h.registry.Reset()
+	ready(t, h.tick(t, key, queue.WakeTimer))
+	if n := h.registry.Reset(); n["GET blobs"] != 0 || n["HEAD manifests"] != 1 {
+		t.Errorf("an unchanged tick asked the registry %v, want one manifest HEAD and no blob", n)
 	}
 }

@@ -119,7 +119,7 @@ func newHarnessAs(t *testing.T, base *rest.Config, policy Policy) *harness {
 	}
 	registry := &testenv.RegistryRequests{}
 	reader, err := source.NewReader(source.Options{CacheDir: t.TempDir(), Limits: source.DefaultLimits(), RefsTTL: -1,
-		RegistryTransport: registry, AllowInsecureRegistries: policy.AllowInsecureRegistries})
+		RegistryTransport: registry, AllowInsecureRegistries: policy.AllowInsecureRegistries, HelmIndexMaxAge: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/Masterminds/semver/v3"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -13,6 +14,7 @@ import (
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/internal/source"
 	"github.com/plumb-dev/plumb/internal/source/git"
+	"github.com/plumb-dev/plumb/internal/source/helmrepo"
 	"github.com/plumb-dev/plumb/internal/source/oci"
 	"github.com/plumb-dev/plumb/internal/source/render"
 	"github.com/plumb-dev/plumb/queue"
@@ -62,8 +64,8 @@ func (r *Reconciler) readPhase(ctx context.Context, app *plumbv1.App, wake queue
 // nothing of that revision is applied). Other read failures leave it as
 // it was; an App that asks for no signature has none.
 func (r *Reconciler) recordVerification(app *plumbv1.App, result *source.Result, err error) {
-	o := app.Spec.Source.OCI
-	if o == nil || o.Verify == nil {
+	verify := app.Spec.Source.Verification()
+	if verify == nil {
 		apimeta.RemoveStatusCondition(&app.Status.Conditions, plumbv1.ConditionSourceVerified)
 		return
 	}
@@ -71,7 +73,7 @@ func (r *Reconciler) recordVerification(app *plumbv1.App, result *source.Result,
 	switch {
 	case err == nil && result.Verified != nil:
 		setCondition(app, plumbv1.ConditionSourceVerified, true, plumbv1.ReasonVerified,
-			fmt.Sprintf("%s signature of %s verified with key %s of secret %s", o.Verify.Provider, result.Verified.Digest, result.Verified.Key, o.Verify.SecretRef.Name), r.now())
+			fmt.Sprintf("%s signature of %s verified with key %s of secret %s", verify.Provider, result.Verified.Digest, result.Verified.Key, verify.SecretRef.Name), r.now())
 	case errors.As(err, &phaseErr) && phaseErr.Detail == string(source.ReasonVerificationFailed):
 		setCondition(app, plumbv1.ConditionSourceVerified, false, plumbv1.ReasonVerificationFailed, phaseErr.Err.Error(), r.now())
 	}
@@ -125,12 +127,15 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 	}
 	appKey := client.ObjectKeyFromObject(app)
 	secretRef := app.Spec.Source.SecretRef
+	switch {
+	case app.Spec.Source.OCI != nil:
+		secretRef = app.Spec.Source.OCI.SecretRef
+	case app.Spec.Source.Helm != nil:
+		secretRef = app.Spec.Source.Helm.SecretRef
+	}
 	var verifyRef *plumbv1.LocalObjectReference
-	if o := app.Spec.Source.OCI; o != nil {
-		secretRef = o.SecretRef
-		if o.Verify != nil {
-			verifyRef = &o.Verify.SecretRef
-		}
+	if v := app.Spec.Source.Verification(); v != nil {
+		verifyRef = &v.SecretRef
 	}
 	var used []string
 	for _, ref := range []*plumbv1.LocalObjectReference{secretRef, verifyRef} {
@@ -165,14 +170,31 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 		LastRevision: app.Status.LastAppliedRevision,
 		Refresh:      refresh,
 	}
-	if o := app.Spec.Source.OCI; o != nil {
+	o := app.Spec.Source.OCI
+	if h := app.Spec.Source.Helm; h != nil {
+		req.Path = h.Chart                                        // the chart's folder in its archive
+		files := make([]string, len(req.Render.Helm.ValuesFiles)) // not the App's own slice
+		for i, f := range req.Render.Helm.ValuesFiles {
+			files[i] = h.Chart + "/" + f
+		}
+		req.Render.Helm.ValuesFiles = files
+		if o = ociChart(h); o == nil {
+			req.Helm = &source.HelmRequest{Repository: h.Repository, Chart: h.Chart, Version: h.Version}
+			if secretRef != nil {
+				if req.Helm.Auth, err = helmAuth(secretRef, secret); err != nil {
+					return nil, fail(string(source.ReasonSourceUnavailable), err, false)
+				}
+			}
+		}
+	}
+	if o != nil {
 		if req.OCI, err = ociRequest(o, secretRef, secret); err != nil {
 			return nil, fail(string(source.ReasonSourceUnavailable), err, false)
 		}
 		if verifyKeys != nil {
 			req.OCI.Verify = &source.OCIVerify{Keys: verifyKeys}
 		}
-	} else {
+	} else if req.Helm == nil {
 		ref := app.Spec.Source.Ref
 		req.URL, req.Auth = app.Spec.Source.URL, source.AuthFromSecret(secret)
 		req.Ref = git.Ref{Branch: ref.Branch, Tag: ref.Tag, SemVer: ref.SemVer, Commit: ref.Commit}
@@ -206,6 +228,36 @@ func helmOptions(app *plumbv1.App) (render.HelmOptions, error) {
 		helm.ValuesFiles = h.ValuesFiles
 	}
 	return helm, nil
+}
+
+// ociChart is a Helm source's chart in an OCI registry as the OCI source
+// that reads it (its Helm chart layer, at the tag of the exact version or
+// the highest tag in the range), or nil for an HTTP repository.
+func ociChart(h *plumbv1.HelmSource) *plumbv1.OCISource {
+	if !strings.HasPrefix(h.Repository, oci.Scheme) {
+		return nil
+	}
+	o := &plumbv1.OCISource{URL: strings.TrimSuffix(h.Repository, "/") + "/" + h.Chart, SecretRef: h.SecretRef, Insecure: h.Insecure,
+		Verify: h.Verify, LayerSelector: &plumbv1.OCILayerSelector{MediaType: oci.MediaTypeHelmChart}}
+	switch _, err := semver.StrictNewVersion(h.Version); {
+	case err == nil:
+		o.Ref.Tag = strings.ReplaceAll(h.Version, "+", "_") // as `helm push` tags it
+	case h.Version == "":
+		o.Ref.SemVer = "*"
+	default:
+		o.Ref.SemVer = h.Version
+	}
+	return o
+}
+
+// helmAuth is the basic-auth account of an HTTP Helm repository, from the
+// username and password keys of the App's Secret.
+func helmAuth(ref *plumbv1.LocalObjectReference, secret map[string][]byte) (helmrepo.Auth, error) {
+	username, password := secret["username"], secret["password"]
+	if len(username) == 0 && len(password) == 0 {
+		return helmrepo.Auth{}, fmt.Errorf("secret %s holds no username or password key (the account of the Helm repository)", ref.Name)
+	}
+	return helmrepo.Auth{Username: string(username), Password: string(password)}, nil
 }
 
 // ociRequest is what the Read phase asks of an OCI source, with the

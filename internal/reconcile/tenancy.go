@@ -93,8 +93,8 @@ func (r *Reconciler) applierFor(ctx context.Context, app *plumbv1.App) (Applier,
 
 // refuseFileSource refuses a file:// repository unless the controller
 // allows them: it would be read from the controller's own disk.
-// An OCI source over plain HTTP is refused unless the controller allows
-// insecure registries.
+// An OCI or Helm source over plain HTTP is refused unless the controller
+// allows insecure registries.
 func (r *Reconciler) refuseFileSource(app *plumbv1.App) error {
 	refuse := func(err error) error {
 		return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: "SourceRefused", Terminal: true, Err: err}
@@ -103,6 +103,13 @@ func (r *Reconciler) refuseFileSource(app *plumbv1.App) error {
 		if o.Insecure && !r.Policy.AllowInsecureRegistries {
 			return refuse(errors.New("oci.insecure asks for a plain HTTP registry, which is refused: anyone on the path could change what is applied " +
 				"(start plumb controller with --allow-insecure-registries to allow it)"))
+		}
+		return nil
+	}
+	if h := app.Spec.Source.Helm; h != nil {
+		if (h.Insecure || strings.HasPrefix(h.Repository, "http://")) && !r.Policy.AllowInsecureRegistries {
+			return refuse(errors.New("the Helm repository is read over plain HTTP (an http:// URL or helm.insecure), which is refused: " +
+				"anyone on the path could change what is applied (start plumb controller with --allow-insecure-registries to allow it)"))
 		}
 		return nil
 	}

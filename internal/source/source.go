@@ -29,6 +29,7 @@ import (
 
 	"github.com/plumb-dev/plumb/internal/revision"
 	"github.com/plumb-dev/plumb/internal/source/git"
+	"github.com/plumb-dev/plumb/internal/source/helmrepo"
 	"github.com/plumb-dev/plumb/internal/source/manifest"
 	"github.com/plumb-dev/plumb/internal/source/oci"
 	"github.com/plumb-dev/plumb/internal/source/render"
@@ -93,6 +94,11 @@ type Request struct {
 	// OCI, when set, reads an artifact from an OCI registry in place of a
 	// Git repository: URL, Ref, Auth and LastRevision are then not used.
 	OCI *OCIRequest
+	// Helm, when set, reads a chart from an HTTP Helm repository in place
+	// of a Git repository: URL, Ref, Auth and LastRevision are then not
+	// used, and Path is set to the chart's folder in its archive (its
+	// name); Render's values files are paths in the archive.
+	Helm *HelmRequest
 }
 
 // Capabilities tells what the target cluster serves: its Kubernetes
@@ -150,12 +156,17 @@ type Options struct {
 	// Isolation, when set, runs Kustomize and Helm builds in a child
 	// process (see render.Isolation); its timeout is RenderTimeout.
 	Isolation *render.Isolation
-	// RegistryTransport carries the requests to OCI registries
-	// (http.DefaultTransport when nil).
+	// RegistryTransport carries the requests to OCI registries and Helm
+	// repositories (http.DefaultTransport when nil).
 	RegistryTransport http.RoundTripper
-	// AllowInsecureRegistries lets an App read a registry over plain
-	// HTTP (oci.insecure); without it such an App fails with InvalidSpec.
+	// AllowInsecureRegistries lets an App read a registry or a Helm
+	// repository over plain HTTP (oci.insecure, an http:// Helm
+	// repository); without it such an App fails with InvalidSpec.
 	AllowInsecureRegistries bool
+	// HelmIndexMaxAge is how long a Helm repository's index is reused
+	// before one conditional GET checks it again (default
+	// helmrepo.DefaultIndexMaxAge).
+	HelmIndexMaxAge time.Duration
 }
 
 // DefaultRenderCacheBytes is the default bound of the render cache.
@@ -170,13 +181,17 @@ type Reader struct {
 	registries *oci.Client // HTTPS only
 	// insecureRegistries allows plain HTTP; nil unless the Options allow it.
 	insecureRegistries *oci.Client
-	limits             Limits
-	renderTimeout      time.Duration
-	renders            *renderCache
-	isolation          *render.Isolation
-	engines            *lru.Cache   // render key without capabilities → render.Engine
-	verified           *lru.Cache   // origin, keys and digest → oci.Verification
-	rendered           atomic.Int64 // renders run (not served from the cache)
+	helmRepos          *helmrepo.Client // HTTPS only
+	// insecureHelmRepos allows plain HTTP; nil unless the Options allow it.
+	insecureHelmRepos *helmrepo.Client
+	archiveDigests    *lru.Cache // Helm origin, index digest and version → archive digest
+	limits            Limits
+	renderTimeout     time.Duration
+	renders           *renderCache
+	isolation         *render.Isolation
+	engines           *lru.Cache   // render key without capabilities → render.Engine
+	verified          *lru.Cache   // origin, keys and digest → oci.Verification
+	rendered          atomic.Int64 // renders run (not served from the cache)
 }
 
 // enginesRemembered bounds the engines remembered per render key (a few
@@ -213,9 +228,11 @@ func NewReader(opts Options) (*Reader, error) {
 	}
 	reader := &Reader{repos: repos, limits: opts.Limits, renderTimeout: opts.RenderTimeout, isolation: opts.Isolation,
 		renders: newRenderCache(opts.RenderCacheBytes), engines: lru.New(enginesRemembered), verified: lru.New(verificationsRemembered),
-		registries: &oci.Client{Transport: opts.RegistryTransport}}
+		registries: &oci.Client{Transport: opts.RegistryTransport}, helmRepos: &helmrepo.Client{Transport: opts.RegistryTransport, IndexMaxAge: opts.HelmIndexMaxAge},
+		archiveDigests: lru.New(archiveDigestsRemembered)}
 	if opts.AllowInsecureRegistries {
 		reader.insecureRegistries = &oci.Client{Transport: opts.RegistryTransport, AllowHTTP: true}
+		reader.insecureHelmRepos = &helmrepo.Client{Transport: opts.RegistryTransport, AllowHTTP: true, IndexMaxAge: opts.HelmIndexMaxAge}
 	}
 	return reader, nil
 }
@@ -230,10 +247,14 @@ func (r *Reader) Renders() int64 { return r.rendered.Load() }
 // credentials, fetches what the ref needs and renders the folder. A render
 // that failed for a reason that retrying cannot change (an invalid file, a
 // limit) is remembered too, so a broken revision is not rendered every tick.
-// A request for an OCI artifact (req.OCI) is read as readOCI says.
+// A request for an OCI artifact (req.OCI) is read as readOCI says, one
+// for a Helm chart (req.Helm) as readHelm says.
 func (r *Reader) Read(ctx context.Context, req Request) (*Result, error) {
-	if req.OCI != nil {
+	switch {
+	case req.OCI != nil:
 		return r.readOCI(ctx, req)
+	case req.Helm != nil:
+		return r.readHelm(ctx, req)
 	}
 	rev, err := r.repos.Resolve(ctx, req.URL, req.Ref, req.Auth, git.ResolveOptions{Fresh: req.Refresh})
 	if err != nil {

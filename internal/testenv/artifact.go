@@ -96,3 +96,19 @@ func (r *Registry) PushFiles(t testing.TB, repository, tag string, files map[str
 	t.Helper()
 	return r.Push(t, repository, tag, Artifact(t, TarGz(t, files), FluxContentMediaType))
 }
+
+// HelmChartMediaType is the layer of `helm push`.
+const HelmChartMediaType = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+
+// HelmChartArtifact is a chart archive as `helm push` stores it: Helm's
+// config media type and one chart layer.
+func HelmChartArtifact(t testing.TB, archive []byte) v1.Image {
+	t.Helper()
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, "application/vnd.cncf.helm.config.v1+json")
+	img, err := mutate.AppendLayers(img, static.NewLayer(archive, HelmChartMediaType))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}

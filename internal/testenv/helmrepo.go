@@ -11,8 +11,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v3/pkg/repo"
+	"sigs.k8s.io/yaml"
 )
 
 // HelmRepository is a static Helm chart repository as teams host them: a
@@ -32,6 +34,7 @@ type HelmRepository struct {
 
 	mu       sync.Mutex
 	answered map[string]int // "<METHOD> <path> <status>" → count
+	indexed  int            // indexes written, each dated a second after the last
 }
 
 // HelmRepositoryOptions shape a HelmRepository.
@@ -120,9 +123,11 @@ func (r *HelmRepository) PublishArchive(t testing.TB, file string, archive []byt
 		t.Fatalf("indexing the repository: %v", err)
 	}
 	index.SortEntries()
-	if err := index.WriteFile(filepath.Join(dir, "index.yaml"), 0o644); err != nil {
+	data, err := yaml.Marshal(index) // as index.WriteFile does
+	if err != nil {
 		t.Fatal(err)
 	}
+	r.WriteIndex(t, data)
 	for _, versions := range index.Entries {
 		for _, v := range versions {
 			if len(v.URLs) > 0 && strings.HasSuffix(v.URLs[0], "/"+file) {
@@ -132,6 +137,24 @@ func (r *HelmRepository) PublishArchive(t testing.TB, file string, archive []byt
 	}
 	t.Fatalf("the index lists no %s", file)
 	return ""
+}
+
+// WriteIndex writes index.yaml as given. Its modification time is in the
+// past and a second after the last index's, so that a client may trust
+// Last-Modified and ask with If-Modified-Since.
+func (r *HelmRepository) WriteIndex(t testing.TB, data []byte) {
+	t.Helper()
+	file := filepath.Join(r.dir, "charts", "index.yaml")
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.indexed++
+	modified := time.Now().Add(-time.Hour).Truncate(time.Second).Add(time.Duration(r.indexed) * time.Second)
+	r.mu.Unlock()
+	if err := os.Chtimes(file, modified, modified); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Replace overwrites an archive already indexed, leaving the index (and

@@ -148,6 +148,34 @@ func TestAnOCISourceIsAcceptedAndReadBack(t *testing.T) {
 	}
 }
 
+func TestAHelmSourceIsAcceptedAndReadBack(t *testing.T) {
+	c, ns := setup(t)
+	ctx := context.Background()
+	for i, h := range []plumbv1.HelmSource{
+		{Repository: "https://charts.example.com/stable", Chart: "web", Version: ">=1.2.0 <2",
+			SecretRef: &plumbv1.LocalObjectReference{Name: "repository-credentials"}},
+		{Repository: "http://chartmuseum.tools.svc:8080", Chart: "web_app-2"},
+		{Repository: "oci://registry.example.com:5000/charts", Chart: "web", Version: "1.2.3", Insecure: true,
+			Verify: &plumbv1.OCIVerification{Provider: "cosign", SecretRef: plumbv1.LocalObjectReference{Name: "keys"}}},
+	} {
+		app := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("helm-%d", i)},
+			Spec: plumbv1.AppSpec{Source: plumbv1.Source{Helm: &h}, Helm: &plumbv1.HelmSpec{ValuesFiles: []string{"values-prod.yaml"}}}}
+		if err := c.Create(ctx, app); err != nil {
+			t.Fatalf("creating a Helm App from %s: %v", h.Repository, err)
+		}
+		var got plumbv1.App
+		if err := c.Get(ctx, client.ObjectKeyFromObject(app), &got); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(app.Spec.Source, got.Spec.Source); diff != "" {
+			t.Errorf("the source read back differs (-sent +read):\n%s", diff)
+		}
+		if got.Spec.Source.Kind() != plumbv1.SourceKindHelm || got.Spec.Source.Location() != h.Repository {
+			t.Errorf("kind %q, location %q", got.Spec.Source.Kind(), got.Spec.Source.Location())
+		}
+	}
+}
+
 func TestSupportedURLFormsAreAccepted(t *testing.T) {
 	c, ns := setup(t)
 	for i, url := range []string{
@@ -183,20 +211,20 @@ func TestInvalidAppsAreRejectedWithAClearMessage(t *testing.T) {
 	}, {
 		name:        "no source",
 		mutate:      func(a *plumbv1.App) { a.Spec.Source = plumbv1.Source{} },
-		wantMessage: "source must set exactly one of url (a Git repository) and oci",
+		wantMessage: "source must set exactly one of url (a Git repository), oci and helm",
 	}, {
 		name: "a Git and an OCI source at once",
 		mutate: func(a *plumbv1.App) {
 			a.Spec.Source.OCI = &plumbv1.OCISource{URL: "oci://registry.example.com/org/app"}
 		},
-		wantMessage: "source must set exactly one of url (a Git repository) and oci",
+		wantMessage: "source must set exactly one of url (a Git repository), oci and helm",
 	}, {
 		name: "an OCI source with the Git source's secretRef",
 		mutate: func(a *plumbv1.App) {
 			a.Spec.Source = plumbv1.Source{OCI: &plumbv1.OCISource{URL: "oci://registry.example.com/org/app"},
 				SecretRef: &plumbv1.LocalObjectReference{Name: "creds"}}
 		},
-		wantMessage: "secretRef is the Git repository's credentials; an OCI source names its own in oci.secretRef",
+		wantMessage: "secretRef is the Git repository's credentials; an OCI or Helm source names its own in oci.secretRef or helm.secretRef",
 	}, {
 		name: "an OCI url with a tag in it",
 		mutate: func(a *plumbv1.App) {
@@ -223,6 +251,44 @@ func TestInvalidAppsAreRejectedWithAClearMessage(t *testing.T) {
 				Ref: plumbv1.OCIRef{Digest: "sha1:" + strings.Repeat("0", 40)}}}
 		},
 		wantMessage: "spec.source.oci.ref.digest in body should match",
+	}, {
+		name: "an OCI and a Helm source at once",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{OCI: &plumbv1.OCISource{URL: "oci://registry.example.com/org/app"},
+				Helm: &plumbv1.HelmSource{Repository: "https://charts.example.com", Chart: "web"}}
+		},
+		wantMessage: "source must set exactly one of url (a Git repository), oci and helm",
+	}, {
+		name: "a Helm source with a path",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{Path: "deploy", Helm: &plumbv1.HelmSource{Repository: "https://charts.example.com", Chart: "web"}}
+		},
+		wantMessage: "path is not used by a Helm source",
+	}, {
+		name: "a Helm repository with credentials in its URL",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{Helm: &plumbv1.HelmSource{Repository: "https://ci:s3cret@charts.example.com", Chart: "web"}}
+		},
+		wantMessage: "repository must be https://host/path or oci://host/path",
+	}, {
+		name: "a Helm chart name with a slash",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{Helm: &plumbv1.HelmSource{Repository: "https://charts.example.com", Chart: "../web"}}
+		},
+		wantMessage: "spec.source.helm.chart in body should match",
+	}, {
+		name: "insecure on an HTTP Helm repository",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{Helm: &plumbv1.HelmSource{Repository: "https://charts.example.com", Chart: "web", Insecure: true}}
+		},
+		wantMessage: "insecure is for oci:// repositories",
+	}, {
+		name: "cosign verification of an HTTP Helm repository's chart",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{Helm: &plumbv1.HelmSource{Repository: "https://charts.example.com", Chart: "web",
+				Verify: &plumbv1.OCIVerification{Provider: "cosign", SecretRef: plumbv1.LocalObjectReference{Name: "keys"}}}}
+		},
+		wantMessage: "verify checks cosign signatures, which only charts in OCI registries carry",
 	}, {
 		name:        "interval 1s",
 		mutate:      func(a *plumbv1.App) { a.Spec.Interval = &metav1.Duration{Duration: time.Second} },

@@ -213,6 +213,16 @@ func TestPlainHTTPAndBadURLsAreRefused(t *testing.T) {
 	if got := repo.counts(); len(got) != 0 {
 		t.Errorf("the plain HTTP repository was asked %v, want nothing", got)
 	}
+	// A repository that redirects to itself without end.
+	var loop *httptest.Server
+	loop = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, loop.URL+r.URL.Path+"x", http.StatusFound)
+	}))
+	defer loop.Close()
+	endless := &helmrepo.Client{Transport: loop.Client().Transport}
+	if _, err := endless.Index(ctx, loop.URL, helmrepo.Auth{}, false); !errors.Is(err, helmrepo.ErrLimitExceeded) {
+		t.Errorf("endless redirects: %v, want %v", err, helmrepo.ErrLimitExceeded)
+	}
 	for _, bad := range []string{"ftp://host/charts", "https://user:pw@host/charts", "https://host/charts?x=1", "charts"} {
 		_, err := secure.Index(ctx, bad, helmrepo.Auth{}, false)
 		if !errors.Is(err, helmrepo.ErrInvalidURL) || strings.Contains(err.Error(), "pw@") {

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/Masterminds/semver/v3"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -95,7 +96,7 @@ diff and flux diff), so that CI can gate on it.`,
 	flags.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	flags.StringVar(&f.color, "color", "auto", "colour the diff: auto (on a terminal, unless NO_COLOR is set), always or never")
 	flags.BoolVar(&f.policy.NoCrossNamespace, "no-cross-namespace", false, "preview as a controller run with --no-cross-namespace would tick")
-	flags.BoolVar(&f.policy.AllowInsecureRegistries, "allow-insecure-registries", false, "preview as a controller run with --allow-insecure-registries would tick: an OCI App may read its registry over plain HTTP")
+	flags.BoolVar(&f.policy.AllowInsecureRegistries, "allow-insecure-registries", false, "preview as a controller run with --allow-insecure-registries would tick: an OCI or Helm App may read its registry or repository over plain HTTP")
 	flags.StringVar(&f.policy.DefaultServiceAccount, "default-service-account", "", "preview as a controller run with --default-service-account would tick: an App naming no ServiceAccount acts as this one")
 	flags.BoolVar(&f.withMyRights, "with-my-rights", false, "preview an App that acts as a ServiceAccount with your own rights, not by impersonating the ServiceAccount")
 	flags.StringVar(&f.gitCacheDir, "git-cache-dir", "", "folder that keeps the clones of repositories between runs, for one run at a time (default: a new folder each run, removed after it)")
@@ -193,6 +194,11 @@ var shortCommit = regexp.MustCompile(`^[0-9a-f]{7,39}$`)
 
 // atRevision points the App's source at --revision.
 func atRevision(app *plumbv1.App, rev string) error {
+	if h := app.Spec.Source.Helm; h != nil {
+		version, err := parseHelmRevision(rev)
+		h.Version = version
+		return err
+	}
 	if o := app.Spec.Source.OCI; o != nil {
 		ref, err := parseOCIRevision(rev)
 		o.Ref = ref
@@ -220,6 +226,17 @@ func parseOCIRevision(rev string) (plumbv1.OCIRef, error) {
 		return plumbv1.OCIRef{}, fmt.Errorf("--revision %q: an OCI App's revision is a tag (letters, digits, '.', '_', '-') or a digest, sha256:<64 hex>", rev)
 	}
 	return plumbv1.OCIRef{Tag: tag}, nil
+}
+
+// parseHelmRevision reads --revision for a Helm App: a chart version,
+// alone or as recorded (<version>@sha256:<digest>), which the preview
+// then reads exactly.
+func parseHelmRevision(rev string) (string, error) {
+	version := revision.Parse(rev).Name
+	if _, err := semver.StrictNewVersion(version); err != nil {
+		return "", fmt.Errorf("--revision %q: a Helm App's revision is a chart version such as 1.2.3, alone or as recorded (1.2.3@sha256:<digest>)", rev)
+	}
+	return version, nil
 }
 
 // ociTag is a well-formed OCI tag.

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 )
@@ -368,4 +369,78 @@ func joinRel(dir, name string) string {
 		return name
 	}
 	return dir + "/" + name
+}
+
+// Limits are the limits the tree was built within.
+func (t *Tree) Limits() Limits { return t.limits }
+
+// Sub is the folder dir of t as a tree of its own (its paths relative to
+// dir), within limits. A symlink inside dir that points out of it is an
+// error when it is followed, as it leaves the new root.
+func (t *Tree) Sub(dir string, limits Limits) (*Tree, error) {
+	resolved, err := t.Resolve(dir)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := t.dirs[resolved]; !ok {
+		return nil, &PathError{Path: dir, Err: errors.New("is a file, not a folder")}
+	}
+	b := NewBuilder(limits, t.load)
+	prefix := resolved + "/"
+	for name, e := range t.files {
+		rel, ok := name, resolved == ""
+		if !ok {
+			rel, ok = strings.CutPrefix(name, prefix)
+		}
+		if !ok {
+			continue
+		}
+		if err := b.add(rel, e); err != nil {
+			return nil, err
+		}
+	}
+	return b.Build(), nil
+}
+
+// Graft is t with the files of each of subs added under its folder (a
+// path of t), counted against t's limits: what t holds and what is added
+// must fit them together. A path that t already holds is an error.
+func (t *Tree) Graft(subs map[string]*Tree) (*Tree, error) {
+	loaders := []Loader{t.load}
+	b := NewBuilder(t.limits, func(key string) ([]byte, error) {
+		i, inner, ok := strings.Cut(key, "\x00")
+		n, err := strconv.Atoi(i)
+		if !ok || err != nil || n < 0 || n >= len(loaders) || loaders[n] == nil {
+			return nil, fmt.Errorf("%q: not a grafted tree's file", key)
+		}
+		return loaders[n](inner)
+	})
+	add := func(n int, dir string, from *Tree) error {
+		for name, e := range from.files {
+			e.key = strconv.Itoa(n) + "\x00" + e.key
+			if err := b.add(joinRel(dir, name), e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := add(0, "", t); err != nil {
+		return nil, err
+	}
+	dirs := make([]string, 0, len(subs))
+	for dir := range subs {
+		dirs = append(dirs, dir)
+	}
+	sort.Strings(dirs)
+	for _, dir := range dirs {
+		clean, err := cleanRelative(dir)
+		if err != nil {
+			return nil, &PathError{Path: dir, Err: err}
+		}
+		loaders = append(loaders, subs[dir].load)
+		if err := add(len(loaders)-1, clean, subs[dir]); err != nil {
+			return nil, err
+		}
+	}
+	return b.Build(), nil
 }

@@ -99,6 +99,10 @@ type Request struct {
 	// used, and Path is set to the chart's folder in its archive (its
 	// name); Render's values files are paths in the archive.
 	Helm *HelmRequest
+	// ChartRepositories are the accounts of the repositories that a
+	// chart's dependencies come from. A dependency from the Helm source's
+	// own repository uses its account when none is given here.
+	ChartRepositories []ChartRepository
 }
 
 // Capabilities tells what the target cluster serves: its Kubernetes
@@ -316,6 +320,9 @@ type content struct {
 // reads and renders it and caches the render (or its lasting failure).
 func (r *Reader) readContent(ctx context.Context, req *Request, c content) (*Result, error) {
 	rev := c.revision.String()
+	if len(req.ChartRepositories) > 0 {
+		c.origin += "\x00charts:" + chartRepositoriesDigest(req.ChartRepositories)
+	}
 	key, err := renderKey(c.origin, c.id, req.Path, req.Render)
 	if err != nil {
 		return nil, &Error{Reason: ReasonInvalidSpec, Revision: rev, Err: err}
@@ -388,6 +395,11 @@ func (r *Reader) render(ctx context.Context, req *Request, c content, key string
 	}
 	if engine, err := render.Detect(t, req.Path); err == nil {
 		r.engines.Add(key, engine)
+		if engine == render.Helm {
+			if t, err = r.withDependencies(ctx, req, t, req.Path, rev); err != nil {
+				return rendered{}, err
+			}
+		}
 		if engine == render.Helm && req.Render.Helm.KubeVersion == "" {
 			helmKey, err := withCapabilities(ctx, req, key)
 			if err != nil {

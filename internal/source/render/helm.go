@@ -17,8 +17,8 @@ import (
 )
 
 // renderHelm renders the chart in dir in-process: no cluster client (so
-// `lookup` finds nothing), no DNS, no dependency download (dependencies
-// must be vendored under charts/). CRDs in crds/ are included; NOTES.txt is not.
+// `lookup` finds nothing), no DNS, no dependency download (the Read phase
+// has put the dependencies under charts/ before). CRDs in crds/ are included; NOTES.txt is not.
 func renderHelm(ctx context.Context, t *tree.Tree, dir string, opts HelmOptions) ([]manifest.Object, error) {
 	fail := func(err error) error { return &Error{Engine: Helm, Path: dir, Err: err} }
 	files, err := t.Files(dir)
@@ -110,7 +110,8 @@ func renderHelm(ctx context.Context, t *tree.Tree, dir string, opts HelmOptions)
 }
 
 // vendoredDependencies fails when Chart.yaml lists a dependency that is not
-// in charts/: plumb does not download charts.
+// in charts/ (the Read phase fetched those with a repository).
+// Subcharts are checked in turn, as deep as they go.
 func vendoredDependencies(c *chart.Chart) error {
 	have := map[string]bool{}
 	for _, dep := range c.Dependencies() {
@@ -118,7 +119,16 @@ func vendoredDependencies(c *chart.Chart) error {
 	}
 	for _, dep := range c.Metadata.Dependencies {
 		if !have[dep.Name] {
-			return fmt.Errorf("dependency %q is not vendored under charts/ (plumb does not download charts)", dep.Name)
+			where := ""
+			if c.Parent() != nil {
+				where = " of " + c.ChartFullPath()
+			}
+			return fmt.Errorf("dependency %q%s is not in charts/: vendor it there or give its repository", dep.Name, where)
+		}
+	}
+	for _, sub := range c.Dependencies() {
+		if err := vendoredDependencies(sub); err != nil {
+			return err
 		}
 	}
 	return nil

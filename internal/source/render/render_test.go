@@ -225,7 +225,17 @@ func TestRenderErrors(t *testing.T) {
 		},
 		dir:    "c",
 		wantAs: new(*Error),
-		want:   `helm build of c: dependency "redis" is not vendored under charts/`,
+		want:   `helm build of c: dependency "redis" is not in charts/`,
+	}, {
+		name: "helm dependency of a dependency not vendored",
+		files: map[string]string{
+			"c/Chart.yaml":            "apiVersion: v2\nname: c\nversion: 1.0.0\ndependencies:\n- name: db\n  version: 1.x\n",
+			"c/charts/db/Chart.yaml":  "apiVersion: v2\nname: db\nversion: 1.0.0\ndependencies:\n- name: redis\n  version: 1.x\n  repository: https://charts.example\n",
+			"c/charts/db/values.yaml": "",
+		},
+		dir:    "c",
+		wantAs: new(*Error),
+		want:   `helm build of c: dependency "redis" of c/charts/db is not in charts/`,
 	}, {
 		name: "helm template error",
 		files: map[string]string{

@@ -1,0 +1,328 @@
+package source
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/Masterminds/semver/v3"
+	"helm.sh/helm/v3/pkg/chart"
+	"sigs.k8s.io/yaml"
+
+	"github.com/plumb-dev/plumb/internal/source/helmrepo"
+	"github.com/plumb-dev/plumb/internal/source/oci"
+	"github.com/plumb-dev/plumb/internal/source/tree"
+)
+
+// ChartRepository is the account of a repository that a chart's
+// dependencies come from (from a Secret in the App's namespace).
+type ChartRepository struct {
+	// URL is the repository as the chart's dependencies name it:
+	// https://…, http://… or oci://host/path.
+	URL string
+	// Helm is the basic-auth account of an HTTP repository.
+	Helm helmrepo.Auth
+	// OCI is the account of an OCI registry.
+	OCI oci.Auth
+	// Insecure reads an oci:// repository over plain HTTP; the Reader
+	// refuses it unless its Options allow insecure registries.
+	Insecure bool
+}
+
+// maxChartDependencies bounds the dependencies a chart may have fetched.
+const maxChartDependencies = 32
+
+// ErrDependency is a dependency of a chart that cannot be built.
+var ErrDependency = errors.New("chart dependency")
+
+// dependency is one entry of a chart's dependencies to build.
+type dependency struct {
+	name, repository, version string
+}
+
+// withDependencies is t with the dependencies of the chart in dir that
+// are not vendored under its charts/ folder fetched from their
+// repositories (as `helm dependency build` would: at Chart.lock's version
+// when it names one, else the highest in the range) and added under
+// charts/<name>, within t's limits: the render that follows runs in the
+// sandbox with no network. A dependency with no repository stays the
+// render's to refuse.
+func (r *Reader) withDependencies(ctx context.Context, req *Request, t *tree.Tree, dir, rev string) (*tree.Tree, error) {
+	fail := func(reason Reason, err error) error {
+		return &Error{Reason: reason, Revision: rev, Err: err}
+	}
+	dir = strings.Trim(path.Clean("/"+dir), "/")
+	deps, err := missingDependencies(t, dir)
+	if err != nil {
+		return nil, fail(ReasonInvalidManifest, err)
+	}
+	if len(deps) == 0 {
+		return t, nil
+	}
+	if len(deps) > maxChartDependencies {
+		return nil, fail(ReasonLimitExceeded, &tree.LimitError{Limit: "chart dependencies to fetch", Max: maxChartDependencies,
+			Got: int64(len(deps)), Path: path.Join(dir, "Chart.yaml")})
+	}
+	limits := t.Limits()
+	files, bytes := t.FileCount(), t.TotalBytes()
+	subs := map[string]*tree.Tree{}
+	for _, d := range deps {
+		left := limits
+		if left.MaxFiles > 0 {
+			left.MaxFiles = max(limits.MaxFiles-files, 1)
+		}
+		if left.MaxTotalBytes > 0 {
+			left.MaxTotalBytes = max(limits.MaxTotalBytes-bytes, 1)
+		}
+		sub, err := r.fetchDependency(ctx, req, t, dir, d, left)
+		if err != nil {
+			var readErr *Error
+			if !errors.As(err, &readErr) {
+				readErr = &Error{Reason: ReasonOf(err), Err: err}
+			}
+			// A repository's failure may pass; the chart's own mistake lasts.
+			retry := readErr.retry || readErr.Reason != ReasonInvalidManifest
+			return nil, &Error{Reason: readErr.Reason, Revision: rev, retry: retry,
+				Err: fmt.Errorf("%w %q (%s): %w", ErrDependency, d.name, d.version, readErr.Err)}
+		}
+		files, bytes = files+sub.FileCount(), bytes+sub.TotalBytes()
+		subs[path.Join(dir, "charts", d.name)] = sub
+	}
+	grafted, err := t.Graft(subs)
+	if err != nil {
+		return nil, classify(rev, err)
+	}
+	return grafted, nil
+}
+
+// missingDependencies lists the dependencies of the chart in dir (its
+// Chart.yaml, or requirements.yaml for an apiVersion v1 chart) that have a
+// repository and are not vendored: neither charts/<name>/Chart.yaml nor a
+// charts/<name>-<version>.tgz is there. Versions are Chart.lock's (or
+// requirements.lock's) where it locks the same name and repository.
+func missingDependencies(t *tree.Tree, dir string) ([]dependency, error) {
+	var meta chart.Metadata
+	if err := readYAML(t, path.Join(dir, "Chart.yaml"), &meta); err != nil {
+		return nil, err
+	}
+	declared, lockFile := meta.Dependencies, "Chart.lock"
+	if meta.APIVersion == chart.APIVersionV1 {
+		var req struct {
+			Dependencies []*chart.Dependency `json:"dependencies"`
+		}
+		if t.Exists(path.Join(dir, "requirements.yaml")) {
+			if err := readYAML(t, path.Join(dir, "requirements.yaml"), &req); err != nil {
+				return nil, err
+			}
+		}
+		declared, lockFile = req.Dependencies, "requirements.lock"
+	}
+	locked := map[string]string{}
+	if t.Exists(path.Join(dir, lockFile)) {
+		var lock chart.Lock
+		if err := readYAML(t, path.Join(dir, lockFile), &lock); err != nil {
+			return nil, err
+		}
+		for _, d := range lock.Dependencies {
+			if d != nil {
+				locked[d.Name+"\x00"+d.Repository] = d.Version
+			}
+		}
+	}
+	vendored := map[string]bool{}
+	if names, err := t.ReadDir(path.Join(dir, "charts")); err == nil {
+		for _, n := range names {
+			vendored[n] = true
+		}
+	}
+	isVendored := func(name string) bool {
+		if vendored[name] && t.Exists(path.Join(dir, "charts", name, "Chart.yaml")) {
+			return true
+		}
+		for n := range vendored {
+			if strings.HasPrefix(n, name+"-") && strings.HasSuffix(n, ".tgz") {
+				return true
+			}
+		}
+		return false
+	}
+	var out []dependency
+	seen := map[string]bool{}
+	for _, d := range declared {
+		if d == nil || d.Repository == "" || seen[d.Name] || isVendored(d.Name) {
+			continue
+		}
+		if d.Name == "" || strings.ContainsAny(d.Name, "/\\") || d.Name == "." || d.Name == ".." {
+			return nil, fmt.Errorf("%s: a dependency named %q", path.Join(dir, "Chart.yaml"), d.Name)
+		}
+		seen[d.Name] = true
+		version := d.Version
+		if v, ok := locked[d.Name+"\x00"+d.Repository]; ok {
+			version = v
+		}
+		out = append(out, dependency{name: d.Name, repository: d.Repository, version: version})
+	}
+	return out, nil
+}
+
+func readYAML(t *tree.Tree, file string, into any) error {
+	data, err := t.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	if err := yaml.Unmarshal(data, into); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	return nil
+}
+
+// fetchDependency fetches one dependency as a tree whose root is the
+// dependency chart's folder.
+func (r *Reader) fetchDependency(ctx context.Context, req *Request, t *tree.Tree, dir string, d dependency, limits tree.Limits) (*tree.Tree, error) {
+	scheme, _, _ := strings.Cut(d.repository, "://")
+	if u, err := url.Parse(d.repository); err == nil && u.User != nil {
+		return nil, &Error{Reason: ReasonInvalidManifest, Err: errors.New("its repository URL holds credentials: give them in a Secret (spec.helm.repositories)")}
+	}
+	switch scheme {
+	case "file":
+		return fileDependency(t, dir, d, limits)
+	case "http", "https":
+		return r.helmDependency(ctx, req, d, limits)
+	case "oci":
+		return r.ociDependency(ctx, req, d, limits)
+	}
+	if strings.HasPrefix(d.repository, "@") || strings.HasPrefix(d.repository, "alias:") {
+		return nil, &Error{Reason: ReasonInvalidManifest, Err: fmt.Errorf("its repository %s is a name of `helm repo add`, which plumb does not know: give the repository's URL", d.repository)}
+	}
+	return nil, &Error{Reason: ReasonInvalidManifest, Err: errors.New("its repository is not an https://, http://, oci:// or file:// URL")}
+}
+
+// fileDependency is a dependency in a folder of the same tree.
+func fileDependency(t *tree.Tree, dir string, d dependency, limits tree.Limits) (*tree.Tree, error) {
+	rel := strings.TrimPrefix(d.repository, "file://")
+	if strings.HasPrefix(rel, "/") {
+		return nil, &Error{Reason: ReasonInvalidManifest, Err: fmt.Errorf("%s is an absolute path: a file:// dependency must be in the same repository", d.repository)}
+	}
+	folder := path.Join(dir, rel)
+	sub, err := t.Sub(folder, limits)
+	if err != nil {
+		return nil, classify("", err)
+	}
+	if !sub.Exists("Chart.yaml") {
+		return nil, &Error{Reason: ReasonInvalidManifest, Err: fmt.Errorf("%s holds no Chart.yaml", folder)}
+	}
+	return sub, nil
+}
+
+// helmDependency pulls a dependency from an HTTP Helm repository, through
+// the same shared index as a Helm source.
+func (r *Reader) helmDependency(ctx context.Context, req *Request, d dependency, limits tree.Limits) (*tree.Tree, error) {
+	repos := r.helmRepos
+	if strings.HasPrefix(d.repository, "http://") {
+		if r.insecureHelmRepos == nil {
+			return nil, &Error{Reason: ReasonInvalidSpec, Err: ErrInsecureHelmRepository}
+		}
+		repos = r.insecureHelmRepos
+	}
+	auth := helmrepo.Auth{}
+	if account, ok := req.chartRepository(d.repository); ok {
+		auth = account.Helm
+	} else if req.Helm != nil && sameRepository(req.Helm.Repository, d.repository) {
+		auth = req.Helm.Auth // the source's own repository
+	}
+	index, err := repos.Index(ctx, d.repository, auth, false)
+	if err != nil {
+		return nil, classifyHelm("", err)
+	}
+	cv, err := index.Index.Resolve(d.name, d.version)
+	if err != nil {
+		return nil, classifyHelm("", err)
+	}
+	pulled, err := repos.Pull(ctx, d.repository, cv, auth, limits, r.limits.MaxFetchBytes)
+	if err != nil {
+		return nil, classifyHelm("", err)
+	}
+	return chartFolder(pulled.Tree, limits)
+}
+
+// ociDependency pulls a dependency's Helm chart layer from an OCI
+// registry: oci://host/path/<name>, at the tag of an exact version or the
+// highest tag in the range.
+func (r *Reader) ociDependency(ctx context.Context, req *Request, d dependency, limits tree.Limits) (*tree.Tree, error) {
+	account, _ := req.chartRepository(d.repository)
+	registries := r.registries
+	if account.Insecure {
+		if r.insecureRegistries == nil {
+			return nil, &Error{Reason: ReasonInvalidSpec, Err: ErrInsecureRegistry}
+		}
+		registries = r.insecureRegistries
+	}
+	ref := oci.Ref{SemVer: d.version}
+	if _, err := semver.StrictNewVersion(d.version); err == nil {
+		ref = oci.Ref{Tag: strings.ReplaceAll(d.version, "+", "_")} // as `helm push` tags it
+	} else if d.version == "" {
+		ref = oci.Ref{SemVer: "*"}
+	}
+	u := strings.TrimSuffix(d.repository, "/") + "/" + d.name
+	rev, err := registries.Resolve(ctx, u, ref, account.OCI)
+	if err != nil {
+		return nil, classifyOCI("", err)
+	}
+	t, err := registries.Pull(ctx, u, rev, account.OCI, oci.MediaTypeHelmChart, oci.Limits{Tree: limits, MaxLayerBytes: r.limits.MaxFetchBytes})
+	if err != nil {
+		return nil, classifyOCI("", err)
+	}
+	return chartFolder(t, limits)
+}
+
+// chartFolder is the one folder at the root of a chart archive, which
+// holds the chart.
+func chartFolder(t *tree.Tree, limits tree.Limits) (*tree.Tree, error) {
+	names, err := t.ReadDir("")
+	if err != nil || len(names) != 1 || !t.Exists(names[0]+"/Chart.yaml") {
+		return nil, &Error{Reason: ReasonInvalidManifest, Err: errors.New("the archive does not hold one chart folder with a Chart.yaml")}
+	}
+	return t.Sub(names[0], limits)
+}
+
+// chartRepository is the account the request gives for a repository.
+func (req *Request) chartRepository(repository string) (ChartRepository, bool) {
+	for _, account := range req.ChartRepositories {
+		if sameRepository(account.URL, repository) {
+			return account, true
+		}
+	}
+	return ChartRepository{}, false
+}
+
+// sameRepository says whether two repository URLs name the same one (a
+// trailing slash aside).
+func sameRepository(a, b string) bool {
+	return strings.TrimSuffix(a, "/") == strings.TrimSuffix(b, "/")
+}
+
+// chartRepositoriesDigest digests the accounts of a request's chart
+// repositories, so that renders that fetched dependencies with one set of
+// accounts are never served to a request with another.
+func chartRepositoriesDigest(accounts []ChartRepository) string {
+	parts := make([]string, 0, len(accounts))
+	for _, a := range accounts {
+		fields := []string{strings.TrimSuffix(a.URL, "/"), a.Helm.Username, a.Helm.Password, a.OCI.Username, a.OCI.Password, fmt.Sprint(a.Insecure)}
+		h := sha256.New()
+		for _, f := range fields {
+			h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(f))))
+			h.Write([]byte(f))
+		}
+		parts = append(parts, hex.EncodeToString(h.Sum(nil)))
+	}
+	sort.Strings(parts)
+	sum := sha256.Sum256([]byte(strings.Join(parts, ",")))
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,164 @@
+package source_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/plumb-dev/plumb/internal/source"
+	"github.com/plumb-dev/plumb/internal/source/git"
+	"github.com/plumb-dev/plumb/internal/source/helmrepo"
+	"github.com/plumb-dev/plumb/internal/source/oci"
+	"github.com/plumb-dev/plumb/internal/source/render"
+	"github.com/plumb-dev/plumb/internal/testenv"
+)
+
+// dependencyChart is a chart whose one ConfigMap is named after the chart
+// and says which version rendered it.
+func dependencyChart(name, version string) map[string]string {
+	return map[string]string{
+		"templates/cm.yaml": fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s-%s\n", name, strings.ReplaceAll(version, ".", "-")),
+	}
+}
+
+// A chart in Git whose dependencies are not vendored gets them from a
+// real HTTPS Helm repository behind basic auth (at Chart.lock's version,
+// not the highest in the range), from a real OCI registry with htpasswd,
+// and from a folder of the same repository; the accounts come with the
+// request, and a read without them is not served the render made with
+// them.
+func TestAChartsDependenciesAreFetchedFromTheirRepositories(t *testing.T) {
+	helmRepo := testenv.StartHelmRepository(t, testenv.HelmRepositoryOptions{TLS: true, Username: "ci", Password: "s3cret"})
+	helmRepo.Publish(t, "db", "1.0.0", dependencyChart("db", "1.0.0"))
+	helmRepo.Publish(t, "db", "1.1.0", dependencyChart("db", "1.1.0"))
+	registry := testenv.StartRegistry(t)
+	registry.Push(t, "charts/cache", "2.0.0", testenv.HelmChartArtifact(t, testenv.Chart(t, "cache", "2.0.0", dependencyChart("cache", "2.0.0"))))
+	registry.Push(t, "charts/cache", "2.1.0", testenv.HelmChartArtifact(t, testenv.Chart(t, "cache", "2.1.0", dependencyChart("cache", "2.1.0"))))
+	ociRepo := registry.URL("charts")
+
+	chartYAML := fmt.Sprintf("apiVersion: v2\nname: shop\nversion: 0.1.0\ndependencies:\n"+
+		"- {name: db, version: '>=1.0.0', repository: %q}\n"+
+		"- {name: cache, version: ^2.0.0, repository: %q}\n"+
+		"- {name: lib, version: 0.1.0, repository: 'file://../lib'}\n", helmRepo.URL, ociRepo)
+	lock := fmt.Sprintf("dependencies:\n- {name: db, version: 1.0.0, repository: %q}\ndigest: sha256:0\ngenerated: \"2026-01-01T00:00:00Z\"\n", helmRepo.URL)
+	_, _, url := repo(t, map[string]string{
+		"shop/Chart.yaml":          chartYAML,
+		"shop/Chart.lock":          lock,
+		"shop/templates/cm.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shop\n",
+		"legacy/Chart.yaml":        "apiVersion: v1\nname: legacy\nversion: 0.1.0\n",
+		"legacy/requirements.yaml": "dependencies:\n- {name: lib, version: 0.1.0, repository: 'file://../lib'}\n",
+		"lib/Chart.yaml":           "apiVersion: v2\nname: lib\nversion: 0.1.0\n",
+		"lib/templates/cm.yaml":    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: lib\n",
+	})
+	r, err := source.NewReader(source.Options{CacheDir: t.TempDir(), Limits: source.DefaultLimits(), RefsTTL: -1,
+		RegistryTransport: helmRepo.Transport(), AllowInsecureRegistries: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	accounts := []source.ChartRepository{
+		{URL: helmRepo.URL, Helm: helmrepo.Auth{Username: "ci", Password: "s3cret"}},
+		{URL: ociRepo + "/", OCI: oci.Auth{Username: registry.Username, Password: registry.Password}, Insecure: true},
+	}
+	request := func(accounts []source.ChartRepository) source.Request {
+		return source.Request{URL: url, Ref: git.Ref{Branch: "main"}, Path: "shop", Auth: auth,
+			Render:            render.Options{Helm: render.HelmOptions{ReleaseName: "shop", Namespace: "default"}},
+			ChartRepositories: accounts}
+	}
+	ctx := context.Background()
+	res, err := r.Read(ctx, request(accounts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"ConfigMap/cache-2-1-0", "ConfigMap/db-1-0-0", "ConfigMap/lib", "ConfigMap/shop"}
+	if got := names(res); !cmp.Equal(got, want) {
+		t.Errorf("rendered %v, want %v (db at Chart.lock's 1.0.0, cache at the highest in ^2.0.0)", got, want)
+	}
+
+	// An apiVersion v1 chart names its dependencies in requirements.yaml.
+	legacy := request(nil)
+	legacy.Path = "legacy"
+	if res, err := r.Read(ctx, legacy); err != nil || !cmp.Equal(names(res), []string{"ConfigMap/lib"}) {
+		t.Errorf("an apiVersion v1 chart: %v, %v; want its file:// dependency's ConfigMap/lib", err, res)
+	}
+
+	// Without the accounts: the private repository refuses, and the
+	// render made with them is not served.
+	_, err = r.Read(ctx, request(nil))
+	if !errors.Is(err, source.ErrDependency) || !strings.Contains(err.Error(), `"db"`) {
+		t.Errorf("a read without the accounts: %v; want the dependency db refused", err)
+	}
+	if !errors.Is(err, helmrepo.ErrUnauthorized) {
+		t.Errorf("a read without the accounts: %v; want ErrUnauthorized", err)
+	}
+	// A chart of the Helm repository itself whose dependency is in the
+	// same repository: the source's own account fetches it; one vendored
+	// as an archive under charts/ is not fetched.
+	helmRepo.Publish(t, "app", "1.0.0", map[string]string{
+		"Chart.yaml": fmt.Sprintf("apiVersion: v2\nname: app\nversion: 1.0.0\ndependencies:\n- {name: db, version: ~1.1.0, repository: %q}\n"+
+			"- {name: vendored, version: 3.0.0, repository: 'https://charts.invalid'}\n", helmRepo.URL+"/"),
+		"charts/vendored-3.0.0.tgz": string(testenv.Chart(t, "vendored", "3.0.0", dependencyChart("vendored", "3.0.0"))),
+	})
+	chartReq := source.Request{Render: render.Options{Helm: render.HelmOptions{ReleaseName: "app", Namespace: "default"}},
+		Refresh: true, // the index changed since it was read
+		Helm:    &source.HelmRequest{Repository: helmRepo.URL, Chart: "app", Auth: helmrepo.Auth{Username: "ci", Password: "s3cret"}}}
+	res, err = r.Read(ctx, chartReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := names(res), []string{"ConfigMap/db-1-1-0", "ConfigMap/vendored-3-0-0"}; !cmp.Equal(got, want) {
+		t.Errorf("a Helm source's chart rendered %v, want %v", got, want)
+	}
+
+	// A registry over plain HTTP is refused when the controller does not
+	// allow it, whatever the account says.
+	strict, err := source.NewReader(source.Options{CacheDir: t.TempDir(), Limits: source.DefaultLimits(), RefsTTL: -1,
+		RegistryTransport: helmRepo.Transport()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := strict.Read(ctx, request(accounts)); !errors.Is(err, source.ErrInsecureRegistry) || source.ReasonOf(err) != source.ReasonInvalidSpec {
+		t.Errorf("an insecure registry without --allow-insecure-registries: %v (%s); want ErrInsecureRegistry (InvalidSpec)", err, source.ReasonOf(err))
+	}
+}
+
+// What a chart's dependencies may not do: name a repository by a `helm
+// repo add` alias, carry credentials in the URL, leave the repository
+// with file://, or ask for more dependencies than are fetched.
+func TestAChartsDependenciesFailClearly(t *testing.T) {
+	r, err := source.NewReader(source.Options{CacheDir: t.TempDir(), Limits: source.DefaultLimits(), RefsTTL: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	many := "apiVersion: v2\nname: c\nversion: 0.1.0\ndependencies:\n"
+	for i := range 33 {
+		many += fmt.Sprintf("- {name: d%d, version: 1.0.0, repository: 'https://charts.invalid'}\n", i)
+	}
+	for _, tc := range []struct {
+		name, chart string
+		want        source.Reason
+		message     string
+	}{
+		{"an alias", "- {name: db, version: 1.0.0, repository: '@bitnami'}", source.ReasonInvalidManifest, "a name of `helm repo add`"},
+		{"credentials in the URL", "- {name: db, version: 1.0.0, repository: 'https://u:hunter2@charts.invalid'}", source.ReasonInvalidManifest, "holds credentials"},
+		{"out of the repository", "- {name: db, version: 1.0.0, repository: 'file://../../../etc'}", source.ReasonInvalidManifest, "leaves the repository root"},
+		{"too many", strings.TrimPrefix(many, "apiVersion: v2\nname: c\nversion: 0.1.0\ndependencies:\n"), source.ReasonLimitExceeded, "chart dependencies to fetch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, url := repo(t, map[string]string{
+				"c/Chart.yaml":        "apiVersion: v2\nname: c\nversion: 0.1.0\ndependencies:\n" + tc.chart + "\n",
+				"c/templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n",
+			})
+			_, err := r.Read(context.Background(), source.Request{URL: url, Ref: git.Ref{Branch: "main"}, Path: "c", Auth: auth})
+			if source.ReasonOf(err) != tc.want || err == nil || !strings.Contains(err.Error(), tc.message) {
+				t.Errorf("%v (%s); want %s saying %q", err, source.ReasonOf(err), tc.want, tc.message)
+			}
+			if err != nil && strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("the error shows the URL's password: %v", err)
+			}
+		})
+	}
+}

@@ -209,9 +209,11 @@ type IgnoreRule struct {
 }
 
 // HelmSpec configures how a chart is rendered: one in the Git repository
-// or artifact, or the chart of a Helm source. Charts are rendered
-// in-process: dependencies must be vendored under charts/, and `lookup`
-// sees no cluster.
+// or artifact, or the chart of a Helm source. Dependencies that are not
+// vendored under charts/ are fetched in the Read phase from the
+// repositories Chart.yaml names (at Chart.lock's versions when it has
+// them); the chart is then rendered in a sandbox with no network, and
+// `lookup` sees no cluster.
 type HelmSpec struct {
 	// ReleaseName is .Release.Name; defaults to the App's name.
 	// +kubebuilder:validation:MaxLength=53
@@ -232,6 +234,37 @@ type HelmSpec struct {
 	// Values are merged last, over the values files.
 	// +optional
 	Values *apiextensionsv1.JSON `json:"values,omitempty"`
+
+	// Repositories are the accounts of the repositories that the chart's
+	// dependencies come from, each from a Secret in the App's namespace;
+	// a dependency from a repository not listed here is fetched
+	// anonymously (or, from the Helm source's own repository, with its
+	// secretRef).
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	Repositories []ChartRepository `json:"repositories,omitempty"`
+}
+
+// ChartRepository is the account of a repository that a chart's
+// dependencies come from.
+type ChartRepository struct {
+	// URL is the repository as Chart.yaml names it: https://… (or
+	// http://…), or oci://host/path for an OCI registry.
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('https://') || self.startsWith('http://') || self.startsWith('oci://')",message="url must be an https://, http:// or oci:// URL"
+	URL string `json:"url"`
+
+	// SecretRef names a Secret in the App's namespace: username and
+	// password keys for an HTTP repository, a .dockerconfigjson key (a
+	// kubernetes.io/dockerconfigjson Secret) for an OCI registry.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+
+	// Insecure reads an oci:// registry over plain HTTP. The controller
+	// refuses it unless it runs with --allow-insecure-registries.
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
 }
 
 // ValuesMap decodes Values (nil when unset).

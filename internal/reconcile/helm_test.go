@@ -148,3 +148,73 @@ func TestAnAppFromAnOCIHelmRepositoryConverges(t *testing.T) {
 		t.Errorf("an unchanged tick asked the registry %v, want one manifest HEAD and no blob", n)
 	}
 }
+
+// A chart whose dependencies are not vendored converges with them
+// fetched from their repositories: a private HTTP Helm repository and a
+// private OCI registry, each account from a Secret of the App's
+// namespace named in spec.helm.repositories. Without the account the
+// Read phase fails naming the dependency, and nothing is pruned.
+func TestAChartsDependenciesComeFromTheirRepositoriesWithTheNamespacesAccounts(t *testing.T) {
+	ctx := context.Background()
+	repo := testenv.StartHelmRepository(t, testenv.HelmRepositoryOptions{Username: "ci", Password: "s3cret-helm"})
+	deps := testenv.StartHelmRepository(t, testenv.HelmRepositoryOptions{Username: "db-reader", Password: "s3cret-db"})
+	deps.Publish(t, "db", "1.0.0", helmChart("db"))
+	registry := testenv.StartRegistry(t)
+	registry.Push(t, "charts/cache", "2.0.0", testenv.HelmChartArtifact(t, testenv.Chart(t, "cache", "2.0.0", helmChart("cache"))))
+	web := helmChart("a")
+	web["Chart.yaml"] = "apiVersion: v2\nname: web\nversion: 1.0.0\ndependencies:\n" +
+		"- {name: db, version: ^1.0.0, repository: '" + deps.URL + "'}\n" +
+		"- {name: cache, version: 2.0.0, repository: '" + registry.URL("charts") + "'}\n"
+	repo.Publish(t, "web", "1.0.0", web)
+	h := newHarnessAs(t, cluster.Config, Policy{AllowInsecureRegistries: true})
+	spec := &plumbv1.HelmSpec{ReleaseName: "shop", Repositories: []plumbv1.ChartRepository{
+		{URL: deps.URL, SecretRef: &plumbv1.LocalObjectReference{Name: "db-charts"}},
+		{URL: registry.URL("charts"), SecretRef: &plumbv1.LocalObjectReference{Name: "registry"}, Insecure: true},
+	}}
+	key := helmApp(t, repo, "", spec)
+	for _, s := range []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: "db-charts"},
+			StringData: map[string]string{"username": deps.Username, "password": deps.Password}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: "registry"}, Type: corev1.SecretTypeDockerConfigJson,
+			Data: map[string][]byte{corev1.DockerConfigJsonKey: registry.DockerConfig()}},
+	} {
+		if err := admin(t).Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ready(t, h.tick(t, key, queue.WakeTimer))
+	for _, name := range []string{"shop-a", "shop-db", "shop-cache"} {
+		var cm corev1.ConfigMap
+		if err := admin(t).Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: name}, &cm); err != nil {
+			t.Errorf("ConfigMap %s: %v", name, err)
+		}
+	}
+
+	// The account of the dependency's repository is taken away: a fresh
+	// read fails naming the dependency, and what was applied stays.
+	updateApp(t, h, key, func(a *plumbv1.App) { a.Spec.Helm.Repositories = a.Spec.Helm.Repositories[1:] })
+	got := h.tick(t, key, queue.WakeTimer)
+	if msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "SourceUnavailable"); !strings.Contains(msg, `dependency "db"`) {
+		t.Errorf("Ready message %q does not name the dependency", msg)
+	}
+	var cm corev1.ConfigMap
+	if err := admin(t).Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "shop-db"}, &cm); err != nil {
+		t.Errorf("ConfigMap shop-db after the failed read: %v, want it kept", err)
+	}
+	if msg := phaseStatus(got, PhaseRead).LastError; strings.Contains(msg, deps.Password) || strings.Contains(msg, repo.Password) {
+		t.Errorf("the Read phase's error shows a password: %s", msg)
+	}
+}
+
+// A dependency's repository over plain HTTP, named in spec.helm.repositories,
+// is refused unless the controller allows insecure registries.
+func TestAnInsecureChartRepositoryIsRefusedUnlessTheControllerAllowsIt(t *testing.T) {
+	repo := testenv.StartHelmRepository(t, testenv.HelmRepositoryOptions{TLS: true})
+	repo.Publish(t, "web", "1.0.0", helmChart("a"))
+	key := helmApp(t, repo, "", &plumbv1.HelmSpec{Repositories: []plumbv1.ChartRepository{{URL: "oci://registry.invalid/charts", Insecure: true}}})
+	got := newHarness(t).tick(t, key, queue.WakeTimer)
+	if msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "SourceRefused"); !strings.Contains(msg, "helm.repositories") {
+		t.Errorf("Ready message %q does not name helm.repositories", msg)
+	}
+}

@@ -138,7 +138,13 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 		verifyRef = &v.SecretRef
 	}
 	var used []string
-	for _, ref := range []*plumbv1.LocalObjectReference{secretRef, verifyRef} {
+	refs := []*plumbv1.LocalObjectReference{secretRef, verifyRef}
+	if app.Spec.Helm != nil {
+		for _, repo := range app.Spec.Helm.Repositories {
+			refs = append(refs, repo.SecretRef)
+		}
+	}
+	for _, ref := range refs {
 		if ref != nil {
 			used = append(used, ref.Name)
 		}
@@ -164,11 +170,16 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 	if err != nil {
 		return nil, fail(string(source.ReasonInvalidSpec), err, true)
 	}
+	charts, err := r.chartRepositories(ctx, appKey, app)
+	if err != nil {
+		return nil, fail(string(source.ReasonSourceUnavailable), err, false)
+	}
 	req := source.Request{
-		Path:         app.Spec.Source.Path,
-		Render:       render.Options{Helm: helm},
-		LastRevision: app.Status.LastAppliedRevision,
-		Refresh:      refresh,
+		Path:              app.Spec.Source.Path,
+		Render:            render.Options{Helm: helm},
+		LastRevision:      app.Status.LastAppliedRevision,
+		Refresh:           refresh,
+		ChartRepositories: charts,
 	}
 	o := app.Spec.Source.OCI
 	if h := app.Spec.Source.Helm; h != nil {
@@ -228,6 +239,35 @@ func helmOptions(app *plumbv1.App) (render.HelmOptions, error) {
 		helm.ValuesFiles = h.ValuesFiles
 	}
 	return helm, nil
+}
+
+// chartRepositories are the accounts of spec.helm.repositories, each
+// from its Secret in the App's namespace.
+func (r *Reconciler) chartRepositories(ctx context.Context, app client.ObjectKey, spec *plumbv1.App) ([]source.ChartRepository, error) {
+	if spec.Spec.Helm == nil {
+		return nil, nil
+	}
+	var out []source.ChartRepository
+	for _, repo := range spec.Spec.Helm.Repositories {
+		account := source.ChartRepository{URL: repo.URL, Insecure: repo.Insecure}
+		if repo.SecretRef != nil {
+			s, err := r.Credentials.Get(ctx, app, repo.SecretRef.Name)
+			if err != nil {
+				return nil, fmt.Errorf("reading secret %s/%s of helm.repositories: %w", app.Namespace, repo.SecretRef.Name, err)
+			}
+			if strings.HasPrefix(repo.URL, oci.Scheme) {
+				o, err := ociRequest(&plumbv1.OCISource{URL: repo.URL}, repo.SecretRef, s.Data)
+				if err != nil {
+					return nil, fmt.Errorf("helm.repositories: %w", err)
+				}
+				account.OCI = o.Auth
+			} else if account.Helm, err = helmAuth(repo.SecretRef, s.Data); err != nil {
+				return nil, fmt.Errorf("helm.repositories: %w", err)
+			}
+		}
+		out = append(out, account)
+	}
+	return out, nil
 }
 
 // ociChart is a Helm source's chart in an OCI registry as the OCI source

@@ -15,6 +15,7 @@ import (
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/internal/impersonation"
+	"github.com/plumb-dev/plumb/internal/repourl"
 	"github.com/plumb-dev/plumb/internal/source/git"
 	"github.com/plumb-dev/plumb/ssa"
 )
@@ -94,10 +95,19 @@ func (r *Reconciler) applierFor(ctx context.Context, app *plumbv1.App) (Applier,
 // refuseFileSource refuses a file:// repository unless the controller
 // allows them: it would be read from the controller's own disk.
 // An OCI or Helm source over plain HTTP is refused unless the controller
-// allows insecure registries.
+// allows insecure registries, and so is a chart dependency's repository
+// in spec.helm.repositories.
 func (r *Reconciler) refuseFileSource(app *plumbv1.App) error {
 	refuse := func(err error) error {
 		return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: "SourceRefused", Terminal: true, Err: err}
+	}
+	if h := app.Spec.Helm; h != nil && !r.Policy.AllowInsecureRegistries {
+		for _, repo := range h.Repositories {
+			if repo.Insecure || strings.HasPrefix(repo.URL, "http://") {
+				return refuse(fmt.Errorf("helm.repositories: %s is read over plain HTTP (an http:// URL or insecure), which is refused: "+
+					"anyone on the path could change what is applied (start plumb controller with --allow-insecure-registries to allow it)", repourl.WithoutCredentials(repo.URL)))
+			}
+		}
 	}
 	if o := app.Spec.Source.OCI; o != nil {
 		if o.Insecure && !r.Policy.AllowInsecureRegistries {

@@ -97,16 +97,21 @@ func TestPullChecksTheArchiveAgainstTheIndex(t *testing.T) {
 func TestPullSendsCredentialsOnlyToTheRepository(t *testing.T) {
 	archive := testenv.Chart(t, "web", "1.0.0", map[string]string{"templates/cm.yaml": "kind: ConfigMap\n"})
 	var (
-		mu       sync.Mutex
-		withAuth = map[string]bool{} // host → saw an Authorization header
+		mu        sync.Mutex
+		withAuth  = map[string]bool{} // host → saw an Authorization header
+		elsewhere *httptest.Server
 	)
 	serve := func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		withAuth[r.Host] = withAuth[r.Host] || r.Header.Get("Authorization") != ""
 		mu.Unlock()
+		if r.URL.Path == "/charts/moved.tgz" { // to the same host name, another port
+			http.Redirect(w, r, elsewhere.URL+"/web-1.0.0.tgz", http.StatusFound)
+			return
+		}
 		w.Write(archive)
 	}
-	elsewhere := httptest.NewServer(http.HandlerFunc(serve))
+	elsewhere = httptest.NewServer(http.HandlerFunc(serve))
 	defer elsewhere.Close()
 	repo := httptest.NewServer(http.HandlerFunc(serve))
 	defer repo.Close()
@@ -114,7 +119,7 @@ func TestPullSendsCredentialsOnlyToTheRepository(t *testing.T) {
 	c := &helmrepo.Client{AllowHTTP: true}
 	auth := helmrepo.Auth{Username: "ci", Password: "s3cret"}
 	ctx := context.Background()
-	for _, u := range []string{elsewhere.URL + "/web-1.0.0.tgz", "web-1.0.0.tgz"} {
+	for _, u := range []string{elsewhere.URL + "/web-1.0.0.tgz", "web-1.0.0.tgz", "moved.tgz"} {
 		if _, err := c.Pull(ctx, repo.URL+"/charts", helmrepo.ChartVersion{Version: "1.0.0", URLs: []string{u}}, auth, chartLimits, 1<<20); err != nil {
 			t.Fatalf("%s: %v", u, err)
 		}
@@ -122,7 +127,7 @@ func TestPullSendsCredentialsOnlyToTheRepository(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if withAuth[strings.TrimPrefix(elsewhere.URL, "http://")] {
-		t.Error("the repository's credentials were sent to another host")
+		t.Error("the repository's credentials were sent to another host (or port), listed there or redirected to")
 	}
 	if !withAuth[strings.TrimPrefix(repo.URL, "http://")] {
 		t.Error("a download from the repository itself went without its credentials")

@@ -217,8 +217,9 @@ func (c *Client) cached(indexURL string, auth Auth) *cachedIndex {
 }
 
 // httpClient follows at most maxRedirects redirects, none to plain HTTP
-// unless allowed; net/http drops the Authorization header on a redirect
-// to another host.
+// unless allowed, and sends the Authorization header only to the first
+// request's scheme, host and port (net/http would keep it for another
+// port or a subdomain).
 func (c *Client) httpClient() *http.Client {
 	transport := c.Transport
 	if transport == nil {
@@ -232,6 +233,9 @@ func (c *Client) httpClient() *http.Client {
 			}
 			if req.URL.Scheme != "https" && !c.AllowHTTP {
 				return &plainHTTPError{what: "a redirect from " + via[0].URL.Host + " to " + req.URL.Host}
+			}
+			if !sameOrigin(via[0].URL, req.URL) {
+				req.Header.Del("Authorization")
 			}
 			return nil
 		},

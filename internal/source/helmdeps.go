@@ -147,8 +147,9 @@ func missingDependencies(t *tree.Tree, dir string) ([]dependency, error) {
 			return true
 		}
 		for n := range vendored {
-			if strings.HasPrefix(n, name+"-") && strings.HasSuffix(n, ".tgz") {
-				return true
+			version, ok := strings.CutPrefix(strings.TrimSuffix(n, ".tgz"), name+"-")
+			if _, err := semver.NewVersion(version); ok && strings.HasSuffix(n, ".tgz") && err == nil {
+				return true // <name>-<version>.tgz, not <name>-<other>-<version>.tgz
 			}
 		}
 		return false

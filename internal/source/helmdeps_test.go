@@ -101,6 +101,7 @@ func TestAChartsDependenciesAreFetchedFromTheirRepositories(t *testing.T) {
 		"Chart.yaml": fmt.Sprintf("apiVersion: v2\nname: app\nversion: 1.0.0\ndependencies:\n- {name: db, version: ~1.1.0, repository: %q}\n"+
 			"- {name: vendored, version: 3.0.0, repository: 'https://charts.invalid'}\n", helmRepo.URL+"/"),
 		"charts/vendored-3.0.0.tgz": string(testenv.Chart(t, "vendored", "3.0.0", dependencyChart("vendored", "3.0.0"))),
+		"charts/db-ha-1.0.0.tgz":    string(testenv.Chart(t, "db-ha", "1.0.0", dependencyChart("db-ha", "1.0.0"))), // not db
 	})
 	chartReq := source.Request{Render: render.Options{Helm: render.HelmOptions{ReleaseName: "app", Namespace: "default"}},
 		Refresh: true, // the index changed since it was read
@@ -109,7 +110,7 @@ func TestAChartsDependenciesAreFetchedFromTheirRepositories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := names(res), []string{"ConfigMap/db-1-1-0", "ConfigMap/vendored-3-0-0"}; !cmp.Equal(got, want) {
+	if got, want := names(res), []string{"ConfigMap/db-ha-1-0-0", "ConfigMap/db-1-1-0", "ConfigMap/vendored-3-0-0"}; !cmp.Equal(got, want) {
 		t.Errorf("a Helm source's chart rendered %v, want %v", got, want)
 	}
 

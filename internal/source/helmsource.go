@@ -95,7 +95,9 @@ func (r *Reader) readHelm(ctx context.Context, req Request) (*Result, error) {
 				}
 			}
 			if pulled.Digest != digest {
-				// The archive changed since its digest was remembered.
+				// The archive changed since its digest was remembered:
+				// forgotten, so that the next read records the new one.
+				r.archiveDigests.Remove(origin + "\x00" + index.Digest + "\x00" + cv.Version)
 				return nil, &Error{Reason: ReasonSourceUnavailable, Revision: recorded.String(), retry: true,
 					Err: fmt.Errorf("%w: the archive of version %s is now %s", helmrepo.ErrDigestMismatch, cv.Version, pulled.Digest)}
 			}

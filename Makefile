@@ -86,7 +86,7 @@ controlplane: ## Build the local control plane's binaries into the user cache (o
 	bash hack/controlplane.sh
 
 .PHONY: tools
-tools: ## Build promtool, Alertmanager, the OCI registry and cosign, which tests run, into the user cache (once; ~10 minutes cold).
+tools: ## Build promtool, Alertmanager, the OCI registry, cosign and versitygw, which tests run, into the user cache (once; ~10 minutes cold).
 	bash hack/tools.sh
 
 .PHONY: browser

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the tools that tests run (promtool, for the alert rules' unit tests,
 # Alertmanager, for the notification tests, CNCF Distribution's registry,
-# for the OCI source tests, and cosign, which signs artifacts in them) from the Go module
+# for the OCI source tests, cosign, which signs artifacts in them, and versitygw,
+# the S3 server of the bucket source tests) from the Go module
 # proxy into a versioned cache folder outside the repository, so that every
 # clone on this machine reuses them. A warm run builds nothing.
 #
@@ -27,9 +28,12 @@ grep -qE "^(require)?[[:space:]]*github.com/distribution/distribution/v3 $DISTRI
 	die "hack/tools/registry/go.mod does not require distribution $DISTRIBUTION_VERSION (internal/testenv/tools.env); fix one of them"
 grep -qE "^(require)?[[:space:]]*github.com/sigstore/cosign/v2 $COSIGN_VERSION( |$)" "$tools/cosign/go.mod" ||
 	die "hack/tools/cosign/go.mod does not require cosign $COSIGN_VERSION (internal/testenv/tools.env); fix one of them"
+grep -qE "^(require)?[[:space:]]*github.com/versity/versitygw $VERSITYGW_VERSION( |$)" "$tools/versitygw/go.mod" ||
+	die "hack/tools/versitygw/go.mod does not require versitygw $VERSITYGW_VERSION (internal/testenv/tools.env); fix one of them"
 cosign_bin="$cache_root/cosign-${COSIGN_VERSION}/bin"
+versitygw_bin="$cache_root/versitygw-${VERSITYGW_VERSION}/bin"
 
-mkdir -p "$bin" "$cosign_bin"
+mkdir -p "$bin" "$cosign_bin" "$versitygw_bin"
 exec 9>"$dir/.lock"
 flock 9 # one builder per cache folder; a second one waits, then finds the binaries
 
@@ -56,3 +60,7 @@ build registry registry github.com/distribution/distribution/v3/cmd/registry
 exec 8>"$cosign_bin/../.lock"
 flock 8
 build cosign cosign github.com/sigstore/cosign/v2/cmd/cosign "$cosign_bin"
+# versitygw's folder is its own too, with its own lock.
+exec 7>"$versitygw_bin/../.lock"
+flock 7
+build versitygw versitygw github.com/versity/versitygw/cmd/versitygw "$versitygw_bin"

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -345,11 +346,12 @@ const (
 
 // Source is where the desired state lives: a folder of a Git repository
 // at a reference (url, ref, path and secretRef, the Git source), of an
-// OCI artifact (oci, with path), or a chart of a Helm repository (helm).
-// Exactly one kind is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.url), has(self.oci), has(self.helm)].filter(x, x).size() == 1",message="source must set exactly one of url (a Git repository), oci and helm"
+// OCI artifact (oci, with path), a chart of a Helm repository (helm), or
+// the objects of an S3-compatible bucket (bucket, with path). Exactly one
+// kind is set.
+// +kubebuilder:validation:XValidation:rule="[has(self.url), has(self.oci), has(self.helm), has(self.bucket)].filter(x, x).size() == 1",message="source must set exactly one of url (a Git repository), oci, helm and bucket"
 // +kubebuilder:validation:XValidation:rule="has(self.url) == has(self.ref)",message="a Git source sets url and ref together (an OCI source sets oci.ref, a Helm source helm.version)"
-// +kubebuilder:validation:XValidation:rule="!has(self.secretRef) || has(self.url)",message="secretRef is the Git repository's credentials; an OCI or Helm source names its own in oci.secretRef or helm.secretRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.secretRef) || has(self.url)",message="secretRef is the Git repository's credentials; an OCI, Helm or bucket source names its own in oci.secretRef, helm.secretRef or bucket.secretRef"
 // +kubebuilder:validation:XValidation:rule="!has(self.helm) || !has(self.path)",message="path is not used by a Helm source: the chart is the archive's folder"
 type Source struct {
 	// URL of the Git repository: https://, http:// (for local servers),
@@ -389,28 +391,38 @@ type Source struct {
 	// it with spec.helm's release name and values.
 	// +optional
 	Helm *HelmSource `json:"helm,omitempty"`
+
+	// Bucket reads the objects under a prefix of an S3-compatible bucket
+	// in place of a Git repository (path is then a folder of the prefix).
+	// +optional
+	Bucket *BucketSource `json:"bucket,omitempty"`
 }
 
-// Kind is the kind of source set: SourceKindGit, SourceKindOCI or
-// SourceKindHelm.
+// Kind is the kind of source set: SourceKindGit, SourceKindOCI,
+// SourceKindHelm or SourceKindBucket.
 func (s Source) Kind() SourceKind {
 	switch {
 	case s.OCI != nil:
 		return SourceKindOCI
 	case s.Helm != nil:
 		return SourceKindHelm
+	case s.Bucket != nil:
+		return SourceKindBucket
 	}
 	return SourceKindGit
 }
 
 // Location is where the source is read from, without credentials: the
-// Git repository's URL, the OCI repository's, or the Helm repository's.
+// Git repository's URL, the OCI repository's, the Helm repository's, or
+// s3://<endpoint>/<bucket>/<prefix>.
 func (s Source) Location() string {
 	switch {
 	case s.OCI != nil:
 		return s.OCI.URL
 	case s.Helm != nil:
 		return s.Helm.Repository
+	case s.Bucket != nil:
+		return strings.TrimSuffix("s3://"+s.Bucket.Endpoint+"/"+s.Bucket.Bucket+"/"+strings.Trim(s.Bucket.Prefix, "/"), "/")
 	}
 	return s.URL
 }
@@ -437,7 +449,48 @@ const (
 	SourceKindOCI SourceKind = "oci"
 	// SourceKindHelm is a chart of a Helm repository (helm).
 	SourceKindHelm SourceKind = "helm"
+	// SourceKindBucket is the objects of an S3-compatible bucket (bucket).
+	SourceKindBucket SourceKind = "bucket"
 )
+
+// BucketSource is a folder (a prefix) of an S3-compatible bucket. Its
+// revision is sha256:<digest of the keys and ETags>.
+type BucketSource struct {
+	// Endpoint is the S3 server, host[:port], without a scheme (e.g.
+	// s3.amazonaws.com, minio.example.com:9000).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9.-]+(:[0-9]+)?$`
+	Endpoint string `json:"endpoint"`
+
+	// Bucket is the bucket's name.
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9.-]*[a-z0-9]$`
+	Bucket string `json:"bucket"`
+
+	// Prefix is the folder of the bucket to read; empty is all of it.
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)')",message="prefix must be a relative folder and must not contain '..'"
+	// +optional
+	Prefix string `json:"prefix,omitempty"`
+
+	// Region is the bucket's region; empty is us-east-1.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Region string `json:"region,omitempty"`
+
+	// SecretRef names a Secret in the App's namespace with the accesskey
+	// and secretkey keys (as Flux's Bucket takes them); without it the
+	// bucket is read anonymously.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+
+	// Insecure reads the endpoint over plain HTTP. The controller refuses
+	// it unless it runs with --allow-insecure-registries.
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
+}
 
 // HelmSource is a chart in a Helm repository: an HTTP repository (an
 // index.yaml and the chart archives it lists) or an OCI registry (charts

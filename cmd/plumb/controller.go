@@ -105,7 +105,7 @@ func (f *controllerFlags) register(flags *pflag.FlagSet) {
 	flags.DurationVar(&f.NotificationAlertRefresh, "notification-alert-refresh", 5*time.Minute,
 		"how often alerts that are open in Alertmanager are posted again, each post valid for three times as long")
 	flags.BoolVar(&f.Policy.AllowFileSources, "allow-file-sources", false, "let Apps read file:// repositories (from the controller's own disk)")
-	flags.BoolVar(&f.Policy.AllowInsecureRegistries, "allow-insecure-registries", false, "let Apps read OCI registries and Helm repositories over plain HTTP (spec.source.oci.insecure, spec.source.helm.insecure, an http:// helm.repository), where anyone on the path can change what is applied")
+	flags.BoolVar(&f.Policy.AllowInsecureRegistries, "allow-insecure-registries", false, "let Apps read OCI registries, Helm repositories and S3 buckets over plain HTTP (spec.source.oci.insecure, spec.source.helm.insecure, an http:// helm.repository, spec.source.bucket.insecure, spec.helm.repositories), where anyone on the path can change what is applied")
 }
 
 // validate checks the flags before anything starts.

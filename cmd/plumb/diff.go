@@ -96,7 +96,7 @@ diff and flux diff), so that CI can gate on it.`,
 	flags.StringVarP(&f.output, "output", "o", "text", "output format: text or json")
 	flags.StringVar(&f.color, "color", "auto", "colour the diff: auto (on a terminal, unless NO_COLOR is set), always or never")
 	flags.BoolVar(&f.policy.NoCrossNamespace, "no-cross-namespace", false, "preview as a controller run with --no-cross-namespace would tick")
-	flags.BoolVar(&f.policy.AllowInsecureRegistries, "allow-insecure-registries", false, "preview as a controller run with --allow-insecure-registries would tick: an OCI or Helm App may read its registry or repository over plain HTTP")
+	flags.BoolVar(&f.policy.AllowInsecureRegistries, "allow-insecure-registries", false, "preview as a controller run with --allow-insecure-registries would tick: an OCI, Helm or bucket App may read its registry, repository or S3 server over plain HTTP, and a chart its dependencies")
 	flags.StringVar(&f.policy.DefaultServiceAccount, "default-service-account", "", "preview as a controller run with --default-service-account would tick: an App naming no ServiceAccount acts as this one")
 	flags.BoolVar(&f.withMyRights, "with-my-rights", false, "preview an App that acts as a ServiceAccount with your own rights, not by impersonating the ServiceAccount")
 	flags.StringVar(&f.gitCacheDir, "git-cache-dir", "", "folder that keeps the clones of repositories between runs, for one run at a time (default: a new folder each run, removed after it)")
@@ -194,6 +194,9 @@ var shortCommit = regexp.MustCompile(`^[0-9a-f]{7,39}$`)
 
 // atRevision points the App's source at --revision.
 func atRevision(app *plumbv1.App, rev string) error {
+	if app.Spec.Source.Bucket != nil {
+		return fmt.Errorf("--revision %q: a bucket keeps no revisions to choose from; plumb diff reads it as it is now (leave --revision out)", rev)
+	}
 	if h := app.Spec.Source.Helm; h != nil {
 		version, err := parseHelmRevision(rev)
 		h.Version = version

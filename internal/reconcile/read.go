@@ -13,6 +13,7 @@ import (
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/internal/source"
+	"github.com/plumb-dev/plumb/internal/source/bucket"
 	"github.com/plumb-dev/plumb/internal/source/git"
 	"github.com/plumb-dev/plumb/internal/source/helmrepo"
 	"github.com/plumb-dev/plumb/internal/source/oci"
@@ -132,6 +133,8 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 		secretRef = app.Spec.Source.OCI.SecretRef
 	case app.Spec.Source.Helm != nil:
 		secretRef = app.Spec.Source.Helm.SecretRef
+	case app.Spec.Source.Bucket != nil:
+		secretRef = app.Spec.Source.Bucket.SecretRef
 	}
 	var verifyRef *plumbv1.LocalObjectReference
 	if v := app.Spec.Source.Verification(); v != nil {
@@ -204,6 +207,14 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 		}
 		if verifyKeys != nil {
 			req.OCI.Verify = &source.OCIVerify{Keys: verifyKeys}
+		}
+	} else if b := app.Spec.Source.Bucket; b != nil {
+		req.Bucket = &source.BucketRequest{Location: bucket.Location{Endpoint: b.Endpoint, Bucket: b.Bucket, Prefix: b.Prefix,
+			Region: b.Region, Insecure: b.Insecure}}
+		if secretRef != nil {
+			if req.Bucket.Auth, err = bucketAuth(secretRef, secret); err != nil {
+				return nil, fail(string(source.ReasonSourceUnavailable), err, false)
+			}
 		}
 	} else if req.Helm == nil {
 		ref := app.Spec.Source.Ref
@@ -298,6 +309,16 @@ func helmAuth(ref *plumbv1.LocalObjectReference, secret map[string][]byte) (helm
 		return helmrepo.Auth{}, fmt.Errorf("secret %s holds no username or password key (the account of the Helm repository)", ref.Name)
 	}
 	return helmrepo.Auth{Username: string(username), Password: string(password)}, nil
+}
+
+// bucketAuth is the access key pair of a bucket, from the accesskey and
+// secretkey keys of the App's Secret (as Flux's Bucket takes them).
+func bucketAuth(ref *plumbv1.LocalObjectReference, secret map[string][]byte) (bucket.Auth, error) {
+	access, key := secret["accesskey"], secret["secretkey"]
+	if len(access) == 0 || len(key) == 0 {
+		return bucket.Auth{}, fmt.Errorf("secret %s must hold the accesskey and secretkey keys (the bucket's access key pair)", ref.Name)
+	}
+	return bucket.Auth{AccessKey: string(access), SecretKey: string(key)}, nil
 }
 
 // ociRequest is what the Read phase asks of an OCI source, with the

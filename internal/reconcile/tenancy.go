@@ -35,8 +35,9 @@ type Policy struct {
 	// AllowFileSources lets Apps read file:// repositories, which are on the
 	// controller's own disk.
 	AllowFileSources bool
-	// AllowInsecureRegistries lets Apps read OCI registries over plain
-	// HTTP (spec.source.oci.insecure).
+	// AllowInsecureRegistries lets Apps read OCI registries, Helm
+	// repositories and S3 buckets over plain HTTP (an insecure field, an
+	// http:// URL).
 	AllowInsecureRegistries bool
 }
 
@@ -108,6 +109,13 @@ func (r *Reconciler) refuseFileSource(app *plumbv1.App) error {
 					"anyone on the path could change what is applied (start plumb controller with --allow-insecure-registries to allow it)", repourl.WithoutCredentials(repo.URL)))
 			}
 		}
+	}
+	if b := app.Spec.Source.Bucket; b != nil {
+		if b.Insecure && !r.Policy.AllowInsecureRegistries {
+			return refuse(errors.New("bucket.insecure asks for plain HTTP to the S3 server, which is refused: anyone on the path could change what is applied " +
+				"(start plumb controller with --allow-insecure-registries to allow it)"))
+		}
+		return nil
 	}
 	if o := app.Spec.Source.OCI; o != nil {
 		if o.Insecure && !r.Policy.AllowInsecureRegistries {

@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/lru"
 
 	"github.com/plumb-dev/plumb/internal/revision"
+	"github.com/plumb-dev/plumb/internal/source/bucket"
 	"github.com/plumb-dev/plumb/internal/source/git"
 	"github.com/plumb-dev/plumb/internal/source/helmrepo"
 	"github.com/plumb-dev/plumb/internal/source/manifest"
@@ -99,6 +100,10 @@ type Request struct {
 	// used, and Path is set to the chart's folder in its archive (its
 	// name); Render's values files are paths in the archive.
 	Helm *HelmRequest
+	// Bucket, when set, reads the objects under a prefix of an
+	// S3-compatible bucket in place of a Git repository: URL, Ref, Auth
+	// and LastRevision are then not used.
+	Bucket *BucketRequest
 	// ChartRepositories are the accounts of the repositories that a
 	// chart's dependencies come from. A dependency from the Helm source's
 	// own repository uses its account when none is given here.
@@ -160,12 +165,13 @@ type Options struct {
 	// Isolation, when set, runs Kustomize and Helm builds in a child
 	// process (see render.Isolation); its timeout is RenderTimeout.
 	Isolation *render.Isolation
-	// RegistryTransport carries the requests to OCI registries and Helm
-	// repositories (http.DefaultTransport when nil).
+	// RegistryTransport carries the requests to OCI registries, Helm
+	// repositories and S3 buckets (http.DefaultTransport when nil).
 	RegistryTransport http.RoundTripper
-	// AllowInsecureRegistries lets an App read a registry or a Helm
-	// repository over plain HTTP (oci.insecure, an http:// Helm
-	// repository); without it such an App fails with InvalidSpec.
+	// AllowInsecureRegistries lets an App read a registry, a Helm
+	// repository or a bucket over plain HTTP (oci.insecure, an http://
+	// Helm repository, bucket.insecure); without it such an App fails
+	// with InvalidSpec.
 	AllowInsecureRegistries bool
 	// HelmIndexMaxAge is how long a Helm repository's index is reused
 	// before one conditional GET checks it again (default
@@ -188,14 +194,17 @@ type Reader struct {
 	helmRepos          *helmrepo.Client // HTTPS only
 	// insecureHelmRepos allows plain HTTP; nil unless the Options allow it.
 	insecureHelmRepos *helmrepo.Client
-	archiveDigests    *lru.Cache // Helm origin, index digest and version → archive digest
-	limits            Limits
-	renderTimeout     time.Duration
-	renders           *renderCache
-	isolation         *render.Isolation
-	engines           *lru.Cache   // render key without capabilities → render.Engine
-	verified          *lru.Cache   // origin, keys and digest → oci.Verification
-	rendered          atomic.Int64 // renders run (not served from the cache)
+	buckets           *bucket.Client // HTTPS only
+	// insecureBuckets allows plain HTTP; nil unless the Options allow it.
+	insecureBuckets *bucket.Client
+	archiveDigests  *lru.Cache // Helm origin, index digest and version → archive digest
+	limits          Limits
+	renderTimeout   time.Duration
+	renders         *renderCache
+	isolation       *render.Isolation
+	engines         *lru.Cache   // render key without capabilities → render.Engine
+	verified        *lru.Cache   // origin, keys and digest → oci.Verification
+	rendered        atomic.Int64 // renders run (not served from the cache)
 }
 
 // enginesRemembered bounds the engines remembered per render key (a few
@@ -233,10 +242,11 @@ func NewReader(opts Options) (*Reader, error) {
 	reader := &Reader{repos: repos, limits: opts.Limits, renderTimeout: opts.RenderTimeout, isolation: opts.Isolation,
 		renders: newRenderCache(opts.RenderCacheBytes), engines: lru.New(enginesRemembered), verified: lru.New(verificationsRemembered),
 		registries: &oci.Client{Transport: opts.RegistryTransport}, helmRepos: &helmrepo.Client{Transport: opts.RegistryTransport, IndexMaxAge: opts.HelmIndexMaxAge},
-		archiveDigests: lru.New(archiveDigestsRemembered)}
+		archiveDigests: lru.New(archiveDigestsRemembered), buckets: &bucket.Client{Transport: opts.RegistryTransport}}
 	if opts.AllowInsecureRegistries {
 		reader.insecureRegistries = &oci.Client{Transport: opts.RegistryTransport, AllowHTTP: true}
 		reader.insecureHelmRepos = &helmrepo.Client{Transport: opts.RegistryTransport, AllowHTTP: true, IndexMaxAge: opts.HelmIndexMaxAge}
+		reader.insecureBuckets = &bucket.Client{Transport: opts.RegistryTransport, AllowHTTP: true}
 	}
 	return reader, nil
 }
@@ -259,6 +269,8 @@ func (r *Reader) Read(ctx context.Context, req Request) (*Result, error) {
 		return r.readOCI(ctx, req)
 	case req.Helm != nil:
 		return r.readHelm(ctx, req)
+	case req.Bucket != nil:
+		return r.readBucket(ctx, req)
 	}
 	rev, err := r.repos.Resolve(ctx, req.URL, req.Ref, req.Auth, git.ResolveOptions{Fresh: req.Refresh})
 	if err != nil {

@@ -1,7 +1,7 @@
 package testenv
 
 // The tools that tests run — promtool (Prometheus's rule tests),
-// Alertmanager, CNCF Distribution's registry and cosign — which hack/tools.sh
+// Alertmanager, CNCF Distribution's registry, cosign and versitygw — which hack/tools.sh
 // builds from the Go module proxy into a versioned folder of the user's
 // cache, once per machine.
 
@@ -29,7 +29,7 @@ const ToolsCacheEnv = "PLUMB_TOOLS_CACHE"
 var ErrToolMissing = errors.New("tool is missing")
 
 // ToolsDir is the folder that holds the pinned tools' executables (all but
-// cosign, which is in CosignDir).
+// cosign and versitygw, which have folders of their own).
 func ToolsDir() (string, error) {
 	values, root, err := toolsRoot()
 	if err != nil {
@@ -56,6 +56,18 @@ func CosignDir() (string, error) {
 	return filepath.Join(root, "cosign-"+values["COSIGN_VERSION"], "bin"), nil
 }
 
+// versitygwDir is the folder of the pinned versitygw.
+func versitygwDir() (string, error) {
+	values, root, err := toolsRoot()
+	if err != nil {
+		return "", err
+	}
+	if values["VERSITYGW_VERSION"] == "" {
+		return "", errors.New("internal/testenv/tools.env: VERSITYGW_VERSION must be set")
+	}
+	return filepath.Join(root, "versitygw-"+values["VERSITYGW_VERSION"], "bin"), nil
+}
+
 // toolsRoot reads tools.env and finds the root of the tools cache.
 func toolsRoot() (map[string]string, string, error) {
 	values := map[string]string{}
@@ -76,12 +88,15 @@ func toolsRoot() (map[string]string, string, error) {
 }
 
 // ToolPath is the executable of one tool ("promtool", "alertmanager",
-// "registry" or "cosign"), or an error wrapping ErrToolMissing that names
+// "registry", "cosign" or "versitygw"), or an error wrapping ErrToolMissing that names
 // the command that builds it.
 func ToolPath(name string) (string, error) {
 	find := ToolsDir
-	if name == "cosign" {
+	switch name {
+	case "cosign":
 		find = CosignDir
+	case "versitygw":
+		find = versitygwDir
 	}
 	dir, err := find()
 	if err != nil {

@@ -176,6 +176,32 @@ func TestAHelmSourceIsAcceptedAndReadBack(t *testing.T) {
 	}
 }
 
+func TestABucketSourceIsAcceptedAndReadBack(t *testing.T) {
+	c, ns := setup(t)
+	ctx := context.Background()
+	app := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bucket"},
+		Spec: plumbv1.AppSpec{Source: plumbv1.Source{Path: "web", Bucket: &plumbv1.BucketSource{Endpoint: "minio.storage.svc:9000", Bucket: "deploy",
+			Prefix: "prod/", Region: "eu-west-1", Insecure: true, SecretRef: &plumbv1.LocalObjectReference{Name: "s3"}}},
+			Helm: &plumbv1.HelmSpec{Repositories: []plumbv1.ChartRepository{{URL: "oci://registry.example.com/charts", Insecure: true,
+				SecretRef: &plumbv1.LocalObjectReference{Name: "registry"}}}}}}
+	if err := c.Create(ctx, app); err != nil {
+		t.Fatalf("creating a bucket App: %v", err)
+	}
+	var got plumbv1.App
+	if err := c.Get(ctx, client.ObjectKeyFromObject(app), &got); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(app.Spec.Source, got.Spec.Source); diff != "" {
+		t.Errorf("the source read back differs (-sent +read):\n%s", diff)
+	}
+	if diff := cmp.Diff(app.Spec.Helm, got.Spec.Helm); diff != "" {
+		t.Errorf("spec.helm read back differs (-sent +read):\n%s", diff)
+	}
+	if got.Spec.Source.Kind() != plumbv1.SourceKindBucket || got.Spec.Source.Location() != "s3://minio.storage.svc:9000/deploy/prod" {
+		t.Errorf("kind %q, location %q", got.Spec.Source.Kind(), got.Spec.Source.Location())
+	}
+}
+
 func TestSupportedURLFormsAreAccepted(t *testing.T) {
 	c, ns := setup(t)
 	for i, url := range []string{
@@ -211,20 +237,20 @@ func TestInvalidAppsAreRejectedWithAClearMessage(t *testing.T) {
 	}, {
 		name:        "no source",
 		mutate:      func(a *plumbv1.App) { a.Spec.Source = plumbv1.Source{} },
-		wantMessage: "source must set exactly one of url (a Git repository), oci and helm",
+		wantMessage: "source must set exactly one of url (a Git repository), oci, helm and bucket",
 	}, {
 		name: "a Git and an OCI source at once",
 		mutate: func(a *plumbv1.App) {
 			a.Spec.Source.OCI = &plumbv1.OCISource{URL: "oci://registry.example.com/org/app"}
 		},
-		wantMessage: "source must set exactly one of url (a Git repository), oci and helm",
+		wantMessage: "source must set exactly one of url (a Git repository), oci, helm and bucket",
 	}, {
 		name: "an OCI source with the Git source's secretRef",
 		mutate: func(a *plumbv1.App) {
 			a.Spec.Source = plumbv1.Source{OCI: &plumbv1.OCISource{URL: "oci://registry.example.com/org/app"},
 				SecretRef: &plumbv1.LocalObjectReference{Name: "creds"}}
 		},
-		wantMessage: "secretRef is the Git repository's credentials; an OCI or Helm source names its own in oci.secretRef or helm.secretRef",
+		wantMessage: "secretRef is the Git repository's credentials; an OCI, Helm or bucket source names its own in oci.secretRef, helm.secretRef or bucket.secretRef",
 	}, {
 		name: "an OCI url with a tag in it",
 		mutate: func(a *plumbv1.App) {
@@ -257,7 +283,7 @@ func TestInvalidAppsAreRejectedWithAClearMessage(t *testing.T) {
 			a.Spec.Source = plumbv1.Source{OCI: &plumbv1.OCISource{URL: "oci://registry.example.com/org/app"},
 				Helm: &plumbv1.HelmSource{Repository: "https://charts.example.com", Chart: "web"}}
 		},
-		wantMessage: "source must set exactly one of url (a Git repository), oci and helm",
+		wantMessage: "source must set exactly one of url (a Git repository), oci, helm and bucket",
 	}, {
 		name: "a Helm source with a path",
 		mutate: func(a *plumbv1.App) {
@@ -289,6 +315,30 @@ func TestInvalidAppsAreRejectedWithAClearMessage(t *testing.T) {
 				Verify: &plumbv1.OCIVerification{Provider: "cosign", SecretRef: plumbv1.LocalObjectReference{Name: "keys"}}}}
 		},
 		wantMessage: "verify checks cosign signatures, which only charts in OCI registries carry",
+	}, {
+		name: "a Git and a bucket source at once",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source.Bucket = &plumbv1.BucketSource{Endpoint: "s3.amazonaws.com", Bucket: "deploy"}
+		},
+		wantMessage: "source must set exactly one of url (a Git repository), oci, helm and bucket",
+	}, {
+		name: "a bucket endpoint with a scheme",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{Bucket: &plumbv1.BucketSource{Endpoint: "https://s3.amazonaws.com", Bucket: "deploy"}}
+		},
+		wantMessage: "spec.source.bucket.endpoint in body should match",
+	}, {
+		name: "a bucket prefix that climbs",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{Bucket: &plumbv1.BucketSource{Endpoint: "s3.amazonaws.com", Bucket: "deploy", Prefix: "../other"}}
+		},
+		wantMessage: "prefix must be a relative folder",
+	}, {
+		name: "a chart dependency's repository that is not a URL",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Helm = &plumbv1.HelmSpec{Repositories: []plumbv1.ChartRepository{{URL: "@bitnami"}}}
+		},
+		wantMessage: "url must be an https://, http:// or oci:// URL",
 	}, {
 		name:        "interval 1s",
 		mutate:      func(a *plumbv1.App) { a.Spec.Interval = &metav1.Duration{Duration: time.Second} },

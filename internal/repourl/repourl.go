@@ -2,7 +2,8 @@
 // URL: its canonical form (so that a push naming a repository in any of
 // its spellings finds the Apps that track it in another), its owner/name
 // path (for commit statuses and commit links), and the URL without the
-// credentials it may carry (for events and messages).
+// credentials it may carry (for events and messages); and the canonical
+// form of an OCI repository (for registry push events).
 package repourl
 
 import (
@@ -12,6 +13,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
 )
 
 // validPath and validHost are what Git hosts accept in repository paths
@@ -134,4 +137,26 @@ func WithoutCredentials(raw string) string {
 // likely, which no Git server would be asked with.
 func HidesCredentials(raw string) bool {
 	return strings.Contains(WithoutCredentials(raw), "://***@")
+}
+
+// Registry returns the canonical form of an OCI repository, however a
+// registry or an App spells it (oci://host/path, host/path, host/path:tag,
+// host/path@sha256:…, any case): host[:port]/path lower-cased, without
+// its tag or digest, and Docker Hub as index.docker.io with its library/
+// namespace, so that a registry's push event finds the Apps that read the
+// repository.
+func Registry(raw string) (string, error) {
+	s := strings.ToLower(strings.TrimSpace(raw))
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "oci://"), "/")
+	if s == "" || strings.Contains(s, "//") {
+		return "", fmt.Errorf("%q is not an OCI repository", raw)
+	}
+	if rest, ok := strings.CutPrefix(s, "registry-1.docker.io/"); ok {
+		s = "index.docker.io/" + rest // Docker Hub's registry host
+	}
+	ref, err := name.ParseReference(s, name.WeakValidation)
+	if err != nil {
+		return "", fmt.Errorf("%q is not an OCI repository: %w", raw, err)
+	}
+	return ref.Context().Name(), nil
 }

@@ -130,3 +130,24 @@ func TestWithoutCredentialsShowsNoPassword(t *testing.T) {
 		}
 	}
 }
+
+func TestRegistryMatchesSpellingsOfOneRepository(t *testing.T) {
+	for want, spellings := range map[string][]string{
+		"ghcr.io/org/charts/web": {"oci://ghcr.io/org/charts/web", "ghcr.io/org/charts/web", "GHCR.io/Org/Charts/Web",
+			"ghcr.io/org/charts/web:1.2.3", "oci://ghcr.io/org/charts/web/", "ghcr.io/org/charts/web@sha256:" + strings.Repeat("a", 64)},
+		"index.docker.io/library/nginx": {"nginx", "docker.io/nginx", "docker.io/library/nginx:latest", "oci://index.docker.io/library/nginx"},
+		"index.docker.io/team/app":      {"team/app", "docker.io/team/app", "registry-1.docker.io/team/app"},
+		"localhost:5000/e2e/web":        {"oci://localhost:5000/e2e/web", "localhost:5000/e2e/web:stable"},
+	} {
+		for _, raw := range spellings {
+			if got, err := Registry(raw); err != nil || got != want {
+				t.Errorf("Registry(%q) = %q, %v; want %q", raw, got, err, want)
+			}
+		}
+	}
+	for _, bad := range []string{"", "oci://", "https://ghcr.io/org/web", "ghcr.io/org/web:bad tag", "ghcr.io//web"} {
+		if got, err := Registry(bad); err == nil {
+			t.Errorf("Registry(%q) = %q, want an error", bad, got)
+		}
+	}
+}

@@ -65,7 +65,11 @@ func (r *Reader) readOCI(ctx context.Context, req Request) (*Result, error) {
 		}
 		registries = r.insecureRegistries
 	}
-	rev, err := registries.Resolve(ctx, o.URL, o.Ref, o.Auth)
+	resolve := registries.Resolve
+	if req.Refresh {
+		resolve = registries.ResolveFresh
+	}
+	rev, err := resolve(ctx, o.URL, o.Ref, o.Auth)
 	if err != nil {
 		return nil, classifyOCI("", err)
 	}

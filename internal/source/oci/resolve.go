@@ -116,6 +116,17 @@ const maxSessions = 512
 // or a digest with one manifest HEAD, a semver range by listing the tags
 // (every page) and then one HEAD of the highest tag in the range.
 func (c *Client) Resolve(ctx context.Context, url string, ref Ref, auth Auth) (Revision, error) {
+	return c.resolve(ctx, url, ref, auth, false)
+}
+
+// ResolveFresh is Resolve for a read a push webhook asked for: a semver
+// range lists the tags again rather than reuse a listing younger than
+// TagsMaxAge, so that the pushed tag is seen at once.
+func (c *Client) ResolveFresh(ctx context.Context, url string, ref Ref, auth Auth) (Revision, error) {
+	return c.resolve(ctx, url, ref, auth, true)
+}
+
+func (c *Client) resolve(ctx context.Context, url string, ref Ref, auth Auth, fresh bool) (Revision, error) {
 	repo, err := c.repository(url)
 	if err != nil {
 		return Revision{}, err
@@ -141,7 +152,7 @@ func (c *Client) Resolve(ctx context.Context, url string, ref Ref, auth Auth) (R
 			return Revision{}, fmt.Errorf("%w: digest %q: %v", ErrInvalidRef, ref.Digest, err)
 		}
 	case ref.SemVer != "":
-		if tag, err = c.highestInRange(ctx, sess, repo, ref.SemVer); err != nil {
+		if tag, err = c.highestInRange(ctx, sess, repo, ref.SemVer, fresh); err != nil {
 			return Revision{}, err
 		}
 		target = repo.Tag(tag)
@@ -161,8 +172,9 @@ func (c *Client) Resolve(ctx context.Context, url string, ref Ref, auth Auth) (R
 }
 
 // highestInRange picks, of the repository's tags, the highest that is a
-// semver version in the range.
-func (c *Client) highestInRange(ctx context.Context, sess *session, repo name.Repository, rangeSpec string) (string, error) {
+// semver version in the range. A tag cannot hold "+", so build metadata is
+// read after "_" (how Helm pushes a chart version such as 1.2.3+build.1).
+func (c *Client) highestInRange(ctx context.Context, sess *session, repo name.Repository, rangeSpec string, fresh bool) (string, error) {
 	constraint, err := semver.NewConstraint(rangeSpec)
 	if err != nil {
 		return "", fmt.Errorf("%w: semver range %q: %v", ErrInvalidRef, rangeSpec, err)
@@ -175,7 +187,7 @@ func (c *Client) highestInRange(ctx context.Context, sess *session, repo name.Re
 	if c.Now != nil {
 		now = c.Now
 	}
-	tags, err := sess.tags.get(ctx, now, maxAge, func(ctx context.Context) ([]string, error) {
+	tags, err := sess.tags.get(ctx, now, maxAge, fresh, func(ctx context.Context) ([]string, error) {
 		return listTags(ctx, sess.puller, repo)
 	})
 	if err != nil {
@@ -184,7 +196,7 @@ func (c *Client) highestInRange(ctx context.Context, sess *session, repo name.Re
 	var best *semver.Version
 	bestTag := ""
 	for _, tag := range tags {
-		v, err := semver.NewVersion(tag)
+		v, err := semver.NewVersion(strings.ReplaceAll(tag, "_", "+"))
 		if err != nil || !constraint.Check(v) {
 			continue
 		}

@@ -124,6 +124,24 @@ func TestASemverRangeFollowsTheHighestTagInIt(t *testing.T) {
 	if got := requests.Reset(); got["GET tags"] != 1 || got["HEAD manifests"] != 1 {
 		t.Errorf("an aged listing: %v, want one listing and one manifest HEAD", got)
 	}
+	// A tag pushed within TagsMaxAge: a plain resolve keeps the listing,
+	// a fresh one (a push webhook asked for it) lists again and sees it.
+	newest := push(t, r, "plumb/chart", "1.4.0")
+	if rev, err := c.Resolve(ctx, url, oci.Ref{SemVer: "1.x"}, auth); err != nil || rev.Tag != "1.3.0" {
+		t.Errorf("within TagsMaxAge: %s, %v; want the listed 1.3.0", rev, err)
+	}
+	requests.Reset()
+	if rev, err := c.ResolveFresh(ctx, url, oci.Ref{SemVer: "1.x"}, auth); err != nil || rev.String() != "1.4.0@"+newest.String() {
+		t.Errorf("a fresh resolve: %s, %v; want 1.4.0@%s", rev, err, newest)
+	}
+	if got := requests.Reset(); got["GET tags"] != 1 || got["HEAD manifests"] != 1 {
+		t.Errorf("a fresh resolve: %v, want one listing and one manifest HEAD", got)
+	}
+	// A chart version with build metadata is pushed with "_" for "+".
+	build := push(t, r, "plumb/chart", "1.4.1_build.7")
+	if rev, err := c.ResolveFresh(ctx, url, oci.Ref{SemVer: "1.x"}, auth); err != nil || rev.String() != "1.4.1_build.7@"+build.String() {
+		t.Errorf("a tag with build metadata: %s, %v; want 1.4.1_build.7@%s", rev, err, build)
+	}
 	if _, err := c.Resolve(ctx, url, oci.Ref{SemVer: ">=3.0.0"}, auth); !errors.Is(err, oci.ErrNotFound) {
 		t.Errorf("a range no tag satisfies: %v, want ErrNotFound", err)
 	}

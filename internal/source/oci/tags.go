@@ -61,11 +61,18 @@ type tagListing struct {
 }
 
 // get returns the listing if it is younger than maxAge, and lists again
-// otherwise. A failed listing is not kept.
-func (l *tagListing) get(ctx context.Context, now func() time.Time, maxAge time.Duration, list func(context.Context) ([]string, error)) ([]string, error) {
+// otherwise. A fresh get (a push webhook asked for it) lists again unless
+// a listing finished after it was asked for: the resolves a push brings
+// forward at once share one listing. A failed listing is not kept.
+func (l *tagListing) get(ctx context.Context, now func() time.Time, maxAge time.Duration, fresh bool, list func(context.Context) ([]string, error)) ([]string, error) {
+	asked := now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.listed.IsZero() && now().Sub(l.listed) < maxAge {
+	switch {
+	case l.listed.IsZero():
+	case fresh && l.listed.After(asked):
+		return l.tags, nil
+	case !fresh && now().Sub(l.listed) < maxAge:
 		return l.tags, nil
 	}
 	tags, err := list(ctx)

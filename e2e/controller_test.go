@@ -47,6 +47,7 @@ func startController(t *testing.T, name string, extra ...string) *controllerProc
 		"--webhook-secret-file", "github=" + secretFile,
 		"--webhook-secret-file", "gitlab=" + secretFile,
 		"--webhook-secret-file", "gitea=" + secretFile,
+		"--webhook-secret-file", "harbor=" + secretFile,
 		"--kubeconfig", cluster.KubeconfigPath,
 		"--health-addr", healthAddr, "--metrics-addr", metricsAddr,
 		"--git-cache-dir", filepath.Join(dir, "git"),

@@ -18,10 +18,10 @@ func TestNewGitHubPushIsSignedAsGitHubSignsIt(t *testing.T) {
 	if string(sent) != string(body) || req.Header.Get("X-GitHub-Event") != "push" || req.Header.Get("X-GitHub-Delivery") != "d-1" {
 		t.Fatalf("request %v with body %q", req.Header, sent)
 	}
-	if !verified(GitHub, "s3cret", req.Header, body) {
+	if !verified(GitHub, "s3cret", req, body) {
 		t.Error("the receiver refuses the push with its own secret")
 	}
-	if verified(GitHub, "other", req.Header, body) {
+	if verified(GitHub, "other", req, body) {
 		t.Error("the receiver takes the push with another secret")
 	}
 }

@@ -13,16 +13,19 @@ import (
 	"github.com/plumb-dev/plumb/internal/repourl"
 )
 
-// Push is what a push payload says, whatever the provider: the
-// repository's URLs (clone URLs, SSH URLs, web URLs), the ref it moved
-// (refs/heads/main, refs/tags/v1.2.0) and, where the provider lists them,
-// the paths its commits changed. It is a hint only: the tick reads Git
-// itself.
+// Push is what a push payload says, whatever the provider: for a Git
+// host, the repository's URLs (clone URLs, SSH URLs, web URLs), the ref it
+// moved (refs/heads/main, refs/tags/v1.2.0) and, where the provider lists
+// them, the paths its commits changed; for a registry, the tags it
+// pushed. It is a hint only: the tick reads the source itself.
 type Push struct {
 	URLs []string
 	Ref  string
 	// ChangedPaths is nil when the provider does not list them.
 	ChangedPaths []string
+	// Artifacts are the tags a registry pushed (then URLs and Ref are
+	// empty).
+	Artifacts []Artifact
 }
 
 // Index maps repository URLs to the Apps that track them, kept up to date
@@ -35,11 +38,14 @@ type Index struct {
 }
 
 type indexedApp struct {
-	url        string
+	url        string // a canonical Git URL, or registryKey of an OCI repository
 	ref        plumbv1.GitRef
 	path       string
 	pathFilter bool
 }
+
+// registryKey keys an OCI repository apart from Git URLs in byURL.
+func registryKey(canonical string) string { return "oci://" + canonical }
 
 // NewIndex creates an empty index.
 func NewIndex() *Index {
@@ -49,19 +55,59 @@ func NewIndex() *Index {
 // Set adds or updates an App.
 func (ix *Index) Set(app *plumbv1.App) {
 	key := types.NamespacedName{Namespace: app.Namespace, Name: app.Name}
-	url, err := repourl.Canonical(app.Spec.Source.URL)
+	entry, ok := indexEntry(app)
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.deleteLocked(key)
-	if err != nil {
-		return // an URL no push can name (file://, say)
+	if !ok {
+		return // a source no push can name (file://, a digest, a bucket, say)
 	}
-	ix.apps[key] = indexedApp{url: url, ref: app.Spec.Source.Ref, path: cleanPath(app.Spec.Source.Path),
-		pathFilter: app.Spec.Webhook != nil && app.Spec.Webhook.PathFilter}
+	url := entry.url
+	ix.apps[key] = entry
 	if ix.byURL[url] == nil {
 		ix.byURL[url] = map[types.NamespacedName]bool{}
 	}
 	ix.byURL[url][key] = true
+}
+
+// indexEntry is what a push must name to concern the App, if any can.
+func indexEntry(app *plumbv1.App) (indexedApp, bool) {
+	src := app.Spec.Source
+	switch {
+	case src.OCI != nil:
+		repo, err := repourl.Registry(src.OCI.URL)
+		if err != nil || src.OCI.Ref.Digest != "" {
+			return indexedApp{}, false // a digest never moves
+		}
+		ref := plumbv1.GitRef{Tag: src.OCI.Ref.Tag, SemVer: src.OCI.Ref.SemVer}
+		if ref.Tag == "" && ref.SemVer == "" {
+			ref.Tag = "latest" // what the OCI source reads
+		}
+		return indexedApp{url: registryKey(repo), ref: ref}, true
+	case src.Helm != nil:
+		if !strings.HasPrefix(src.Helm.Repository, "oci://") {
+			return indexedApp{}, false // an HTTP repository sends no push
+		}
+		repo, err := repourl.Registry(strings.TrimSuffix(src.Helm.Repository, "/") + "/" + src.Helm.Chart)
+		if err != nil {
+			return indexedApp{}, false
+		}
+		ref := plumbv1.GitRef{SemVer: src.Helm.Version}
+		if _, err := semver.StrictNewVersion(src.Helm.Version); err == nil {
+			ref = plumbv1.GitRef{Tag: strings.ReplaceAll(src.Helm.Version, "+", "_")} // its tag
+		} else if src.Helm.Version == "" {
+			ref.SemVer = "*"
+		}
+		return indexedApp{url: registryKey(repo), ref: ref}, true
+	case src.Bucket != nil:
+		return indexedApp{}, false
+	}
+	url, err := repourl.Canonical(src.URL)
+	if err != nil {
+		return indexedApp{}, false
+	}
+	return indexedApp{url: url, ref: src.Ref, path: cleanPath(src.Path),
+		pathFilter: app.Spec.Webhook != nil && app.Spec.Webhook.PathFilter}, true
 }
 
 // Delete removes an App.
@@ -89,6 +135,9 @@ func (ix *Index) deleteLocked(key types.NamespacedName) {
 // match. Apps with the path filter on are skipped when the push lists its
 // changed paths and none is under the App's path.
 func (ix *Index) Match(p Push) []types.NamespacedName {
+	if len(p.Artifacts) > 0 {
+		return ix.matchArtifacts(p.Artifacts)
+	}
 	branch, isBranch := strings.CutPrefix(p.Ref, "refs/heads/")
 	tag, isTag := strings.CutPrefix(p.Ref, "refs/tags/")
 	if !isBranch && !isTag {
@@ -113,8 +162,45 @@ func (ix *Index) Match(p Push) []types.NamespacedName {
 			seen[key] = true
 		}
 	}
-	out := make([]types.NamespacedName, 0, len(seen))
-	for key := range seen {
+	return sortedKeys(seen)
+}
+
+// matchArtifacts returns the Apps that read one of the pushed tags'
+// repositories (in any spelling: repourl.Registry) and track that tag or
+// a semver range containing it, sorted. Digest-pinned Apps never match.
+func (ix *Index) matchArtifacts(artifacts []Artifact) []types.NamespacedName {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	seen := map[types.NamespacedName]bool{}
+	for _, a := range artifacts {
+		repo, err := repourl.Registry(a.Repository)
+		if err != nil {
+			continue
+		}
+		for key := range ix.byURL[registryKey(repo)] {
+			if app := ix.apps[key]; !seen[key] && artifactRefMatches(app.ref, a.Tag) {
+				seen[key] = true
+			}
+		}
+	}
+	return sortedKeys(seen)
+}
+
+// artifactRefMatches reports whether a pushed tag is the App's tag or a
+// version in its range. A registry tag cannot hold "+", so a chart version's
+// build metadata is pushed after "_" (Helm's rule); the range reads it back
+// as "+", as the OCI source's resolve does.
+func artifactRefMatches(ref plumbv1.GitRef, tag string) bool {
+	if ref.SemVer != "" {
+		tag = strings.ReplaceAll(tag, "_", "+")
+	}
+	return refMatches(ref, false, "", tag)
+}
+
+// sortedKeys lists a set of Apps in order.
+func sortedKeys(set map[types.NamespacedName]bool) []types.NamespacedName {
+	out := make([]types.NamespacedName, 0, len(set))
+	for key := range set {
 		out = append(out, key)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })

@@ -22,7 +22,8 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Provider names a Git host whose push webhooks plumb understands.
+// Provider names a Git host or a registry whose push webhooks plumb
+// understands.
 type Provider string
 
 // The providers, each served at /hooks/<provider>.
@@ -35,7 +36,7 @@ const (
 )
 
 // Providers lists every provider.
-var Providers = []Provider{GitHub, GitLab, Gitea, Gogs, BitbucketServer}
+var Providers = []Provider{GitHub, GitLab, Gitea, Gogs, BitbucketServer, Harbor, DockerHub, Quay}
 
 // DefaultMaxBodyBytes caps a payload before anything reads it.
 const DefaultMaxBodyBytes = 1 << 20
@@ -127,6 +128,9 @@ func (rcv *Receiver) Handler() http.Handler {
 	mux := http.NewServeMux()
 	for provider, parse := range rcv.parsers {
 		mux.Handle("/hooks/"+string(provider), rcv.handle(provider, parse))
+		if urlSecret(provider) {
+			mux.Handle("/hooks/"+string(provider)+"/", rcv.handle(provider, parse))
+		}
 	}
 	return mux
 }
@@ -161,7 +165,7 @@ func (rcv *Receiver) handle(provider Provider, parse parser) http.Handler {
 		case err != nil:
 			reply(http.StatusBadRequest, "unreadable body")
 			return
-		case !verified(provider, rcv.secrets[provider], r.Header, data):
+		case !verified(provider, rcv.secrets[provider], r, data):
 			reply(http.StatusUnauthorized, "unauthorized") // no detail on why, whatever the event
 			return
 		}
@@ -251,6 +255,14 @@ func newParser(provider Provider, secret string) (parser, error) {
 		}
 		return func(r *http.Request) (string, *Push, error) {
 			event := r.Header.Get("X-GitHub-Event")
+			if event == "package" || event == "registry_package" { // not in the library
+				body, err := io.ReadAll(r.Body)
+				if err != nil {
+					return event, nil, err
+				}
+				push, err := githubPackagePush(body)
+				return event, push, err
+			}
 			payload, err := hook.Parse(r, github.PushEvent, github.PingEvent)
 			if err != nil {
 				return event, nil, classify(err, github.ErrHMACVerificationFailed, github.ErrMissingHubSignatureHeader, github.ErrEventNotFound)
@@ -364,6 +376,20 @@ func newParser(provider Provider, secret string) (parser, error) {
 			}
 			return event, nil, errIgnored
 		}, nil
+	case Harbor, Quay:
+		read := harborPush
+		if provider == Quay {
+			read = quayPush
+		}
+		return func(r *http.Request) (string, *Push, error) {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				return "", nil, err
+			}
+			return read(body)
+		}, nil
+	case DockerHub:
+		return dockerHubPush, nil
 	}
 	return nil, fmt.Errorf("webhook receiver: unknown provider %q", provider)
 }

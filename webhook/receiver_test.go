@@ -246,13 +246,22 @@ func FuzzHandler(f *testing.F) {
 	f.Add("bitbucket-server", "repo:refs_changed", "abc", []byte(`{}`))
 	f.Add("gitlab", "Push Hook", "", []byte(`{"object_kind":"push"`))
 	f.Add("gitea", "push", "zz", []byte(nil))
+	f.Add("harbor", "", secret, []byte(`{"type":"PUSH_ARTIFACT","event_data":{"resources":[{"tag":"1"}]}}`))
+	f.Add("dockerhub/"+secret, "", "", []byte(`{"push_data":{"tag":"latest"},"repository":{"repo_name":"team/app"}}`))
+	f.Add("quay/x", "", "", []byte(`{"docker_url":"quay.io/shop/api","updated_tags":["1"]}`))
+	f.Add("github", "package", "sha256=00", []byte(`{"action":"published"}`))
 	f.Fuzz(func(t *testing.T, provider, event, signature string, body []byte) {
-		rcv, tr := newTestReceiver(t, app("any", "https://github.com/org/repo", plumbv1.GitRef{Branch: "main"}, "", false))
-		r := httptest.NewRequest(http.MethodPost, "/hooks/"+url.PathEscape(provider), bytes.NewReader(body))
+		rcv, tr := newTestReceiver(t, app("any", "https://github.com/org/repo", plumbv1.GitRef{Branch: "main"}, "", false),
+			ociApp("image", "oci://docker.io/team/app", plumbv1.OCIRef{SemVer: "*"}))
+		segments := strings.Split(provider, "/")
+		for i := range segments {
+			segments[i] = url.PathEscape(segments[i])
+		}
+		r := httptest.NewRequest(http.MethodPost, "/hooks/"+strings.Join(segments, "/"), bytes.NewReader(body))
 		for _, h := range []string{"X-GitHub-Event", "X-Gitlab-Event", "X-Gitea-Event", "X-Gogs-Event", "X-Event-Key"} {
 			r.Header.Set(h, event)
 		}
-		for _, h := range []string{"X-Hub-Signature-256", "X-Hub-Signature", "X-Gitea-Signature", "X-Gogs-Signature", "X-Gitlab-Token"} {
+		for _, h := range []string{"X-Hub-Signature-256", "X-Hub-Signature", "X-Gitea-Signature", "X-Gogs-Signature", "X-Gitlab-Token", "Authorization"} {
 			r.Header.Set(h, signature)
 		}
 		w := httptest.NewRecorder()
@@ -264,7 +273,8 @@ func FuzzHandler(f *testing.F) {
 		default:
 			t.Fatalf("unexpected status %d", w.Code)
 		}
-		if len(tr.names()) > 0 && signature != secret {
+		// Docker Hub and Quay carry the secret in the URL instead.
+		if len(tr.names()) > 0 && signature != secret && !strings.Contains(provider, secret) {
 			t.Fatalf("an unsigned request triggered %v", tr.names())
 		}
 	})

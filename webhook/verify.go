@@ -13,8 +13,10 @@ import (
 
 // verified checks a request's signature (or token) as its provider signs
 // it, before anything else looks at the request: every event, known or not,
-// must be signed. Bitbucket Server's "Test connection" ping is unsigned.
-func verified(provider Provider, secret string, h http.Header, body []byte) bool {
+// must be signed. Bitbucket Server's "Test connection" ping is unsigned;
+// Docker Hub and Quay sign nothing, and prove the secret by the URL.
+func verified(provider Provider, secret string, r *http.Request, body []byte) bool {
+	h := r.Header
 	switch provider {
 	case GitHub:
 		return hmacMatches(secret, body, strings.TrimPrefix(h.Get("X-Hub-Signature-256"), "sha256="), h.Get("X-Hub-Signature-256") != "")
@@ -31,6 +33,11 @@ func verified(provider Provider, secret string, h http.Header, body []byte) bool
 		}
 		sig, ok := strings.CutPrefix(h.Get("X-Hub-Signature"), "sha256=")
 		return ok && hmacMatches(secret, body, sig, true)
+	case Harbor:
+		auth := h.Get("Authorization")
+		return auth != "" && subtle.ConstantTimeCompare([]byte(auth), []byte(secret)) == 1
+	case DockerHub, Quay:
+		return secretInPath(provider, secret, r)
 	}
 	return false
 }

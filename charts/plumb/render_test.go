@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/plumb-dev/plumb/api/v1alpha1/crd"
+	"github.com/plumb-dev/plumb/webhook"
 )
 
 const releaseNamespace = "plumb-system"
@@ -679,6 +680,53 @@ func TestThePrometheusRuleCarriesTheProjectsAlerts(t *testing.T) {
 	}
 	if sm := find(objects, "ServiceMonitor", ""); sm == nil || sm.Object["spec"].(map[string]any)["jobLabel"] != "plumb.dev/scrape-job" {
 		t.Errorf("ServiceMonitor %v: want one naming the job after plumb.dev/scrape-job (the rules expect job=\"plumb\")", sm)
+	}
+}
+
+func TestTheSchemaNamesEveryWebhookProvider(t *testing.T) {
+	data, err := os.ReadFile("values.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			Webhook struct {
+				Properties struct {
+					Providers struct {
+						Items struct {
+							Enum []string `json:"enum"`
+						} `json:"items"`
+					} `json:"providers"`
+					Secret struct {
+						Properties struct {
+							Values struct {
+								Properties map[string]any `json:"properties"`
+							} `json:"values"`
+						} `json:"properties"`
+					} `json:"secret"`
+				} `json:"properties"`
+			} `json:"webhook"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(data, &schema); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, p := range webhook.Providers {
+		want = append(want, string(p))
+	}
+	sort.Strings(want)
+	enum := slices.Sorted(slices.Values(schema.Properties.Webhook.Properties.Providers.Items.Enum))
+	if !slices.Equal(enum, want) {
+		t.Errorf("webhook.providers allows %v, the receiver serves %v", enum, want)
+	}
+	var keys []string
+	for k := range schema.Properties.Webhook.Properties.Secret.Properties.Values.Properties {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if !slices.Equal(keys, want) {
+		t.Errorf("webhook.secret.values takes %v, the receiver serves %v", keys, want)
 	}
 }
 

@@ -53,6 +53,7 @@ var sinks = []string{"webhook", "slack", "alertmanager", "github", "gitlab", "gi
 var webhookEvents = map[string]string{
 	"push": "push", "Push Hook": "push", "Tag Push Hook": "tag", "repo:refs_changed": "push",
 	"ping": "ping", "diagnostics:ping": "ping",
+	"PUSH_ARTIFACT": "push", "package": "push", "registry_package": "push", // registries
 }
 
 // webhookCodes are the status codes the receiver answers with; ServeWebhooks

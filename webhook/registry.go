@@ -1,0 +1,191 @@
+package webhook
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/go-playground/webhooks/v6/docker"
+)
+
+// The registries whose push events plumb understands, each served at
+// /hooks/<provider>. GitHub's container registry sends its package events
+// through the GitHub provider.
+const (
+	// Harbor sends its "Auth Header" value as the Authorization header.
+	Harbor Provider = "harbor"
+	// DockerHub signs nothing: its secret is the last segment of the
+	// webhook's URL, /hooks/dockerhub/<secret>.
+	DockerHub Provider = "dockerhub"
+	// Quay signs nothing either: /hooks/quay/<secret>.
+	Quay Provider = "quay"
+)
+
+// urlSecret reports whether a provider's secret travels in the URL, for
+// registries that cannot sign what they send.
+func urlSecret(provider Provider) bool {
+	return provider == DockerHub || provider == Quay
+}
+
+// Artifact is a tag a registry says was pushed: the repository as the
+// registry spells it (host/path) and the tag.
+type Artifact struct {
+	Repository string
+	Tag        string
+}
+
+// secretInPath compares the last segment of /hooks/<provider>/<secret>
+// with the secret in constant time.
+func secretInPath(provider Provider, secret string, r *http.Request) bool {
+	got, ok := strings.CutPrefix(r.URL.Path, "/hooks/"+string(provider)+"/")
+	return ok && got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(secret)) == 1
+}
+
+// harborPayload is what plumb reads of a Harbor webhook (its default
+// payload format, not CloudEvents).
+type harborPayload struct {
+	Type      string `json:"type"`
+	EventData struct {
+		Resources []struct {
+			Tag         string `json:"tag"`
+			ResourceURL string `json:"resource_url"`
+		} `json:"resources"`
+	} `json:"event_data"`
+}
+
+// harborPush reads a Harbor event: PUSH_ARTIFACT names the pushed tags by
+// their resource URLs (host/project/repository:tag); any other event type
+// is ignored.
+func harborPush(body []byte) (string, *Push, error) {
+	var p harborPayload
+	if err := json.Unmarshal(body, &p); err != nil {
+		return "", nil, err
+	}
+	if p.Type != "PUSH_ARTIFACT" {
+		return p.Type, nil, errIgnored
+	}
+	push := &Push{}
+	for _, res := range p.EventData.Resources {
+		repo := withoutTag(res.ResourceURL)
+		if repo != "" && res.Tag != "" && !strings.HasPrefix(res.Tag, "sha256:") {
+			push.Artifacts = append(push.Artifacts, Artifact{Repository: repo, Tag: res.Tag})
+		}
+	}
+	if len(push.Artifacts) == 0 {
+		return p.Type, nil, errIgnored // a push by digest moves no tag
+	}
+	return p.Type, push, nil
+}
+
+// dockerHubPush reads a Docker Hub push with go-playground/webhooks: the
+// repository (namespace/name, on docker.io) and the pushed tag.
+func dockerHubPush(r *http.Request) (string, *Push, error) {
+	hook, err := docker.New()
+	if err != nil {
+		return "", nil, err
+	}
+	payload, err := hook.Parse(r, docker.BuildEvent)
+	if err != nil {
+		return "push", nil, err
+	}
+	p, ok := payload.(docker.BuildPayload)
+	if !ok || p.Repository.RepoName == "" || p.PushData.Tag == "" {
+		return "push", nil, errUndecodable
+	}
+	return "push", &Push{Artifacts: []Artifact{{Repository: "docker.io/" + p.Repository.RepoName, Tag: p.PushData.Tag}}}, nil
+}
+
+// quayPayload is what plumb reads of a Quay "Push to Repository" event.
+type quayPayload struct {
+	DockerURL   string   `json:"docker_url"`
+	UpdatedTags []string `json:"updated_tags"`
+}
+
+// quayPush reads a Quay push: the repository (host/namespace/name) and
+// every tag it updated.
+func quayPush(body []byte) (string, *Push, error) {
+	var p quayPayload
+	if err := json.Unmarshal(body, &p); err != nil {
+		return "push", nil, err
+	}
+	if p.DockerURL == "" || len(p.UpdatedTags) == 0 {
+		return "push", nil, errUndecodable
+	}
+	push := &Push{}
+	for _, tag := range p.UpdatedTags {
+		push.Artifacts = append(push.Artifacts, Artifact{Repository: p.DockerURL, Tag: tag})
+	}
+	return "push", push, nil
+}
+
+// githubPackage is what plumb reads of GitHub's package (and older
+// registry_package) event.
+type githubPackage struct {
+	Action string `json:"action"`
+	// Package is "package" in the package event and "registry_package" in
+	// the older one; they hold the same fields.
+	Package         *githubPackageFields `json:"package"`
+	RegistryPackage *githubPackageFields `json:"registry_package"`
+}
+
+type githubPackageFields struct {
+	Name           string `json:"name"`
+	Namespace      string `json:"namespace"`
+	PackageType    string `json:"package_type"`
+	PackageVersion struct {
+		PackageURL        string `json:"package_url"`
+		ContainerMetadata struct {
+			Tag struct {
+				Name string `json:"name"`
+			} `json:"tag"`
+		} `json:"container_metadata"`
+	} `json:"package_version"`
+	Registry struct {
+		URL string `json:"url"`
+	} `json:"registry"`
+}
+
+// githubPackagePush reads a container package published or updated in
+// GitHub's registry (ghcr.io): its repository and tag. Other package types
+// and actions are ignored.
+func githubPackagePush(body []byte) (*Push, error) {
+	var p githubPackage
+	if err := json.Unmarshal(body, &p); err != nil {
+		return nil, err
+	}
+	pkg := p.Package
+	if pkg == nil {
+		pkg = p.RegistryPackage
+	}
+	if pkg == nil || (p.Action != "published" && p.Action != "updated") || !strings.EqualFold(pkg.PackageType, "container") {
+		return nil, errIgnored
+	}
+	tag := pkg.PackageVersion.ContainerMetadata.Tag.Name
+	if tag == "" {
+		return nil, errIgnored // an untagged version
+	}
+	repo := withoutTag(pkg.PackageVersion.PackageURL) // ghcr.io/owner/name:tag
+	if repo == "" {
+		host := "ghcr.io"
+		if u, ok := strings.CutPrefix(pkg.Registry.URL, "https://"); ok && u != "" {
+			host, _, _ = strings.Cut(u, "/")
+		}
+		if pkg.Namespace == "" || pkg.Name == "" {
+			return nil, errUndecodable
+		}
+		repo = host + "/" + pkg.Namespace + "/" + pkg.Name
+	}
+	return &Push{Artifacts: []Artifact{{Repository: repo, Tag: tag}}}, nil
+}
+
+// withoutTag is host/path of host/path:tag or host/path@digest.
+func withoutTag(ref string) string {
+	if at := strings.LastIndex(ref, "@"); at >= 0 {
+		ref = ref[:at]
+	}
+	if colon := strings.LastIndex(ref, ":"); colon > strings.LastIndex(ref, "/") {
+		ref = ref[:colon]
+	}
+	return ref
+}

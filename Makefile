@@ -22,7 +22,8 @@ FUZZTIME ?= 50000x
 # Packages whose shared state is read from many goroutines run again under the
 # race detector (not internal/source/render: the detector cannot allocate its shadow memory
 # under the render sandbox's memory limit).
-RACE_PACKAGES := ./internal/source/git ./informers/compact ./internal/digest ./queue ./internal/notify
+RACE_PACKAGES := ./internal/source/git ./informers/compact ./internal/digest ./queue ./internal/notify \
+	./internal/source ./internal/source/oci ./internal/source/helmrepo ./internal/source/bucket ./webhook
 # package:target[:executions] — a target whose executions are slow (a whole
 # Kustomize build each) runs fewer.
 FUZZ_TARGETS := ./internal/source/manifest:FuzzParse ./internal/source/tree:FuzzResolve ./internal/repourl:FuzzCanonical ./webhook:FuzzHandler \

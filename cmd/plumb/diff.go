@@ -170,6 +170,9 @@ func runDiff(cmd *cobra.Command, cluster *clusterFlags, name string, f diffFlags
 		}
 		return 0, err
 	}
+	if err := sameChartArchive(app, f.revision, p.Revision); err != nil {
+		return 0, err
+	}
 	out := cmd.OutOrStdout()
 	if f.output == "json" {
 		err = diffreport.WriteJSON(out, key.String(), p)
@@ -231,15 +234,31 @@ func parseOCIRevision(rev string) (plumbv1.OCIRef, error) {
 	return plumbv1.OCIRef{Tag: tag}, nil
 }
 
-// parseHelmRevision reads --revision for a Helm App: a chart version,
-// alone or as recorded (<version>@sha256:<digest>), which the preview
-// then reads exactly.
+// parseHelmRevision reads --revision for a Helm App: a chart version
+// (1.2.3, or v1.2.3 as some charts spell theirs), alone or as recorded
+// (<version>@sha256:<digest>; sameChartArchive checks the digest).
 func parseHelmRevision(rev string) (string, error) {
 	version := revision.Parse(rev).Name
-	if _, err := semver.StrictNewVersion(version); err != nil {
+	if _, err := semver.StrictNewVersion(strings.TrimPrefix(version, "v")); err != nil {
 		return "", fmt.Errorf("--revision %q: a Helm App's revision is a chart version such as 1.2.3, alone or as recorded (1.2.3@sha256:<digest>)", rev)
 	}
 	return version, nil
+}
+
+// sameChartArchive refuses a Helm App's preview at a recorded revision
+// whose chart archive is no longer the recorded one: a repository serves a
+// version's archive by its version only, so a republished version cannot
+// be read at its old digest, and the preview must not pass it off as such.
+func sameChartArchive(app *plumbv1.App, rev, previewed string) error {
+	recorded := revision.Parse(rev)
+	if app.Spec.Source.Helm == nil || recorded.Digest == "" {
+		return nil
+	}
+	if got := revision.Parse(previewed); got.Digest != recorded.Digest {
+		return fmt.Errorf("--revision %q: the repository's chart %s is now %s, not the recorded %s; the recorded archive cannot be read any more (--revision %s previews what it holds now)",
+			rev, recorded.Name, got.Digest, recorded.Digest, recorded.Name)
+	}
+	return nil
 }
 
 // ociTag is a well-formed OCI tag.

@@ -40,7 +40,7 @@ func TestDiffAtARevisionOfAHelmApp(t *testing.T) {
 	if r := w.plumb("diff", "web", "-n", ns, "--allow-insecure-registries"); r.code != 0 || !strings.Contains(r.stdout, "1.0.0@sha256:"+v1) {
 		t.Errorf("plumb diff on the converged App: %s\nwant exit 0 and the revision 1.0.0@sha256:%s", r, v1)
 	}
-	for _, rev := range []string{"2.0.0", "2.0.0@sha256:" + v2} {
+	for _, rev := range []string{"2.0.0", "v2.0.0", "2.0.0@sha256:" + v2} {
 		t.Run(rev, func(t *testing.T) {
 			report, r := w.diffJSON("web", "--revision", rev, "--allow-insecure-registries")
 			if r.code != 1 {
@@ -57,6 +57,8 @@ func TestDiffAtARevisionOfAHelmApp(t *testing.T) {
 	for _, tc := range []struct{ rev, want string }{
 		{">=2", "a Helm App's revision is a chart version"},
 		{"9.0.0", "no version of chart"},
+		// A recorded revision whose digest is not the archive's now.
+		{"2.0.0@sha256:" + v1, "the repository's chart 2.0.0 is now sha256:" + v2 + ", not the recorded sha256:" + v1},
 	} {
 		if r := w.plumb("diff", "web", "-n", ns, "--revision", tc.rev, "--allow-insecure-registries"); r.code != 2 || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("--revision %q: %s\nwant exit 2 and %q", tc.rev, r, tc.want)

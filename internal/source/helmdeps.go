@@ -53,22 +53,35 @@ type dependency struct {
 // when it names one, else the highest in the range) and added under
 // charts/<name>, within t's limits: the render that follows runs in the
 // sandbox with no network. A dependency with no repository stays the
-// render's to refuse.
-func (r *Reader) withDependencies(ctx context.Context, req *Request, t *tree.Tree, dir, rev string) (*tree.Tree, error) {
+// render's to refuse. It remembers the remote dependencies under the
+// render key, so that later reads resolve them before the render cache
+// is asked, and returns what names their resolved versions.
+func (r *Reader) withDependencies(ctx context.Context, req *Request, t *tree.Tree, dir, rev, key string) (*tree.Tree, string, error) {
 	fail := func(reason Reason, err error) error {
 		return &Error{Reason: reason, Revision: rev, Err: err}
 	}
 	dir = strings.Trim(path.Clean("/"+dir), "/")
 	deps, err := missingDependencies(t, dir)
 	if err != nil {
-		return nil, fail(ReasonInvalidManifest, err)
-	}
-	if len(deps) == 0 {
-		return t, nil
+		return nil, "", fail(ReasonInvalidManifest, err)
 	}
 	if len(deps) > maxChartDependencies {
-		return nil, fail(ReasonLimitExceeded, &tree.LimitError{Limit: "chart dependencies to fetch", Max: maxChartDependencies,
+		return nil, "", fail(ReasonLimitExceeded, &tree.LimitError{Limit: "chart dependencies to fetch", Max: maxChartDependencies,
 			Got: int64(len(deps)), Path: path.Join(dir, "Chart.yaml")})
+	}
+	var remote []dependency
+	for _, d := range deps {
+		if err := checkDependencyRepository(d); err != nil {
+			return nil, "", dependencyError(rev, d, err)
+		}
+		if !strings.HasPrefix(d.repository, "file://") {
+			remote = append(remote, d)
+		}
+	}
+	r.chartDeps.Add(key, remote)
+	depsID, err := r.resolveDependencies(ctx, req, remote, rev)
+	if err != nil || len(deps) == 0 {
+		return t, depsID, err
 	}
 	limits := t.Limits()
 	files, bytes := t.FileCount(), t.TotalBytes()
@@ -81,25 +94,83 @@ func (r *Reader) withDependencies(ctx context.Context, req *Request, t *tree.Tre
 		if left.MaxTotalBytes > 0 {
 			left.MaxTotalBytes = max(limits.MaxTotalBytes-bytes, 1)
 		}
-		sub, err := r.fetchDependency(ctx, req, t, dir, d, left)
+		var sub *tree.Tree
+		if res, ok := req.dependencies[dependencyKey(d)]; ok {
+			sub, err = res.pull(ctx, left)
+		} else {
+			sub, err = fileDependency(t, dir, d, left)
+		}
 		if err != nil {
-			var readErr *Error
-			if !errors.As(err, &readErr) {
-				readErr = &Error{Reason: ReasonOf(err), Err: err}
-			}
-			// A repository's failure may pass; the chart's own mistake lasts.
-			retry := readErr.retry || readErr.Reason != ReasonInvalidManifest
-			return nil, &Error{Reason: readErr.Reason, Revision: rev, retry: retry,
-				Err: fmt.Errorf("%w %q (%s): %w", ErrDependency, d.name, d.version, readErr.Err)}
+			return nil, depsID, dependencyError(rev, d, err)
 		}
 		files, bytes = files+sub.FileCount(), bytes+sub.TotalBytes()
 		subs[path.Join(dir, "charts", d.name)] = sub
 	}
 	grafted, err := t.Graft(subs)
 	if err != nil {
-		return nil, classify(rev, err)
+		return nil, depsID, classify(rev, err)
 	}
-	return grafted, nil
+	return grafted, depsID, nil
+}
+
+// dependencyError names the dependency a read failed on. A repository's
+// failure may pass; the chart's own mistake lasts.
+func dependencyError(rev string, d dependency, err error) error {
+	var readErr *Error
+	if !errors.As(err, &readErr) {
+		readErr = &Error{Reason: ReasonOf(err), Err: err}
+	}
+	retry := readErr.retry || readErr.Reason != ReasonInvalidManifest
+	return &Error{Reason: readErr.Reason, Revision: rev, retry: retry,
+		Err: fmt.Errorf("%w %q (%s): %w", ErrDependency, d.name, d.version, readErr.Err)}
+}
+
+// resolvedDependency is a remote dependency at the version its repository
+// serves now.
+type resolvedDependency struct {
+	// id names what pull reads: the repository, the chart, the version
+	// and the digest the repository gives for it.
+	id   string
+	pull func(ctx context.Context, limits tree.Limits) (*tree.Tree, error)
+}
+
+// dependencyKey names a dependency as a chart declares it.
+func dependencyKey(d dependency) string {
+	return d.name + "\x00" + d.repository + "\x00" + d.version
+}
+
+// resolveDependencies resolves the remote dependencies that req has not
+// resolved yet (a shared index within its max age costs no request; an
+// OCI one a tag listing and a manifest HEAD) into req.dependencies, and
+// returns what names their versions, for the render's cache key: a new
+// version in a dependency's range is a new render.
+func (r *Reader) resolveDependencies(ctx context.Context, req *Request, deps []dependency, rev string) (string, error) {
+	if len(deps) == 0 {
+		return "", nil
+	}
+	if req.dependencies == nil {
+		req.dependencies = map[string]resolvedDependency{}
+	}
+	h := sha256.New()
+	for _, d := range deps {
+		key := dependencyKey(d)
+		res, ok := req.dependencies[key]
+		if !ok {
+			var err error
+			if strings.HasPrefix(d.repository, "oci://") {
+				res, err = r.ociDependency(ctx, req, d)
+			} else {
+				res, err = r.helmDependency(ctx, req, d)
+			}
+			if err != nil {
+				return "", dependencyError(rev, d, err)
+			}
+			req.dependencies[key] = res
+		}
+		h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(res.id))))
+		h.Write([]byte(res.id))
+	}
+	return "\x00dependencies:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // missingDependencies lists the dependencies of the chart in dir (its
@@ -184,25 +255,21 @@ func readYAML(t *tree.Tree, file string, into any) error {
 	return nil
 }
 
-// fetchDependency fetches one dependency as a tree whose root is the
-// dependency chart's folder.
-func (r *Reader) fetchDependency(ctx context.Context, req *Request, t *tree.Tree, dir string, d dependency, limits tree.Limits) (*tree.Tree, error) {
+// checkDependencyRepository refuses a dependency's repository that plumb
+// cannot or will not read.
+func checkDependencyRepository(d dependency) error {
 	scheme, _, _ := strings.Cut(d.repository, "://")
 	if u, err := url.Parse(d.repository); err == nil && u.User != nil {
-		return nil, &Error{Reason: ReasonInvalidManifest, Err: errors.New("its repository URL holds credentials: give them in a Secret (spec.helm.repositories)")}
+		return &Error{Reason: ReasonInvalidManifest, Err: errors.New("its repository URL holds credentials: give them in a Secret (spec.helm.repositories)")}
 	}
 	switch scheme {
-	case "file":
-		return fileDependency(t, dir, d, limits)
-	case "http", "https":
-		return r.helmDependency(ctx, req, d, limits)
-	case "oci":
-		return r.ociDependency(ctx, req, d, limits)
+	case "file", "http", "https", "oci":
+		return nil
 	}
 	if strings.HasPrefix(d.repository, "@") || strings.HasPrefix(d.repository, "alias:") {
-		return nil, &Error{Reason: ReasonInvalidManifest, Err: fmt.Errorf("its repository %s is a name of `helm repo add`, which plumb does not know: give the repository's URL", d.repository)}
+		return &Error{Reason: ReasonInvalidManifest, Err: fmt.Errorf("its repository %s is a name of `helm repo add`, which plumb does not know: give the repository's URL", d.repository)}
 	}
-	return nil, &Error{Reason: ReasonInvalidManifest, Err: errors.New("its repository is not an https://, http://, oci:// or file:// URL")}
+	return &Error{Reason: ReasonInvalidManifest, Err: errors.New("its repository is not an https://, http://, oci:// or file:// URL")}
 }
 
 // fileDependency is a dependency in a folder of the same tree.
@@ -222,13 +289,13 @@ func fileDependency(t *tree.Tree, dir string, d dependency, limits tree.Limits) 
 	return sub, nil
 }
 
-// helmDependency pulls a dependency from an HTTP Helm repository, through
-// the same shared index as a Helm source.
-func (r *Reader) helmDependency(ctx context.Context, req *Request, d dependency, limits tree.Limits) (*tree.Tree, error) {
+// helmDependency resolves a dependency in an HTTP Helm repository,
+// through the same shared index as a Helm source.
+func (r *Reader) helmDependency(ctx context.Context, req *Request, d dependency) (resolvedDependency, error) {
 	repos := r.helmRepos
 	if strings.HasPrefix(d.repository, "http://") {
 		if r.insecureHelmRepos == nil {
-			return nil, &Error{Reason: ReasonInvalidSpec, Err: ErrInsecureHelmRepository}
+			return resolvedDependency{}, &Error{Reason: ReasonInvalidSpec, Err: ErrInsecureHelmRepository}
 		}
 		repos = r.insecureHelmRepos
 	}
@@ -238,30 +305,39 @@ func (r *Reader) helmDependency(ctx context.Context, req *Request, d dependency,
 	} else if req.Helm != nil && sameRepository(req.Helm.Repository, d.repository) {
 		auth = req.Helm.Auth // the source's own repository
 	}
-	index, err := repos.Index(ctx, d.repository, auth, false)
+	index, err := repos.Index(ctx, d.repository, auth, req.Refresh)
 	if err != nil {
-		return nil, classifyHelm("", err)
+		return resolvedDependency{}, classifyHelm("", err)
 	}
 	cv, err := index.Index.Resolve(d.name, d.version)
 	if err != nil {
-		return nil, classifyHelm("", err)
+		return resolvedDependency{}, classifyHelm("", err)
 	}
-	pulled, err := repos.Pull(ctx, d.repository, cv, auth, limits, r.limits.MaxFetchBytes)
-	if err != nil {
-		return nil, classifyHelm("", err)
+	digest := helmrepo.NormalDigest(cv.Digest)
+	if digest == "" {
+		digest = "index " + index.Digest // an index that gives none: any change of it
 	}
-	return chartFolder(pulled.Tree, limits)
+	return resolvedDependency{
+		id: strings.Join([]string{"helm", strings.TrimSuffix(d.repository, "/"), d.name, cv.Version, digest}, "\x00"),
+		pull: func(ctx context.Context, limits tree.Limits) (*tree.Tree, error) {
+			pulled, err := repos.Pull(ctx, d.repository, cv, auth, limits, r.limits.MaxFetchBytes)
+			if err != nil {
+				return nil, classifyHelm("", err)
+			}
+			return chartFolder(pulled.Tree, limits)
+		},
+	}, nil
 }
 
-// ociDependency pulls a dependency's Helm chart layer from an OCI
-// registry: oci://host/path/<name>, at the tag of an exact version or the
-// highest tag in the range.
-func (r *Reader) ociDependency(ctx context.Context, req *Request, d dependency, limits tree.Limits) (*tree.Tree, error) {
+// ociDependency resolves a dependency's Helm chart in an OCI registry:
+// oci://host/path/<name>, at the tag of an exact version or the highest
+// tag in the range, pulled by the digest resolved.
+func (r *Reader) ociDependency(ctx context.Context, req *Request, d dependency) (resolvedDependency, error) {
 	account, _ := req.chartRepository(d.repository)
 	registries := r.registries
 	if account.Insecure {
 		if r.insecureRegistries == nil {
-			return nil, &Error{Reason: ReasonInvalidSpec, Err: ErrInsecureRegistry}
+			return resolvedDependency{}, &Error{Reason: ReasonInvalidSpec, Err: ErrInsecureRegistry}
 		}
 		registries = r.insecureRegistries
 	}
@@ -272,15 +348,24 @@ func (r *Reader) ociDependency(ctx context.Context, req *Request, d dependency, 
 		ref = oci.Ref{SemVer: "*"}
 	}
 	u := strings.TrimSuffix(d.repository, "/") + "/" + d.name
-	rev, err := registries.Resolve(ctx, u, ref, account.OCI)
-	if err != nil {
-		return nil, classifyOCI("", err)
+	resolve := registries.Resolve
+	if req.Refresh {
+		resolve = registries.ResolveFresh
 	}
-	t, err := registries.Pull(ctx, u, rev, account.OCI, oci.MediaTypeHelmChart, oci.Limits{Tree: limits, MaxLayerBytes: r.limits.MaxFetchBytes})
+	rev, err := resolve(ctx, u, ref, account.OCI)
 	if err != nil {
-		return nil, classifyOCI("", err)
+		return resolvedDependency{}, classifyOCI("", err)
 	}
-	return chartFolder(t, limits)
+	return resolvedDependency{
+		id: strings.Join([]string{"oci", u, rev.String(), fmt.Sprint(account.Insecure)}, "\x00"),
+		pull: func(ctx context.Context, limits tree.Limits) (*tree.Tree, error) {
+			t, err := registries.Pull(ctx, u, rev, account.OCI, oci.MediaTypeHelmChart, oci.Limits{Tree: limits, MaxLayerBytes: r.limits.MaxFetchBytes})
+			if err != nil {
+				return nil, classifyOCI("", err)
+			}
+			return chartFolder(t, limits)
+		},
+	}, nil
 }
 
 // chartFolder is the one folder at the root of a chart archive, which

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -161,5 +162,61 @@ func TestAChartsDependenciesFailClearly(t *testing.T) {
 				t.Errorf("the error shows the URL's password: %v", err)
 			}
 		})
+	}
+}
+
+// A dependency's range follows its repository: a new version in it is a
+// new render at the next read, without a change of the chart (the index
+// is checked again after its max age; a refresh lists the registry's tags
+// again), and a read where nothing moved is served from the render cache.
+func TestADependencyRangeMovesToANewVersion(t *testing.T) {
+	helmRepo := testenv.StartHelmRepository(t, testenv.HelmRepositoryOptions{})
+	helmRepo.Publish(t, "db", "1.0.0", dependencyChart("db", "1.0.0"))
+	registry := testenv.StartRegistry(t)
+	registry.Push(t, "charts/cache", "2.0.0", testenv.HelmChartArtifact(t, testenv.Chart(t, "cache", "2.0.0", dependencyChart("cache", "2.0.0"))))
+	ociRepo := registry.URL("charts")
+	_, _, url := repo(t, map[string]string{
+		"shop/Chart.yaml": fmt.Sprintf("apiVersion: v2\nname: shop\nversion: 0.1.0\ndependencies:\n"+
+			"- {name: db, version: ^1.0.0, repository: %q}\n- {name: cache, version: ^2.0.0, repository: %q}\n", helmRepo.URL, ociRepo),
+	})
+	r, err := source.NewReader(source.Options{CacheDir: t.TempDir(), Limits: source.DefaultLimits(), RefsTTL: -1,
+		AllowInsecureRegistries: true, HelmIndexMaxAge: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := source.Request{URL: url, Ref: git.Ref{Branch: "main"}, Path: "shop", Auth: auth,
+		Render: render.Options{Helm: render.HelmOptions{ReleaseName: "shop", Namespace: "default"}},
+		ChartRepositories: []source.ChartRepository{
+			{URL: ociRepo, OCI: oci.Auth{Username: registry.Username, Password: registry.Password}, Insecure: true}}}
+	ctx := context.Background()
+	read := func(what string, refresh bool, want []string, renders int64) {
+		t.Helper()
+		req.Refresh = refresh
+		res, err := r.Read(ctx, req)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := names(res); !cmp.Equal(got, want) {
+			t.Errorf("%s: rendered %v, want %v", what, got, want)
+		}
+		if got := r.Renders(); got != renders {
+			t.Errorf("%s: %d renders so far, want %d", what, got, renders)
+		}
+	}
+	read("the first read", false, []string{"ConfigMap/cache-2-0-0", "ConfigMap/db-1-0-0"}, 1)
+	read("nothing moved", false, []string{"ConfigMap/cache-2-0-0", "ConfigMap/db-1-0-0"}, 1)
+	helmRepo.Publish(t, "db", "1.1.0", dependencyChart("db", "1.1.0"))
+	read("db 1.1.0 published", false, []string{"ConfigMap/cache-2-0-0", "ConfigMap/db-1-1-0"}, 2)
+	registry.Push(t, "charts/cache", "2.1.0", testenv.HelmChartArtifact(t, testenv.Chart(t, "cache", "2.1.0", dependencyChart("cache", "2.1.0"))))
+	read("cache 2.1.0 pushed, and a webhook's fresh read", true, []string{"ConfigMap/cache-2-1-0", "ConfigMap/db-1-1-0"}, 3)
+	read("the next plain read", false, []string{"ConfigMap/cache-2-1-0", "ConfigMap/db-1-1-0"}, 3)
+
+	// A dependency's repository down: the read fails naming it, rather
+	// than serve the cached render it can no longer check.
+	helmRepo.Stop()
+	req.Refresh = false
+	if _, err := r.Read(ctx, req); !errors.Is(err, source.ErrDependency) || source.ReasonOf(err) != source.ReasonSourceUnavailable ||
+		!strings.Contains(err.Error(), `"db"`) {
+		t.Errorf("with db's repository down: %v (%s); want SourceUnavailable naming db", err, source.ReasonOf(err))
 	}
 }

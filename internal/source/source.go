@@ -108,6 +108,11 @@ type Request struct {
 	// chart's dependencies come from. A dependency from the Helm source's
 	// own repository uses its account when none is given here.
 	ChartRepositories []ChartRepository
+
+	// dependencies are a chart's remote dependencies as resolved for this
+	// read, by dependencyKey: the render uses these, the versions that
+	// its cache key names.
+	dependencies map[string]resolvedDependency
 }
 
 // Capabilities tells what the target cluster serves: its Kubernetes
@@ -203,6 +208,7 @@ type Reader struct {
 	renders         *renderCache
 	isolation       *render.Isolation
 	engines         *lru.Cache   // render key without capabilities → render.Engine
+	chartDeps       *lru.Cache   // render key without capabilities → a chart's remote []dependency
 	verified        *lru.Cache   // origin, keys and digest → oci.Verification
 	rendered        atomic.Int64 // renders run (not served from the cache)
 }
@@ -240,7 +246,7 @@ func NewReader(opts Options) (*Reader, error) {
 		opts.Isolation = &isolation
 	}
 	reader := &Reader{repos: repos, limits: opts.Limits, renderTimeout: opts.RenderTimeout, isolation: opts.Isolation,
-		renders: newRenderCache(opts.RenderCacheBytes), engines: lru.New(enginesRemembered), verified: lru.New(verificationsRemembered),
+		renders: newRenderCache(opts.RenderCacheBytes), engines: lru.New(enginesRemembered), chartDeps: lru.New(enginesRemembered), verified: lru.New(verificationsRemembered),
 		registries: &oci.Client{Transport: opts.RegistryTransport}, helmRepos: &helmrepo.Client{Transport: opts.RegistryTransport, IndexMaxAge: opts.HelmIndexMaxAge},
 		archiveDigests: lru.New(archiveDigestsRemembered), buckets: &bucket.Client{Transport: opts.RegistryTransport}}
 	if opts.AllowInsecureRegistries {
@@ -340,13 +346,20 @@ func (r *Reader) readContent(ctx context.Context, req *Request, c content) (*Res
 		return nil, &Error{Reason: ReasonInvalidSpec, Revision: rev, Err: err}
 	}
 	result := &Result{Revision: c.revision}
-	// A Helm chart's render also depends on what the cluster serves.
-	lookup := key
+	// A Helm chart's render also depends on what the cluster serves, and
+	// on the versions its dependencies resolve to now.
+	withCaps, depsID := key, ""
 	if engine, ok := r.engines.Get(key); ok && engine == render.Helm {
-		if lookup, err = withCapabilities(ctx, req, key); err != nil {
+		if withCaps, err = withCapabilities(ctx, req, key); err != nil {
 			return nil, &Error{Reason: ReasonRenderFailed, Revision: rev, Err: err, retry: true}
 		}
+		if deps, ok := r.chartDeps.Get(key); ok {
+			if depsID, err = r.resolveDependencies(ctx, req, deps.([]dependency), rev); err != nil {
+				return nil, err
+			}
+		}
 	}
+	lookup := withCaps + depsID
 	if cached, ok := r.renders.get(lookup); ok && !req.Refresh {
 		if cached.err != nil {
 			return nil, cached.err
@@ -359,7 +372,8 @@ func (r *Reader) readContent(ctx context.Context, req *Request, c content) (*Res
 			return nil, err
 		}
 	}
-	out, err := r.render(ctx, req, c, key, &lookup)
+	out, err := r.render(ctx, req, c, key, &withCaps)
+	lookup = withCaps + out.dependencies
 	if err != nil {
 		if lasting(err) && ctx.Err() == nil {
 			r.renders.add(lookup, &cachedRender{err: err})
@@ -397,7 +411,8 @@ func withCapabilities(ctx context.Context, req *Request, key string) (string, er
 
 // render reads the content's tree and renders the folder, within the
 // limits and the render timeout. For a Helm chart it first asks what the
-// cluster serves, and moves *lookup to the render key that includes it.
+// cluster serves, and moves *lookup to the render key that includes it;
+// what it gives names the dependencies' versions, also with an error.
 func (r *Reader) render(ctx context.Context, req *Request, c content, key string, lookup *string) (rendered, error) {
 	r.rendered.Add(1)
 	rev := c.revision.String()
@@ -405,24 +420,27 @@ func (r *Reader) render(ctx context.Context, req *Request, c content, key string
 	if err != nil {
 		return rendered{}, err
 	}
+	depsID := ""
 	if engine, err := render.Detect(t, req.Path); err == nil {
 		r.engines.Add(key, engine)
 		if engine == render.Helm {
-			if t, err = r.withDependencies(ctx, req, t, req.Path, rev); err != nil {
-				return rendered{}, err
+			if t, depsID, err = r.withDependencies(ctx, req, t, req.Path, rev, key); err != nil {
+				return rendered{dependencies: depsID}, err
 			}
 		}
 		if engine == render.Helm && req.Render.Helm.KubeVersion == "" {
 			helmKey, err := withCapabilities(ctx, req, key)
 			if err != nil {
-				return rendered{}, &Error{Reason: ReasonRenderFailed, Revision: rev, Err: err, retry: true}
+				return rendered{dependencies: depsID}, &Error{Reason: ReasonRenderFailed, Revision: rev, Err: err, retry: true}
 			}
 			*lookup = helmKey
 		}
 	}
 	opts := req.Render
 	opts.Isolation = r.isolation
-	return renderTree(ctx, t, req.Path, opts, r.limits, r.renderTimeout, rev)
+	out, err := renderTree(ctx, t, req.Path, opts, r.limits, r.renderTimeout, rev)
+	out.dependencies = depsID
+	return out, err
 }
 
 // rendered is what a render of a folder gave: the encoded objects to
@@ -431,6 +449,9 @@ type rendered struct {
 	engine  render.Engine
 	objects []*Object
 	leftOut []render.LeftOut
+	// dependencies names the versions of a chart's remote dependencies
+	// that the render used, for its cache key ("" without any).
+	dependencies string
 }
 
 // renderTree renders the folder dir of t within the render timeout and

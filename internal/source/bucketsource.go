@@ -2,8 +2,6 @@ package source
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -63,10 +61,9 @@ func (r *Reader) readBucket(ctx context.Context, req Request) (*Result, error) {
 // reached, the bucket, the prefix and a digest of the account that
 // proved access.
 func bucketOrigin(b *BucketRequest) string {
-	sum := sha256.Sum256([]byte(b.Auth.AccessKey + "\x00" + b.Auth.SecretKey))
 	l := b.Location
-	return fmt.Sprintf("bucket\x00%s\x00%t\x00%s\x00%s\x00%s\x00%s", strings.ToLower(l.Endpoint), l.Insecure, l.Region, l.Bucket,
-		strings.Trim(l.Prefix, "/"), hex.EncodeToString(sum[:]))
+	return "bucket\x00" + partsDigest(strings.ToLower(l.Endpoint), fmt.Sprint(l.Insecure), l.Region, l.Bucket,
+		strings.Trim(l.Prefix, "/"), b.Auth.AccessKey, b.Auth.SecretKey)
 }
 
 // classifyBucket wraps an error of package bucket with the reason an

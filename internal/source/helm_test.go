@@ -107,6 +107,33 @@ func TestAHelmChartIsReadFromARepositoryAndRendered(t *testing.T) {
 	}
 }
 
+// A render is cached per account: on a repository that lets anyone read
+// (so every account passes the index), a read with other credentials is
+// rendered for them, not served the render another account's read made,
+// and each account's next read is served its own.
+func TestAHelmRenderIsCachedPerAccount(t *testing.T) {
+	repo := testenv.StartHelmRepository(t, testenv.HelmRepositoryOptions{TLS: true}) // no auth
+	repo.Publish(t, "web", "1.0.0", webChart("blue"))
+	r := helmReader(t, repo, false)
+	ctx := context.Background()
+	for i, account := range []helmrepo.Auth{{}, {Username: "ci", Password: "s3cret"}, {Username: "ci", Password: "other"}} {
+		req := helmRequest(repo, "1.0.0")
+		req.Helm.Auth = account
+		for _, wantCached := range []bool{false, true} {
+			got, err := r.Read(ctx, req)
+			if err != nil {
+				t.Fatalf("account %d: %v", i, err)
+			}
+			if got.Cached != wantCached {
+				t.Errorf("account %d's read: cached=%v, want %v", i, got.Cached, wantCached)
+			}
+		}
+	}
+	if got := r.Renders(); got != 3 {
+		t.Errorf("%d renders, want one per account", got)
+	}
+}
+
 // What a Helm read refuses, and with which reason: a tampered archive
 // (the index's digest), a missing chart or version, a range that does
 // not parse, plain HTTP unless allowed, an outage.

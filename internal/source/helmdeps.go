@@ -2,9 +2,6 @@ package source
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -151,7 +148,7 @@ func (r *Reader) resolveDependencies(ctx context.Context, req *Request, deps []d
 	if req.dependencies == nil {
 		req.dependencies = map[string]resolvedDependency{}
 	}
-	h := sha256.New()
+	ids := make([]string, 0, len(deps))
 	for _, d := range deps {
 		key := dependencyKey(d)
 		res, ok := req.dependencies[key]
@@ -167,10 +164,9 @@ func (r *Reader) resolveDependencies(ctx context.Context, req *Request, deps []d
 			}
 			req.dependencies[key] = res
 		}
-		h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(res.id))))
-		h.Write([]byte(res.id))
+		ids = append(ids, res.id)
 	}
-	return "\x00dependencies:" + hex.EncodeToString(h.Sum(nil)), nil
+	return "\x00dependencies:" + partsDigest(ids...), nil
 }
 
 // missingDependencies lists the dependencies of the chart in dir (its
@@ -400,15 +396,9 @@ func sameRepository(a, b string) bool {
 func chartRepositoriesDigest(accounts []ChartRepository) string {
 	parts := make([]string, 0, len(accounts))
 	for _, a := range accounts {
-		fields := []string{strings.TrimSuffix(a.URL, "/"), a.Helm.Username, a.Helm.Password, a.OCI.Username, a.OCI.Password, fmt.Sprint(a.Insecure)}
-		h := sha256.New()
-		for _, f := range fields {
-			h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(f))))
-			h.Write([]byte(f))
-		}
-		parts = append(parts, hex.EncodeToString(h.Sum(nil)))
+		parts = append(parts, partsDigest(strings.TrimSuffix(a.URL, "/"), a.Helm.Username, a.Helm.Password,
+			a.OCI.Username, a.OCI.Password, fmt.Sprint(a.Insecure)))
 	}
 	sort.Strings(parts)
-	sum := sha256.Sum256([]byte(strings.Join(parts, ",")))
-	return hex.EncodeToString(sum[:])
+	return partsDigest(parts...)
 }

@@ -2,8 +2,6 @@ package source
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -113,8 +111,7 @@ func (r *Reader) readHelm(ctx context.Context, req Request) (*Result, error) {
 // helmOrigin keys a chart's renders by the repository, the chart and a
 // digest of the account that proved access.
 func helmOrigin(h *HelmRequest) string {
-	sum := sha256.Sum256([]byte(h.Auth.Username + "\x00" + h.Auth.Password))
-	return fmt.Sprintf("helm\x00%s\x00%s\x00%s", strings.TrimSuffix(h.Repository, "/"), h.Chart, hex.EncodeToString(sum[:]))
+	return "helm\x00" + partsDigest(strings.TrimSuffix(h.Repository, "/"), h.Chart, h.Auth.Username, h.Auth.Password)
 }
 
 // classifyHelm wraps an error of package helmrepo with the reason an

@@ -2,9 +2,6 @@ package source
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -132,22 +129,18 @@ func keysDigest(keys map[string][]byte) string {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	h := sha256.New()
+	parts := make([]string, 0, 2*len(names))
 	for _, n := range names {
-		for _, part := range [][]byte{[]byte(n), keys[n]} {
-			h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(part))))
-			h.Write(part)
-		}
+		parts = append(parts, n, string(keys[n]))
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return partsDigest(parts...)
 }
 
 // ociOrigin keys an artifact's renders by the repository, the way it is
 // reached (HTTPS or plain HTTP), the layer read and a digest of the
 // account that proved access.
 func ociOrigin(o *OCIRequest) string {
-	sum := sha256.Sum256([]byte(o.Auth.Username + "\x00" + o.Auth.Password))
-	return fmt.Sprintf("oci\x00%s\x00%t\x00%s\x00%s", o.URL, o.Insecure, o.LayerMediaType, hex.EncodeToString(sum[:]))
+	return "oci\x00" + partsDigest(o.URL, fmt.Sprint(o.Insecure), o.LayerMediaType, o.Auth.Username, o.Auth.Password)
 }
 
 // classifyOCI wraps an error of package oci with the reason an operator

@@ -25,6 +25,14 @@ const FluxContentMediaType = "application/vnd.cncf.flux.content.v1.tar+gzip"
 // symlink) as tar+gzip, in path order.
 func TarGz(t testing.TB, files map[string]string) []byte {
 	t.Helper()
+	return TarGzPadded(t, files, 0)
+}
+
+// TarGzPadded is TarGz with, after the files, an entry of a type that
+// readers skip (a contiguous file, '7') whose body is padding zero bytes:
+// a decompression bomb whose files are within any limit.
+func TarGzPadded(t testing.TB, files map[string]string, padding int) []byte {
+	t.Helper()
 	paths := make([]string, 0, len(files))
 	for path := range files {
 		paths = append(paths, path)
@@ -46,6 +54,14 @@ func TarGz(t testing.TB, files map[string]string) []byte {
 			if _, err := tw.Write([]byte(content)); err != nil {
 				t.Fatal(err)
 			}
+		}
+	}
+	if padding > 0 {
+		if err := tw.WriteHeader(&tar.Header{Name: "padding", Mode: 0o644, Size: int64(padding), Typeflag: tar.TypeCont}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(make([]byte, padding)); err != nil {
+			t.Fatal(err)
 		}
 	}
 	if err := tw.Close(); err != nil {

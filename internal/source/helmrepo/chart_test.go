@@ -139,6 +139,7 @@ func TestPullSendsCredentialsOnlyToTheRepository(t *testing.T) {
 // URL from an HTTPS repository, credentials in an archive URL.
 func TestPullRefusesHostileArchives(t *testing.T) {
 	bomb := testenv.TarGz(t, map[string]string{"web/Chart.yaml": strings.Repeat("a", 4<<20)})
+	padded := testenv.TarGzPadded(t, map[string]string{"web/Chart.yaml": "name: web\n"}, 64<<20)
 	big := testenv.Chart(t, "web", "1.0.0", map[string]string{"templates/a.yaml": randomText(64 << 10)})
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -146,6 +147,8 @@ func TestPullRefusesHostileArchives(t *testing.T) {
 			w.Write(bomb)
 		case "/big.tgz":
 			w.Write(big)
+		case "/padded.tgz":
+			w.Write(padded)
 		}
 	}))
 	defer srv.Close()
@@ -158,8 +161,14 @@ func TestPullRefusesHostileArchives(t *testing.T) {
 	if err := pull("big.tgz", 16<<10); !errors.Is(err, helmrepo.ErrLimitExceeded) {
 		t.Errorf("an archive past the download bound: %v, want ErrLimitExceeded", err)
 	}
-	if err := pull("bomb.tgz", 1<<20); err == nil || !strings.Contains(err.Error(), "limit exceeded") {
-		t.Errorf("a decompression bomb: %v, want a limit exceeded", err)
+	var limitErr *tree.LimitError
+	if err := pull("bomb.tgz", 1<<20); !errors.As(err, &limitErr) || limitErr.Limit != "file size" {
+		t.Errorf("a decompression bomb of one file: %v, want the file size limit", err)
+	}
+	// Its files within every limit, its bytes not: the decompression
+	// budget stops it.
+	if err := pull("padded.tgz", 1<<20); !errors.Is(err, helmrepo.ErrLimitExceeded) || !strings.Contains(err.Error(), "decompresses to more") {
+		t.Errorf("a decompression bomb of skipped bytes: %v, want ErrLimitExceeded naming the budget", err)
 	}
 	if err := pull("http://"+strings.TrimPrefix(srv.URL, "https://")+"/big.tgz", 1<<20); !errors.Is(err, helmrepo.ErrPlainHTTP) {
 		t.Errorf("a plain HTTP archive URL: %v, want ErrPlainHTTP", err)

@@ -94,6 +94,8 @@ func TestAHostileArtifactIsRefusedWithinItsLimits(t *testing.T) {
 	// A bomb: 64 MiB of zeros compress to a few dozen KiB.
 	bomb := testenv.TarGz(t, map[string]string{"big.yaml": strings.Repeat("\x00", 64<<20)})
 	r.Push(t, "plumb/hostile", "bomb", testenv.Artifact(t, bomb, oci.MediaTypeFluxContent))
+	padded := testenv.TarGzPadded(t, map[string]string{"ok.yaml": "x: 1\n"}, 64<<20) // files within the limits
+	r.Push(t, "plumb/hostile", "padded", testenv.Artifact(t, padded, oci.MediaTypeFluxContent))
 	many := map[string]string{}
 	for i := range 200 {
 		many[strings.Repeat("d", i%7+1)+"/"+strings.Repeat("f", i+1)+".yaml"] = "x"
@@ -116,6 +118,9 @@ func TestAHostileArtifactIsRefusedWithinItsLimits(t *testing.T) {
 	var limitErr *tree.LimitError
 	if err := pull("bomb", generous); !errors.As(err, &limitErr) || limitErr.Limit != "file size" {
 		t.Errorf("the bomb: %v, want the file size limit", err)
+	}
+	if err := pull("padded", generous); !errors.Is(err, oci.ErrLimitExceeded) || !strings.Contains(err.Error(), "decompresses to more") {
+		t.Errorf("a bomb of skipped bytes: %v, want ErrLimitExceeded naming the decompression budget", err)
 	}
 	small := generous
 	small.MaxLayerBytes = 1024

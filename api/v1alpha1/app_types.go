@@ -477,6 +477,7 @@ type BucketSource struct {
 
 	// Region is the bucket's region; empty is us-east-1.
 	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-z0-9-]*$`
 	// +optional
 	Region string `json:"region,omitempty"`
 

@@ -78,6 +78,8 @@ func classifyBucket(revision string, err error) error {
 		reason = ReasonRevisionNotFound
 	case errors.Is(err, bucket.ErrLimitExceeded):
 		reason = ReasonLimitExceeded
+	case errors.Is(err, bucket.ErrInvalidListing):
+		reason = ReasonInvalidManifest
 	case errors.Is(err, bucket.ErrChanged), errors.Is(err, bucket.ErrUnauthorized):
 		retry = true
 	case errors.Is(err, bucket.ErrPlainHTTP):

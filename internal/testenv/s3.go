@@ -3,6 +3,7 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -108,7 +109,18 @@ func (s *S3) Put(t testing.TB, bucket string, objects map[string]string) {
 	t.Helper()
 	c := s.client(t)
 	for key, content := range objects {
-		if _, err := c.PutObject(context.Background(), bucket, key, bytes.NewReader([]byte(content)), int64(len(content)), minio.PutObjectOptions{}); err != nil {
+		// A keep-alive connection the server closed breaks a PUT, which
+		// the transport does not send again by itself: a fixture's
+		// upload is sent again, up to three times.
+		var err error
+		for range 3 {
+			_, err = c.PutObject(context.Background(), bucket, key, bytes.NewReader([]byte(content)), int64(len(content)), minio.PutObjectOptions{})
+			var resp minio.ErrorResponse
+			if err == nil || errors.As(err, &resp) && resp.StatusCode != 0 {
+				break
+			}
+		}
+		if err != nil {
 			t.Fatalf("putting %s/%s: %v", bucket, key, err)
 		}
 	}

@@ -334,6 +334,12 @@ func TestInvalidAppsAreRejectedWithAClearMessage(t *testing.T) {
 		},
 		wantMessage: "prefix must be a relative folder",
 	}, {
+		name: "a bucket region that is not a region's name",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{Bucket: &plumbv1.BucketSource{Endpoint: "s3.amazonaws.com", Bucket: "deploy", Region: "eu west/1"}}
+		},
+		wantMessage: "spec.source.bucket.region in body should match",
+	}, {
 		name: "a chart dependency's repository that is not a URL",
 		mutate: func(a *plumbv1.App) {
 			a.Spec.Helm = &plumbv1.HelmSpec{Repositories: []plumbv1.ChartRepository{{URL: "@bitnami"}}}

@@ -37,6 +37,10 @@ var (
 	ErrLimitExceeded = errors.New("bucket read limit exceeded")
 	// ErrPlainHTTP is a plain HTTP endpoint that the client does not allow.
 	ErrPlainHTTP = errors.New("the bucket is read over plain HTTP, which is not allowed")
+	// ErrInvalidListing is a listing that cannot be read as files: a key
+	// outside the prefix or the folder, two keys for one path, a key both
+	// a file and a folder, a negative size, no ETag.
+	ErrInvalidListing = errors.New("the bucket's listing cannot be read as files")
 	// ErrChanged is an object that changed between the listing and its
 	// download (the next read lists it again).
 	ErrChanged = errors.New("an object changed while the bucket was read")
@@ -113,8 +117,9 @@ func (c *Client) s3(loc Location, auth Auth) (*minio.Client, error) {
 	if region == "" {
 		region = "us-east-1"
 	}
-	sum := sha256.Sum256([]byte(auth.AccessKey + "\x00" + auth.SecretKey))
-	key := fmt.Sprintf("%s\x00%t\x00%s\x00%x", loc.Endpoint, loc.Insecure, region, sum)
+	// %q quotes every part, so that no two locations and accounts join
+	// alike; the digest keeps no copy of the secret.
+	key := fmt.Sprintf("%x", sha256.Sum256([]byte(fmt.Sprintf("%q %t %q %q %q", loc.Endpoint, loc.Insecure, region, auth.AccessKey, auth.SecretKey))))
 	if client, ok := c.clients.Get(key); ok {
 		return client.(*minio.Client), nil
 	}
@@ -145,10 +150,19 @@ func prefixFolder(prefix string) string {
 	return prefix + "/"
 }
 
+// S3's own bounds on what a listing may hold: a hostile server's longer
+// keys or ETags get ErrLimitExceeded.
+const (
+	maxKeyBytes  = 1024
+	maxETagBytes = 256
+)
+
 // List lists the objects under loc's prefix, at most limits.MaxFiles of
 // them and limits.MaxTotalBytes in all, each at most limits.MaxFileBytes
 // (listed sizes), so that an endless listing stops at the first object
-// past them. Folder markers (keys ending in "/") are left out.
+// past them. Folder markers (keys ending in "/") are left out. A listing
+// whose keys are not files of one folder under the prefix (see
+// ErrInvalidListing) is refused before anything is downloaded.
 func (c *Client) List(ctx context.Context, loc Location, auth Auth, limits tree.Limits) (Listing, error) {
 	client, err := c.s3(loc, auth)
 	if err != nil {
@@ -168,13 +182,32 @@ func (c *Client) List(ctx context.Context, loc Location, auth Auth, limits tree.
 		objects []Object
 		total   int64
 	)
+	paths := tree.NewBuilder(tree.Limits{}, nil) // the keys as a folder's paths: conflicts and escapes
 	for info := range client.ListObjects(ctx, loc.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 		if info.Err != nil {
 			return Listing{}, classify(info.Err, "listing")
 		}
-		key := strings.TrimPrefix(info.Key, prefix)
+		if len(info.Key) > maxKeyBytes {
+			return Listing{}, fmt.Errorf("%w: a key of %d bytes, more than %d", ErrLimitExceeded, len(info.Key), maxKeyBytes)
+		}
+		key, under := strings.CutPrefix(info.Key, prefix)
+		if !under {
+			return Listing{}, fmt.Errorf("%w: key %q is not under the prefix %q", ErrInvalidListing, info.Key, prefix)
+		}
 		if key == "" || strings.HasSuffix(key, "/") {
 			continue
+		}
+		etag := strings.Trim(info.ETag, `"`)
+		switch {
+		case len(etag) > maxETagBytes:
+			return Listing{}, fmt.Errorf("%w: object %s has an ETag of %d bytes, more than %d", ErrLimitExceeded, key, len(etag), maxETagBytes)
+		case etag == "":
+			return Listing{}, fmt.Errorf("%w: the server lists no ETag for %s", ErrInvalidListing, key)
+		case info.Size < 0:
+			return Listing{}, fmt.Errorf("%w: object %s is listed with %d bytes", ErrInvalidListing, key, info.Size)
+		}
+		if err := paths.AddFile(key, 0, key); err != nil {
+			return Listing{}, fmt.Errorf("%w: %v", ErrInvalidListing, err)
 		}
 		if max := limits.MaxFiles; max > 0 && len(objects)+1 > max {
 			return Listing{}, fmt.Errorf("%w: more than %d objects under the prefix", ErrLimitExceeded, max)
@@ -185,7 +218,7 @@ func (c *Client) List(ctx context.Context, loc Location, auth Auth, limits tree.
 		if total += info.Size; limits.MaxTotalBytes > 0 && total > limits.MaxTotalBytes {
 			return Listing{}, fmt.Errorf("%w: the objects under the prefix are more than %d bytes", ErrLimitExceeded, limits.MaxTotalBytes)
 		}
-		objects = append(objects, Object{Key: key, ETag: strings.Trim(info.ETag, `"`), Size: info.Size})
+		objects = append(objects, Object{Key: key, ETag: etag, Size: info.Size})
 	}
 	if err := ctx.Err(); err != nil {
 		return Listing{}, err
@@ -224,10 +257,13 @@ func (c *Client) Fetch(ctx context.Context, loc Location, auth Auth, listing Lis
 		}
 		return nil, fmt.Errorf("%s: not downloaded", key)
 	})
-	for _, o := range listing.Objects {
+	for _, o := range listing.Objects { // every path first: nothing is downloaded for a tree that cannot be
 		if err := b.AddFile(o.Key, o.Size, o.Key); err != nil {
 			return nil, err
 		}
+	}
+	ctx = context.WithValue(ctx, downloadKey{}, true)
+	for _, o := range listing.Objects {
 		data, err := c.download(ctx, client, loc.Bucket, prefix+o.Key, o)
 		if err != nil {
 			return nil, err
@@ -259,6 +295,10 @@ func (c *Client) download(ctx context.Context, client *minio.Client, bucket, key
 	if int64(len(data)) != o.Size {
 		return nil, fmt.Errorf("%w: object %s is no longer %d bytes", ErrChanged, o.Key, o.Size)
 	}
+	// A server that ignored If-Match still says what it sent.
+	if info, err := obj.Stat(); err != nil || strings.Trim(info.ETag, `"`) != o.ETag {
+		return nil, fmt.Errorf("%w: object %s is not the listed one (ETag %q)", ErrChanged, o.Key, o.ETag)
+	}
 	return data, nil
 }
 
@@ -268,6 +308,10 @@ var (
 )
 
 type requestsKey struct{}
+
+// downloadKey marks a download's requests, which download bounds to the
+// listed size: the cap on other answers does not apply to them.
+type downloadKey struct{}
 
 // withRequests bounds the requests made with ctx.
 func withRequests(ctx context.Context, n int64) context.Context {
@@ -291,7 +335,9 @@ func (g *guarded) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp.Body = &cappedBody{ReadCloser: resp.Body, left: g.maxBody}
+	if req.Context().Value(downloadKey{}) == nil {
+		resp.Body = &cappedBody{ReadCloser: resp.Body, left: g.maxBody}
+	}
 	return resp, nil
 }
 

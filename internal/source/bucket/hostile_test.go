@@ -12,6 +12,7 @@ import (
 
 	"github.com/plumb-dev/plumb/internal/source/bucket"
 	"github.com/plumb-dev/plumb/internal/source/tree"
+	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
 var limits0 = tree.Limits{MaxFiles: 2000}
@@ -70,5 +71,63 @@ func TestAHostileServerGetsLimitExceeded(t *testing.T) {
 	}
 	if n := pages.Load(); n > 5 {
 		t.Errorf("the endless listing was asked %d pages; want at most 2000/1000+3", n)
+	}
+}
+
+// A listing that cannot be one folder's files is refused by List, before
+// any download, with ErrInvalidListing (or ErrLimitExceeded for keys and
+// ETags longer than S3 allows).
+func TestAListingThatIsNotAFolderIsRefused(t *testing.T) {
+	ok := func(key string) testenv.ScriptedObject {
+		return testenv.ScriptedObject{Key: key, ETag: "e1", Size: 2, Body: "a\n"}
+	}
+	for _, tc := range []struct {
+		name    string
+		objects []testenv.ScriptedObject
+		want    error
+	}{
+		{"a key that leaves the folder", []testenv.ScriptedObject{ok("p/../x.yaml")}, bucket.ErrInvalidListing},
+		{"a key outside the prefix", []testenv.ScriptedObject{ok("p/a.yaml"), ok("q/b.yaml")}, bucket.ErrInvalidListing},
+		{"a key that is a file and a folder", []testenv.ScriptedObject{ok("p/a"), ok("p/a/b.yaml")}, bucket.ErrInvalidListing},
+		{"two keys for one path", []testenv.ScriptedObject{ok("p/x//y.yaml"), ok("p/x/y.yaml")}, bucket.ErrInvalidListing},
+		{"an absolute key", []testenv.ScriptedObject{ok("p//etc/passwd")}, bucket.ErrInvalidListing},
+		{"a negative size", []testenv.ScriptedObject{{Key: "p/a.yaml", ETag: "e1", Size: -1 << 20}}, bucket.ErrInvalidListing},
+		{"no ETag", []testenv.ScriptedObject{{Key: "p/a.yaml", Size: 2, Body: "a\n"}}, bucket.ErrInvalidListing},
+		{"a key longer than S3 allows", []testenv.ScriptedObject{ok("p/" + strings.Repeat("k", 2048))}, bucket.ErrLimitExceeded},
+		{"an ETag longer than S3 allows", []testenv.ScriptedObject{{Key: "p/a.yaml", ETag: strings.Repeat("e", 4096), Size: 2}}, bucket.ErrLimitExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s3 := testenv.StartScriptedS3(t, "bkt", "", tc.objects)
+			c := &bucket.Client{AllowHTTP: true}
+			_, err := c.List(context.Background(), bucket.Location{Endpoint: s3.Endpoint, Bucket: "bkt", Prefix: "p", Insecure: true}, bucket.Auth{}, limits0)
+			if !errors.Is(err, tc.want) {
+				t.Errorf("%v; want %v", err, tc.want)
+			}
+			if n := s3.GETs(); n != 0 {
+				t.Errorf("%d objects downloaded; want none", n)
+			}
+		})
+	}
+}
+
+// An object is taken only as listed: a server that ignores If-Match and
+// sends another object of the same size gets ErrChanged. A download is
+// bounded by its listed size, not by the cap on other answers.
+func TestADownloadIsTheListedObject(t *testing.T) {
+	big := strings.Repeat("x", 2<<20)
+	s3 := testenv.StartScriptedS3(t, "bkt", "", []testenv.ScriptedObject{{Key: "a.yaml", ETag: "e1", Size: int64(len(big)), Body: big}})
+	c := &bucket.Client{AllowHTTP: true, MaxResponseBytes: 1 << 20}
+	loc := bucket.Location{Endpoint: s3.Endpoint, Bucket: "bkt", Insecure: true}
+	limits := tree.Limits{MaxFiles: 10, MaxFileBytes: 4 << 20, MaxTotalBytes: 4 << 20}
+	listing, err := c.List(context.Background(), loc, bucket.Auth{}, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Fetch(context.Background(), loc, bucket.Auth{}, listing, limits); err != nil {
+		t.Errorf("an object of 2 MiB with answers capped at 1 MiB: %v", err)
+	}
+	s3.SetObjects([]testenv.ScriptedObject{{Key: "a.yaml", ETag: "e1", Size: int64(len(big)), Body: strings.Repeat("y", len(big)), ServedETag: "e2"}})
+	if _, err := c.Fetch(context.Background(), loc, bucket.Auth{}, listing, limits); !errors.Is(err, bucket.ErrChanged) {
+		t.Errorf("a server that ignores If-Match: %v; want ErrChanged", err)
 	}
 }

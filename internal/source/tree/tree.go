@@ -107,6 +107,9 @@ func (b *Builder) add(name string, e entry) error {
 	if err != nil || clean == "" {
 		return &PathError{Path: name, Err: fmt.Errorf("not a file path inside the repository: %w", ErrEscapesRoot)}
 	}
+	if e.size < 0 {
+		return &PathError{Path: clean, Err: fmt.Errorf("a size of %d bytes", e.size)}
+	}
 	t := b.tree
 	if _, dup := t.files[clean]; dup {
 		return &PathError{Path: clean, Err: errors.New("added twice")}

@@ -181,6 +181,11 @@ func TestBuilderEnforcesLimits(t *testing.T) {
 			}
 		})
 	}
+	// A negative size cannot lower the running total.
+	b := NewBuilder(Limits{MaxTotalBytes: 16}, nil)
+	if err := b.AddFile("big.yaml", -1<<20, "big.yaml"); err == nil {
+		t.Error("a file of negative size was added")
+	}
 	if _, err := build(t, Limits{MaxFiles: 3, MaxFileBytes: 10, MaxTotalBytes: 16}, files); err != nil {
 		t.Errorf("a tree exactly at its limits: %v", err)
 	}

@@ -173,12 +173,27 @@ func Age(t *metav1.Time, now time.Time) string {
 	return duration.HumanDuration(now.Sub(t.Time))
 }
 
-// SourceOf is the App's source: URL, ref and path.
+// SourceOf is the App's source: URL, ref and path, or a chart's
+// repository, name and version, or a bucket's endpoint, name and prefix.
 func SourceOf(app *plumbv1.App) string {
 	s := app.Spec.Source
 	path := s.Path
 	if path == "" {
 		path = "."
+	}
+	if h := s.Helm; h != nil {
+		version := "latest version"
+		if h.Version != "" {
+			version = "version " + h.Version
+		}
+		return h.Repository + " chart " + h.Chart + " " + version
+	}
+	if b := s.Bucket; b != nil {
+		prefix := strings.Trim(b.Prefix, "/")
+		if prefix == "" {
+			prefix = "(all)"
+		}
+		return b.Endpoint + " bucket " + b.Bucket + " prefix " + prefix + " " + path
 	}
 	if o := s.OCI; o != nil {
 		at := "tag latest"

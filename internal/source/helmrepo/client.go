@@ -83,10 +83,10 @@ type IndexResult struct {
 }
 
 // cachedIndex is an account's last reading of a repository's index. One
-// fetch runs at a time; the callers that arrive meanwhile wait and share
-// its result.
+// fetch runs at a time; the callers that arrive meanwhile wait, each no
+// longer than its own context allows, and share its result.
 type cachedIndex struct {
-	mu           sync.Mutex
+	turn         chan struct{} // holds a token while a caller reads or fetches
 	index        *Index
 	digest       string
 	etag         string
@@ -103,8 +103,12 @@ func (c *Client) Index(ctx context.Context, repoURL string, auth Auth, fresh boo
 		return IndexResult{}, err
 	}
 	entry := c.cached(indexURL, auth)
-	entry.mu.Lock()
-	defer entry.mu.Unlock()
+	select {
+	case entry.turn <- struct{}{}:
+		defer func() { <-entry.turn }()
+	case <-ctx.Done():
+		return IndexResult{}, fmt.Errorf("waiting for another read of %s: %w", redactURL(indexURL), ctx.Err())
+	}
 	now := c.now()
 	if entry.index != nil && !fresh && now.Sub(entry.checked) < c.maxAge() {
 		return IndexResult{Index: entry.index, Digest: entry.digest}, nil
@@ -201,7 +205,7 @@ func (c *Client) indexURL(repoURL string) (string, error) {
 
 // cached is the entry of indexURL as auth, made when missing.
 func (c *Client) cached(indexURL string, auth Auth) *cachedIndex {
-	sum := sha256.Sum256([]byte(auth.Username + "\x00" + auth.Password))
+	sum := sha256.Sum256(fmt.Appendf(nil, "%q %q", auth.Username, auth.Password)) // quoted: no two accounts join alike
 	key := indexURL + "\x00" + hex.EncodeToString(sum[:])
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -211,7 +215,7 @@ func (c *Client) cached(indexURL string, auth Auth) *cachedIndex {
 	if e, ok := c.indexes.Get(key); ok {
 		return e.(*cachedIndex)
 	}
-	e := &cachedIndex{}
+	e := &cachedIndex{turn: make(chan struct{}, 1)}
 	c.indexes.Add(key, e)
 	return e
 }

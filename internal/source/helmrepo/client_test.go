@@ -234,3 +234,37 @@ func TestPlainHTTPAndBadURLsAreRefused(t *testing.T) {
 		t.Errorf("no index: %v, want %v", err, helmrepo.ErrNotFound)
 	}
 }
+
+// A read that waits for another read of the same index waits no longer
+// than its own context: a repository that answers slowly holds up only
+// the read that asked it.
+func TestAWaitForAnotherReadEndsWithItsContext(t *testing.T) {
+	asked, release := make(chan struct{}), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(asked)
+		<-release
+		_, _ = w.Write([]byte("apiVersion: v1\nentries: {}\n"))
+	}))
+	defer srv.Close()
+	c := &helmrepo.Client{AllowHTTP: true}
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Index(context.Background(), srv.URL, helmrepo.Auth{}, false)
+		first <- err
+	}()
+	<-asked
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Index(ctx, srv.URL, helmrepo.Auth{}, false); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a read waiting for a slow one: %v; want its own deadline", err)
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the slow read returned (%v) before its answer", err)
+	default:
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Errorf("the slow read: %v", err)
+	}
+}

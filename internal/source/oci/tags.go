@@ -52,22 +52,29 @@ func listTags(ctx context.Context, puller *remote.Puller, repo name.Repository) 
 }
 
 // tagListing is a session's last listing of its repository's tags. One
-// listing runs at a time; the resolves that arrive meanwhile wait for it
-// and share its result.
+// listing runs at a time; the resolves that arrive meanwhile wait for it,
+// each no longer than its own context allows, and share its result.
 type tagListing struct {
-	mu     sync.Mutex
+	once   sync.Once
+	turn   chan struct{} // holds a token while a resolve reads or lists
 	tags   []string
-	listed time.Time // zero: never listed
+	listed time.Time // when the kept listing started; zero: never listed
 }
 
 // get returns the listing if it is younger than maxAge, and lists again
 // otherwise. A fresh get (a push webhook asked for it) lists again unless
-// a listing finished after it was asked for: the resolves a push brings
-// forward at once share one listing. A failed listing is not kept.
+// a listing started after it was asked for: the resolves a push brings
+// forward at once share one listing, and none is served tags read before
+// it asked. A failed listing is not kept.
 func (l *tagListing) get(ctx context.Context, now func() time.Time, maxAge time.Duration, fresh bool, list func(context.Context) ([]string, error)) ([]string, error) {
 	asked := now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.once.Do(func() { l.turn = make(chan struct{}, 1) })
+	select {
+	case l.turn <- struct{}{}:
+		defer func() { <-l.turn }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for another listing of the tags: %w", ctx.Err())
+	}
 	switch {
 	case l.listed.IsZero():
 	case fresh && l.listed.After(asked):
@@ -75,10 +82,11 @@ func (l *tagListing) get(ctx context.Context, now func() time.Time, maxAge time.
 	case !fresh && now().Sub(l.listed) < maxAge:
 		return l.tags, nil
 	}
+	started := now()
 	tags, err := list(ctx)
 	if err != nil {
 		return nil, err
 	}
-	l.tags, l.listed = tags, now()
+	l.tags, l.listed = tags, started
 	return tags, nil
 }

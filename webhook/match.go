@@ -42,7 +42,22 @@ type indexedApp struct {
 	ref        plumbv1.GitRef
 	path       string
 	pathFilter bool
+	// constraint is ref.SemVer parsed once (nil: none, or it does not
+	// parse, and then no tag is in it).
+	constraint *semver.Constraints
+	// chartTags reads registry tags as `helm push` writes versions,
+	// build metadata after "_".
+	chartTags bool
 }
+
+// helmChartLayer is a Helm chart's layer media type (oci.MediaTypeHelmChart,
+// whose package this one may not import): an OCI App that selects it reads
+// a chart.
+const helmChartLayer = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+
+// maxArtifacts bounds the tags of one push that are matched: a payload
+// listing more (Quay's updated_tags, say) is matched by its first ones.
+const maxArtifacts = 100
 
 // registryKey keys an OCI repository apart from Git URLs in byURL.
 func registryKey(canonical string) string { return "oci://" + canonical }
@@ -56,6 +71,9 @@ func NewIndex() *Index {
 func (ix *Index) Set(app *plumbv1.App) {
 	key := types.NamespacedName{Namespace: app.Namespace, Name: app.Name}
 	entry, ok := indexEntry(app)
+	if ok && entry.ref.SemVer != "" {
+		entry.constraint, _ = semver.NewConstraint(entry.ref.SemVer)
+	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.deleteLocked(key)
@@ -83,7 +101,8 @@ func indexEntry(app *plumbv1.App) (indexedApp, bool) {
 		if ref.Tag == "" && ref.SemVer == "" {
 			ref.Tag = "latest" // what the OCI source reads
 		}
-		return indexedApp{url: registryKey(repo), ref: ref}, true
+		chart := src.OCI.LayerSelector != nil && src.OCI.LayerSelector.MediaType == helmChartLayer
+		return indexedApp{url: registryKey(repo), ref: ref, chartTags: chart}, true
 	case src.Helm != nil:
 		if !strings.HasPrefix(src.Helm.Repository, "oci://") {
 			return indexedApp{}, false // an HTTP repository sends no push
@@ -98,7 +117,7 @@ func indexEntry(app *plumbv1.App) (indexedApp, bool) {
 		} else if src.Helm.Version == "" {
 			ref.SemVer = "*"
 		}
-		return indexedApp{url: registryKey(repo), ref: ref}, true
+		return indexedApp{url: registryKey(repo), ref: ref, chartTags: true}, true
 	case src.Bucket != nil:
 		return indexedApp{}, false
 	}
@@ -153,7 +172,7 @@ func (ix *Index) Match(p Push) []types.NamespacedName {
 		}
 		for key := range ix.byURL[url] {
 			app := ix.apps[key]
-			if seen[key] || !refMatches(app.ref, isBranch, branch, tag) {
+			if seen[key] || !app.refMatches(isBranch, branch, tag) {
 				continue
 			}
 			if app.pathFilter && p.ChangedPaths != nil && !touches(p.ChangedPaths, app.path) {
@@ -172,13 +191,16 @@ func (ix *Index) matchArtifacts(artifacts []Artifact) []types.NamespacedName {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	seen := map[types.NamespacedName]bool{}
+	if len(artifacts) > maxArtifacts {
+		artifacts = artifacts[:maxArtifacts]
+	}
 	for _, a := range artifacts {
 		repo, err := repourl.Registry(a.Repository)
 		if err != nil {
 			continue
 		}
 		for key := range ix.byURL[registryKey(repo)] {
-			if app := ix.apps[key]; !seen[key] && artifactRefMatches(app.ref, a.Tag) {
+			if app := ix.apps[key]; !seen[key] && app.artifactRefMatches(a.Tag) {
 				seen[key] = true
 			}
 		}
@@ -187,14 +209,14 @@ func (ix *Index) matchArtifacts(artifacts []Artifact) []types.NamespacedName {
 }
 
 // artifactRefMatches reports whether a pushed tag is the App's tag or a
-// version in its range. A registry tag cannot hold "+", so a chart version's
-// build metadata is pushed after "_" (Helm's rule); the range reads it back
-// as "+", as the OCI source's resolve does.
-func artifactRefMatches(ref plumbv1.GitRef, tag string) bool {
-	if ref.SemVer != "" {
+// version in its range. A registry tag cannot hold "+", so a chart's
+// build metadata is pushed after "_" (Helm's rule); a chart App's range
+// reads it back as "+", as the OCI source's resolve does.
+func (a indexedApp) artifactRefMatches(tag string) bool {
+	if a.ref.SemVer != "" && a.chartTags {
 		tag = strings.ReplaceAll(tag, "_", "+")
 	}
-	return refMatches(ref, false, "", tag)
+	return a.refMatches(false, "", tag)
 }
 
 // sortedKeys lists a set of Apps in order.
@@ -207,7 +229,10 @@ func sortedKeys(set map[types.NamespacedName]bool) []types.NamespacedName {
 	return out
 }
 
-func refMatches(ref plumbv1.GitRef, isBranch bool, branch, tag string) bool {
+// refMatches reports whether a pushed branch or tag is what the App
+// tracks: its branch, its tag, or a version in its semver range.
+func (a indexedApp) refMatches(isBranch bool, branch, tag string) bool {
+	ref := a.ref
 	switch {
 	case ref.Commit != "":
 		return false
@@ -216,12 +241,11 @@ func refMatches(ref plumbv1.GitRef, isBranch bool, branch, tag string) bool {
 	case ref.Tag != "":
 		return ref.Tag == tag
 	case ref.SemVer != "":
-		constraint, err := semver.NewConstraint(ref.SemVer)
-		if err != nil {
+		if a.constraint == nil {
 			return false
 		}
 		v, err := semver.NewVersion(tag)
-		return err == nil && constraint.Check(v)
+		return err == nil && a.constraint.Check(v)
 	}
 	return false
 }

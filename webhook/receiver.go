@@ -58,7 +58,8 @@ type Options struct {
 	// Trigger brings an App's next tick forward, fetching afresh.
 	Trigger func(types.NamespacedName)
 	// Observe, when set, is told of every request's provider, event and
-	// status code, and of how many Apps a push matched.
+	// status code, and of how many Apps a push matched (-1 for a request
+	// that was no push to match: refused, a ping, ignored).
 	Observe func(provider Provider, event string, code int, matched int)
 	// Clock is the time source for delivery ids.
 	Clock clock.PassiveClock
@@ -137,7 +138,7 @@ func (rcv *Receiver) Handler() http.Handler {
 
 func (rcv *Receiver) handle(provider Provider, parse parser) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		event, code, matched := "unknown", http.StatusAccepted, 0
+		event, code, matched := "unknown", http.StatusAccepted, -1
 		defer func() {
 			if rcv.opts.Observe != nil {
 				rcv.opts.Observe(provider, event, code, matched)

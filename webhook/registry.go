@@ -1,8 +1,8 @@
 package webhook
 
 import (
-	"crypto/subtle"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -28,6 +28,31 @@ func urlSecret(provider Provider) bool {
 	return provider == DockerHub || provider == Quay
 }
 
+// MinURLSecretLength is the shortest secret of a provider whose secret is
+// the URL's last segment: nothing else proves the sender.
+const MinURLSecretLength = 16
+
+// CheckSecret refuses a secret that the provider cannot be served with:
+// one of Docker Hub or Quay must be a URL path segment of its own, of
+// unreserved characters (RFC 3986) that are not "." or "..", and at least
+// MinURLSecretLength long.
+func CheckSecret(provider Provider, secret string) error {
+	if !urlSecret(provider) {
+		return nil
+	}
+	if len(secret) < MinURLSecretLength {
+		return fmt.Errorf("the %s webhook secret is its URL's last segment, the only proof of the sender: give at least %d characters", provider, MinURLSecretLength)
+	}
+	if strings.Trim(secret, ".") == "" || strings.TrimFunc(secret, unreserved) != "" {
+		return fmt.Errorf("the %s webhook secret is its URL's last segment: use only letters, digits, '-', '.', '_' and '~'", provider)
+	}
+	return nil
+}
+
+func unreserved(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-._~", r)
+}
+
 // Artifact is a tag a registry says was pushed: the repository as the
 // registry spells it (host/path) and the tag.
 type Artifact struct {
@@ -39,7 +64,7 @@ type Artifact struct {
 // with the secret in constant time.
 func secretInPath(provider Provider, secret string, r *http.Request) bool {
 	got, ok := strings.CutPrefix(r.URL.Path, "/hooks/"+string(provider)+"/")
-	return ok && got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(secret)) == 1
+	return ok && got != "" && secretEqual(got, secret)
 }
 
 // harborPayload is what plumb reads of a Harbor webhook (its default

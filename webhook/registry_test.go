@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,6 +25,12 @@ func helmApp(name, repository, chart, version string) *plumbv1.App {
 		Spec: plumbv1.AppSpec{Source: plumbv1.Source{Helm: &plumbv1.HelmSource{Repository: repository, Chart: chart, Version: version}}}}
 }
 
+// chartLayer makes an OCI App read a Helm chart's layer.
+func chartLayer(a *plumbv1.App) *plumbv1.App {
+	a.Spec.Source.OCI.LayerSelector = &plumbv1.OCILayerSelector{MediaType: helmChartLayer}
+	return a
+}
+
 func TestARegistryPushMatchesTheAppsThatReadThePushedTag(t *testing.T) {
 	ix := NewIndex()
 	for _, a := range []*plumbv1.App{
@@ -37,6 +44,8 @@ func TestARegistryPushMatchesTheAppsThatReadThePushedTag(t *testing.T) {
 		helmApp("chart-any", "oci://ghcr.io/shop-org/charts", "podinfo", ""),
 		helmApp("http-chart", "https://charts.example.com", "podinfo", "^6.0.0"),
 		app("git-same-path", "https://harbor.example.com/shop/web", plumbv1.GitRef{Tag: "1.4.0"}, "", false),
+		ociApp("artifact-range", "oci://quay.io/shop/api", plumbv1.OCIRef{SemVer: "^2.0.0"}),
+		chartLayer(ociApp("chart-layer-range", "oci://quay.io/shop/api", plumbv1.OCIRef{SemVer: "^2.0.0"})),
 	} {
 		ix.Set(a)
 	}
@@ -53,6 +62,9 @@ func TestARegistryPushMatchesTheAppsThatReadThePushedTag(t *testing.T) {
 		{"a chart tag spells + as _", []Artifact{{"ghcr.io/shop-org/charts/podinfo", "6.5.1_build.7"}},
 			[]string{"chart", "chart-any", "chart-range"}},
 		{"a chart version in range", []Artifact{{"ghcr.io/shop-org/charts/podinfo", "6.6.0"}}, []string{"chart-any", "chart-range"}},
+		{"_ is a chart's build metadata, not an artifact's", []Artifact{{"quay.io/shop/api", "2.1.0_build.1"}}, []string{"chart-layer-range"}},
+		{"a push's tags past the first 100", append(slices.Repeat([]Artifact{{"harbor.example.com/shop/web", "9.9.9"}}, maxArtifacts),
+			Artifact{"harbor.example.com/shop/web", "1.4.0"}), []string{}},
 		{"another repository", []Artifact{{"harbor.example.com/shop/api", "1.4.0"}}, []string{}},
 		{"several tags, each counted once", []Artifact{{"harbor.example.com/shop/web", "1.4.0"}, {"harbor.example.com/shop/web", "1.5.0"}},
 			[]string{"range", "tag"}},
@@ -184,4 +196,25 @@ func TestRegistryPushesTriggerTheirAppsOnlyWithTheSecret(t *testing.T) {
 			t.Errorf("triggered %v, want [ghcr]", got)
 		}
 	})
+}
+
+func TestAURLSecretIsALongURLSegment(t *testing.T) {
+	for _, tc := range []struct {
+		provider Provider
+		secret   string
+		ok       bool
+	}{
+		{DockerHub, "0123456789abcdef", true},
+		{Quay, "Abc-._~0123456789", true},
+		{DockerHub, "0123456789abcde", false}, // 15
+		{Quay, "0123456789abcdef/x", false},
+		{Quay, "0123456789abcdef?x", false},
+		{DockerHub, strings.Repeat(".", 16), false},
+		{Harbor, "short", true}, // a header, not a URL
+		{GitHub, "short", true},
+	} {
+		if err := CheckSecret(tc.provider, tc.secret); (err == nil) != tc.ok {
+			t.Errorf("CheckSecret(%s, %q) = %v, want ok=%v", tc.provider, tc.secret, err, tc.ok)
+		}
+	}
 }

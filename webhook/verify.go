@@ -22,7 +22,7 @@ func verified(provider Provider, secret string, r *http.Request, body []byte) bo
 		return hmacMatches(secret, body, strings.TrimPrefix(h.Get("X-Hub-Signature-256"), "sha256="), h.Get("X-Hub-Signature-256") != "")
 	case GitLab:
 		token := h.Get("X-Gitlab-Token")
-		return token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(secret)) == 1
+		return token != "" && secretEqual(token, secret)
 	case Gitea:
 		return hmacMatches(secret, body, h.Get("X-Gitea-Signature"), true)
 	case Gogs:
@@ -35,11 +35,20 @@ func verified(provider Provider, secret string, r *http.Request, body []byte) bo
 		return ok && hmacMatches(secret, body, sig, true)
 	case Harbor:
 		auth := h.Get("Authorization")
-		return auth != "" && subtle.ConstantTimeCompare([]byte(auth), []byte(secret)) == 1
+		return auth != "" && secretEqual(auth, secret)
 	case DockerHub, Quay:
 		return secretInPath(provider, secret, r)
 	}
 	return false
+}
+
+// secretEqual compares a secret as sent with the configured one in time
+// that tells nothing of either, its length included: it compares their
+// SHA-256 digests (subtle.ConstantTimeCompare returns at once on unequal
+// lengths).
+func secretEqual(got, want string) bool {
+	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
 }
 
 // hmacMatches compares a hex HMAC-SHA256 of body with sig in constant time.

@@ -745,6 +745,9 @@ func TestTheSchemaRejectsWrongValuesWithAClearMessage(t *testing.T) {
 		"a rule with a misspelt key": {"rbac: {extraRules: [{apiGroups: [''], resources: [pods], verb: [get]}]}", "/rbac/extraRules/0"},
 		"two webhook secrets":        {"webhook: {secret: {existingSecret: mine, values: {github: s3cret}}}", "/webhook/secret/values"},
 		"an unknown verb":            {"rbac: {extraRules: [{apiGroups: [''], resources: [pods], verbs: [escalate]}]}", "/rbac/extraRules/0/verbs/0"},
+		"a short URL secret":         {"webhook: {providers: [dockerhub], secret: {values: {dockerhub: short}}}", "/webhook/secret/values/dockerhub"},
+		"a URL secret with a slash":  {"webhook: {providers: [quay], secret: {values: {quay: 0123456789abcdef/x}}}", "/webhook/secret/values/quay"},
+		"a URL secret of dots":       {"webhook: {providers: [quay], secret: {values: {quay: '................'}}}", "/webhook/secret/values/quay"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, _, err := render(t, values(t, c.set))

@@ -256,6 +256,9 @@ func readWebhookSecrets(flags []string) (map[webhook.Provider]string, error) {
 		if secret == "" {
 			return nil, fmt.Errorf("the %s webhook secret in %s is empty: refusing to serve %s unverified", name, path, name)
 		}
+		if err := webhook.CheckSecret(provider, secret); err != nil {
+			return nil, fmt.Errorf("%w (%s)", err, path)
+		}
 		secrets[provider] = secret
 	}
 	return secrets, nil

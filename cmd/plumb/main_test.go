@@ -193,6 +193,19 @@ var emptyFile = func() string {
 	return f.Name()
 }()
 
+// secretFile is a file holding secret, for a flag that reads one.
+func secretFile(secret string) string {
+	f, err := os.CreateTemp("", "plumb-secret-")
+	if err != nil {
+		panic(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(secret); err != nil {
+		panic(err)
+	}
+	return f.Name()
+}
+
 func TestControllerRejectsBadFlagsBeforeStarting(t *testing.T) {
 	tests := []struct {
 		args []string
@@ -206,6 +219,8 @@ func TestControllerRejectsBadFlagsBeforeStarting(t *testing.T) {
 		{[]string{"--app-label-selector", "a in (b"}, `--app-label-selector "a in (b"`},
 		{[]string{"--webhook-secret-file", "github=" + emptyFile}, "the github webhook secret in " + emptyFile + " is empty: refusing to serve github unverified"},
 		{[]string{"--webhook-secret-file", "svn=/x"}, `unknown provider "svn"`},
+		{[]string{"--webhook-secret-file", "dockerhub=" + secretFile("short")}, "the dockerhub webhook secret is its URL's last segment, the only proof of the sender: give at least 16 characters"},
+		{[]string{"--webhook-secret-file", "quay=" + secretFile("a/long/secret/with/slashes")}, "use only letters, digits"},
 		{[]string{"--kube-api-burst", "0"}, "--kube-api-burst 0: want at least 1"},
 		{[]string{"--pprof-addr", ":6060"}, "only on a loopback address"},
 		{[]string{"--pprof-addr", "0.0.0.0:6060"}, "only on a loopback address"},

@@ -223,7 +223,8 @@ func (m *Metrics) ObserveChange(action string, n int) {
 }
 
 // ObserveWebhook counts one webhook request and, for a verified push, how
-// many Apps it matched.
+// many Apps it matched (matched < 0: the request was no push to match, such
+// as a package event of no container tag).
 func (m *Metrics) ObserveWebhook(provider, event string, code, matched int) {
 	label, ok := webhookEvents[event]
 	if !ok {
@@ -231,7 +232,7 @@ func (m *Metrics) ObserveWebhook(provider, event string, code, matched int) {
 	}
 	m.webhooks.WithLabelValues(provider, label, strconv.Itoa(code)).Inc()
 	if label == "push" || label == "tag" {
-		if code == 202 {
+		if code == 202 && matched >= 0 {
 			m.matched.Observe(float64(matched))
 		}
 	}

@@ -72,6 +72,10 @@ func TestWebhookEventLabelsAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.ObserveWebhook("github", "push", 202, 2)
+	m.ObserveWebhook("github", "package", 202, -1) // a package event with no tag, ignored
+	if n := histogramCount(t, reg, "plumb_webhook_matched_apps"); n != 1 {
+		t.Errorf("matched Apps observed %d times, want once: an ignored package event is no push", n)
+	}
 	m.ObserveWebhook("github", "anything-an-attacker-sends-1", 401, 0)
 	m.ObserveWebhook("github", "anything-an-attacker-sends-2", 401, 0)
 	if got := testutil.ToFloat64(m.webhooks.WithLabelValues("github", "other", "401")); got != 2 {
@@ -138,4 +142,20 @@ func TestCommitToAppliedClampsAFutureCommitAtZero(t *testing.T) {
 		return
 	}
 	t.Fatal("plumb_commit_to_applied_seconds not gathered")
+}
+
+// histogramCount is how many observations the histogram name holds.
+func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/Masterminds/semver/v3"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -290,14 +289,8 @@ func ociChart(h *plumbv1.HelmSource) *plumbv1.OCISource {
 	}
 	o := &plumbv1.OCISource{URL: strings.TrimSuffix(h.Repository, "/") + "/" + h.Chart, SecretRef: h.SecretRef, Insecure: h.Insecure,
 		Verify: h.Verify, LayerSelector: &plumbv1.OCILayerSelector{MediaType: oci.MediaTypeHelmChart}}
-	switch _, err := semver.StrictNewVersion(h.Version); {
-	case err == nil:
-		o.Ref.Tag = strings.ReplaceAll(h.Version, "+", "_") // as `helm push` tags it
-	case h.Version == "":
-		o.Ref.SemVer = "*"
-	default:
-		o.Ref.SemVer = h.Version
-	}
+	ref := oci.ChartRef(h.Version)
+	o.Ref.Tag, o.Ref.SemVer = ref.Tag, ref.SemVer // read with ChartTags: the layer is a chart's
 	return o
 }
 

@@ -337,12 +337,7 @@ func (r *Reader) ociDependency(ctx context.Context, req *Request, d dependency) 
 		}
 		registries = r.insecureRegistries
 	}
-	ref := oci.Ref{SemVer: d.version}
-	if _, err := semver.StrictNewVersion(d.version); err == nil {
-		ref = oci.Ref{Tag: strings.ReplaceAll(d.version, "+", "_")} // as `helm push` tags it
-	} else if d.version == "" {
-		ref = oci.Ref{SemVer: "*"}
-	}
+	ref := oci.ChartRef(d.version)
 	u := strings.TrimSuffix(d.repository, "/") + "/" + d.name
 	resolve := registries.Resolve
 	if req.Refresh {

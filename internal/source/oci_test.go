@@ -7,9 +7,11 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/plumb-dev/plumb/internal/source"
 	"github.com/plumb-dev/plumb/internal/source/oci"
+	"github.com/plumb-dev/plumb/internal/source/render"
 	"github.com/plumb-dev/plumb/internal/testenv"
 )
 
@@ -202,4 +204,41 @@ func TestAVerifiedArtifactIsReadOnlyWhenSigned(t *testing.T) {
 		registry.PushFiles(t, "plumb/app", "v1", map[string]string{"a.yaml": configMap("evil", "1")})
 		refused(t, req, "is not signed")
 	})
+}
+
+// A refresh (a push webhook, plumb sync) lists a semver range's tags
+// again, for an artifact and for a chart (whose tags carry build metadata
+// after "_"); a plain read keeps the shared listing for its 30 seconds.
+func TestARefreshListsTheTagsAgain(t *testing.T) {
+	registry := testenv.StartRegistry(t)
+	chart := func(version string) v1.Image {
+		return testenv.HelmChartArtifact(t, testenv.Chart(t, "web", version, map[string]string{"templates/cm.yaml": configMap("web", version)}))
+	}
+	registry.PushFiles(t, "plumb/app", "1.0.0", map[string]string{"a.yaml": configMap("a", "1")})
+	registry.Push(t, "plumb/charts/web", "1.0.0", chart("1.0.0"))
+	r := ociReader(t, &testenv.RegistryRequests{}, true)
+	account := oci.Auth{Username: registry.Username, Password: registry.Password}
+	artifact := source.Request{OCI: &source.OCIRequest{URL: registry.URL("plumb/app"), Ref: oci.Ref{SemVer: "1.x"}, Auth: account, Insecure: true}}
+	charted := source.Request{Path: "web", Render: render.Options{Helm: render.HelmOptions{ReleaseName: "web", Namespace: "default"}},
+		OCI: &source.OCIRequest{URL: registry.URL("plumb/charts/web"), Ref: oci.Ref{SemVer: "1.x"}, Auth: account, Insecure: true,
+			LayerMediaType: oci.MediaTypeHelmChart}}
+	ctx := context.Background()
+	read := func(what string, req source.Request, refresh bool, wantTag string) {
+		t.Helper()
+		req.Refresh = refresh
+		res, err := r.Read(ctx, req)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if res.Revision.Name != wantTag {
+			t.Errorf("%s: read %s, want tag %s", what, res.Revision, wantTag)
+		}
+	}
+	read("the artifact", artifact, false, "1.0.0")
+	read("the chart", charted, false, "1.0.0")
+	registry.PushFiles(t, "plumb/app", "1.1.0", map[string]string{"a.yaml": configMap("a", "2")})
+	registry.Push(t, "plumb/charts/web", "1.1.0_build.1", chart("1.1.0+build.1"))
+	read("the artifact within the listing's age", artifact, false, "1.0.0")
+	read("the artifact refreshed", artifact, true, "1.1.0")
+	read("the chart refreshed", charted, true, "1.1.0_build.1")
 }

@@ -66,7 +66,11 @@ func (r *Reader) readOCI(ctx context.Context, req Request) (*Result, error) {
 	if req.Refresh {
 		resolve = registries.ResolveFresh
 	}
-	rev, err := resolve(ctx, o.URL, o.Ref, o.Auth)
+	ref := o.Ref
+	if o.LayerMediaType == oci.MediaTypeHelmChart {
+		ref.ChartTags = true // a chart's tags, as `helm push` writes them
+	}
+	rev, err := resolve(ctx, o.URL, ref, o.Auth)
 	if err != nil {
 		return nil, classifyOCI("", err)
 	}

@@ -53,6 +53,23 @@ type Ref struct {
 	Tag    string
 	SemVer string
 	Digest string
+	// ChartTags reads the tags as `helm push` writes a chart's version: a
+	// tag cannot hold "+", so build metadata follows "_" (1.2.3_build.1
+	// is version 1.2.3+build.1). Other tags with "_" are no versions.
+	ChartTags bool
+}
+
+// ChartRef is the Ref of a Helm chart's version in an OCI registry: an
+// exact version is its tag ("+" written "_"), a range the highest tag in
+// it, empty any version.
+func ChartRef(version string) Ref {
+	switch _, err := semver.StrictNewVersion(version); {
+	case err == nil:
+		return Ref{Tag: strings.ReplaceAll(version, "+", "_"), ChartTags: true}
+	case version == "":
+		return Ref{SemVer: "*", ChartTags: true}
+	}
+	return Ref{SemVer: version, ChartTags: true}
 }
 
 // Auth is the account to present to the registry; zero for anonymous.
@@ -152,7 +169,7 @@ func (c *Client) resolve(ctx context.Context, url string, ref Ref, auth Auth, fr
 			return Revision{}, fmt.Errorf("%w: digest %q: %v", ErrInvalidRef, ref.Digest, err)
 		}
 	case ref.SemVer != "":
-		if tag, err = c.highestInRange(ctx, sess, repo, ref.SemVer, fresh); err != nil {
+		if tag, err = c.highestInRange(ctx, sess, repo, ref, fresh); err != nil {
 			return Revision{}, err
 		}
 		target = repo.Tag(tag)
@@ -172,9 +189,11 @@ func (c *Client) resolve(ctx context.Context, url string, ref Ref, auth Auth, fr
 }
 
 // highestInRange picks, of the repository's tags, the highest that is a
-// semver version in the range. A tag cannot hold "+", so build metadata is
-// read after "_" (how Helm pushes a chart version such as 1.2.3+build.1).
-func (c *Client) highestInRange(ctx context.Context, sess *session, repo name.Repository, rangeSpec string, fresh bool) (string, error) {
+// semver version in ref's range (for ChartTags, build metadata after "_").
+// Of tags of one precedence (versions that differ only in build metadata)
+// the lowest in byte order wins, whatever order the registry lists them in.
+func (c *Client) highestInRange(ctx context.Context, sess *session, repo name.Repository, ref Ref, fresh bool) (string, error) {
+	rangeSpec := ref.SemVer
 	constraint, err := semver.NewConstraint(rangeSpec)
 	if err != nil {
 		return "", fmt.Errorf("%w: semver range %q: %v", ErrInvalidRef, rangeSpec, err)
@@ -196,11 +215,15 @@ func (c *Client) highestInRange(ctx context.Context, sess *session, repo name.Re
 	var best *semver.Version
 	bestTag := ""
 	for _, tag := range tags {
-		v, err := semver.NewVersion(strings.ReplaceAll(tag, "_", "+"))
+		version := tag
+		if ref.ChartTags {
+			version = strings.ReplaceAll(tag, "_", "+")
+		}
+		v, err := semver.NewVersion(version)
 		if err != nil || !constraint.Check(v) {
 			continue
 		}
-		if best == nil || v.GreaterThan(best) {
+		if best == nil || v.GreaterThan(best) || v.Equal(best) && tag < bestTag {
 			best, bestTag = v, tag
 		}
 	}

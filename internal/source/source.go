@@ -182,6 +182,9 @@ type Options struct {
 	// before one conditional GET checks it again (default
 	// helmrepo.DefaultIndexMaxAge).
 	HelmIndexMaxAge time.Duration
+	// Now is the clock of the shared tag listings' and indexes' ages
+	// (time.Now when nil), for tests and benchmarks that model time.
+	Now func() time.Time
 }
 
 // DefaultRenderCacheBytes is the default bound of the render cache.
@@ -247,11 +250,11 @@ func NewReader(opts Options) (*Reader, error) {
 	}
 	reader := &Reader{repos: repos, limits: opts.Limits, renderTimeout: opts.RenderTimeout, isolation: opts.Isolation,
 		renders: newRenderCache(opts.RenderCacheBytes), engines: lru.New(enginesRemembered), chartDeps: lru.New(enginesRemembered), verified: lru.New(verificationsRemembered),
-		registries: &oci.Client{Transport: opts.RegistryTransport}, helmRepos: &helmrepo.Client{Transport: opts.RegistryTransport, IndexMaxAge: opts.HelmIndexMaxAge},
+		registries: &oci.Client{Transport: opts.RegistryTransport, Now: opts.Now}, helmRepos: &helmrepo.Client{Transport: opts.RegistryTransport, IndexMaxAge: opts.HelmIndexMaxAge, Now: opts.Now},
 		archiveDigests: lru.New(archiveDigestsRemembered), buckets: &bucket.Client{Transport: opts.RegistryTransport}}
 	if opts.AllowInsecureRegistries {
-		reader.insecureRegistries = &oci.Client{Transport: opts.RegistryTransport, AllowHTTP: true}
-		reader.insecureHelmRepos = &helmrepo.Client{Transport: opts.RegistryTransport, AllowHTTP: true, IndexMaxAge: opts.HelmIndexMaxAge}
+		reader.insecureRegistries = &oci.Client{Transport: opts.RegistryTransport, AllowHTTP: true, Now: opts.Now}
+		reader.insecureHelmRepos = &helmrepo.Client{Transport: opts.RegistryTransport, AllowHTTP: true, IndexMaxAge: opts.HelmIndexMaxAge, Now: opts.Now}
 		reader.insecureBuckets = &bucket.Client{Transport: opts.RegistryTransport, AllowHTTP: true}
 	}
 	return reader, nil

@@ -132,8 +132,9 @@ func runDiff(cmd *cobra.Command, cluster *clusterFlags, name string, f diffFlags
 		return 0, fmt.Errorf("finding plumb's own binary, which renders Kustomize and Helm builds in a child process: %w", err)
 	}
 	cacheDir := f.gitCacheDir
-	if cacheDir == "" && f.path == "" {
-		// Its own clone each run: runs at once (a CI matrix) share nothing.
+	if cacheDir == "" {
+		// Its own clone each run (a working copy's chart dependencies
+		// too): runs at once (a CI matrix) share nothing.
 		if cacheDir, err = os.MkdirTemp("", "plumb-diff-"); err != nil {
 			return 0, err
 		}

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -63,6 +66,17 @@ func TestDiffAtARevisionOfAHelmApp(t *testing.T) {
 		if r := w.plumb("diff", "web", "-n", ns, "--revision", tc.rev, "--allow-insecure-registries"); r.code != 2 || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("--revision %q: %s\nwant exit 2 and %q", tc.rev, r, tc.want)
 		}
+	}
+	// --path: a working copy's chart whose dependency is not vendored gets
+	// it from its repository, with the App's account, as a tick would.
+	dir := t.TempDir()
+	wrapper := fmt.Sprintf("apiVersion: v2\nname: wrapper\nversion: 0.1.0\ndependencies:\n- {name: web, version: ^2.0.0, repository: %q}\n", repo.URL)
+	if err := os.WriteFile(filepath.Join(dir, "Chart.yaml"), []byte(wrapper), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if report, r := w.diffJSON("web", "--path", dir, "--allow-insecure-registries"); r.code != 1 ||
+		!cmp.Equal(changed(report), map[string]string{"ConfigMap/web": "update .data.greeting"}) || report.Revision != "working-copy" {
+		t.Errorf("--path with a chart dependency: %s\nwant exit 1, web 2.0.0's greeting, at working-copy", r)
 	}
 	if r := w.plumb("diff", "web", "-n", ns); r.code != 2 || !strings.Contains(r.stderr, "--allow-insecure-registries") {
 		t.Errorf("plumb diff without --allow-insecure-registries: %s\nwant exit 2 naming the flag", r)

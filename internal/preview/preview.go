@@ -41,8 +41,8 @@ import (
 type Options struct {
 	// Config is the identity every request is made with.
 	Config *rest.Config
-	// GitCacheDir holds the clones of repositories read; it must be set
-	// unless LocalDir is.
+	// GitCacheDir holds the clones of repositories read (and the reader
+	// of a working copy's chart dependencies); it must be set.
 	GitCacheDir string
 	// LocalDir, when set, is a working copy of the App's folder that is
 	// rendered instead of the App's Git source (source.Local).
@@ -149,15 +149,15 @@ func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.P
 		isolation = &render.Isolation{Command: p.opts.RenderCommand, Timeout: p.opts.RenderTimeout, MemoryBytes: p.opts.RenderMemoryBytes}
 	}
 	var reader reconcile.Reader
+	gitReader, err := source.NewReader(source.Options{CacheDir: p.opts.GitCacheDir, Limits: *p.opts.Limits, Isolation: isolation,
+		AllowInsecureRegistries: p.opts.Policy.AllowInsecureRegistries})
+	if err != nil {
+		return nil, err
+	}
+	reader = gitReader
 	if p.opts.LocalDir != "" {
-		reader = &source.Local{Dir: p.opts.LocalDir, Limits: *p.opts.Limits, Isolation: isolation}
-	} else {
-		gitReader, err := source.NewReader(source.Options{CacheDir: p.opts.GitCacheDir, Limits: *p.opts.Limits, Isolation: isolation,
-			AllowInsecureRegistries: p.opts.Policy.AllowInsecureRegistries})
-		if err != nil {
-			return nil, err
-		}
-		reader = gitReader
+		// A working copy's chart gets its dependencies as a commit's would.
+		reader = &source.Local{Dir: p.opts.LocalDir, Limits: *p.opts.Limits, Isolation: isolation, Dependencies: gitReader}
 	}
 	applier := ssa.NewManager(p.apps)
 	// An App that acts as a ServiceAccount is previewed as that
@@ -182,7 +182,7 @@ func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.P
 	r, err := reconcile.New(reconcile.Deps{
 		Client:      p.apps,
 		APIReader:   p.apps,
-		Credentials: secrets{clientset: p.clientset, local: p.opts.LocalDir != ""},
+		Credentials: secrets{clientset: p.clientset, local: p.opts.LocalDir != "" && !readsChartAccounts(app)},
 		Mapper:      p.apps.RESTMapper(),
 		Cluster:     clusterinfo.New(p.discovery, 0),
 		Reader:      reader,
@@ -204,6 +204,15 @@ func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.P
 
 // secrets reads an App's credentials Secret with one request (a working
 // copy needs none).
+// readsChartAccounts reports whether a read of the App's chart may use
+// its Secrets also from a working copy: a Helm source's account (for
+// dependencies from its repository) and helm.repositories' accounts.
+func readsChartAccounts(app *plumbv1.App) bool {
+	return app.Spec.Source.Helm != nil || app.Spec.Helm != nil && len(app.Spec.Helm.Repositories) > 0
+}
+
+// secrets reads an App's Secrets; for a working copy whose read needs no
+// account (local), none: the preview then needs no right to read them.
 type secrets struct {
 	clientset kubernetes.Interface
 	local     bool

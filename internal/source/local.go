@@ -37,6 +37,11 @@ type Local struct {
 	Dir       string
 	Limits    Limits
 	Isolation *render.Isolation
+	// Dependencies, when set, fetches the dependencies of a chart that
+	// the working copy does not vendor from their repositories, with the
+	// request's accounts, as the controller's read would; without it
+	// they stay the render's to refuse.
+	Dependencies *Reader
 }
 
 // Read renders the working copy.
@@ -61,6 +66,11 @@ func (l *Local) Read(ctx context.Context, req Request) (*Result, error) {
 		return nil, classify("", err)
 	}
 	if engine, err := render.Detect(t, filepath.ToSlash(rel)); err == nil && engine == render.Helm {
+		if l.Dependencies != nil {
+			if t, _, err = l.Dependencies.withDependencies(ctx, &req, t, filepath.ToSlash(rel), LocalRevision, "local\x00"+dir); err != nil {
+				return nil, err
+			}
+		}
 		if _, err := withCapabilities(ctx, &req, ""); err != nil {
 			return nil, &Error{Reason: ReasonRenderFailed, Err: err, retry: true}
 		}

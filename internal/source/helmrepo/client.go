@@ -55,10 +55,21 @@ type Client struct {
 	Limits IndexLimits
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// IndexCacheBytes bounds the indexes kept, by the bytes of their
+	// downloads (DefaultIndexCacheBytes when zero); past it the least
+	// recently used go first, and the one in use is always kept.
+	IndexCacheBytes int64
 
 	mu      sync.Mutex
-	indexes *lru.Cache // *cachedIndex by index URL and credentials' digest
+	indexes *lru.Cache       // *cachedIndex by index URL and credentials' digest
+	sizes   map[string]int64 // the downloaded bytes of each kept index, by key
+	used    int64            // their sum
 }
+
+// DefaultIndexCacheBytes bounds the indexes a Client keeps: their parsed
+// form takes about half a byte of heap per downloaded byte (see make
+// bench), so about 256 MiB at most.
+const DefaultIndexCacheBytes = 512 << 20
 
 // DefaultIndexMaxAge is how long an index is reused before it is checked
 // again: a chart version pushed is seen within this of its push.
@@ -102,7 +113,7 @@ func (c *Client) Index(ctx context.Context, repoURL string, auth Auth, fresh boo
 	if err != nil {
 		return IndexResult{}, err
 	}
-	entry := c.cached(indexURL, auth)
+	entry, key := c.cached(indexURL, auth)
 	select {
 	case entry.turn <- struct{}{}:
 		defer func() { <-entry.turn }()
@@ -113,8 +124,12 @@ func (c *Client) Index(ctx context.Context, repoURL string, auth Auth, fresh boo
 	if entry.index != nil && !fresh && now.Sub(entry.checked) < c.maxAge() {
 		return IndexResult{Index: entry.index, Digest: entry.digest}, nil
 	}
-	if err := c.fetch(ctx, indexURL, auth, entry); err != nil {
+	size, err := c.fetch(ctx, indexURL, auth, entry)
+	if err != nil {
 		return IndexResult{}, err
+	}
+	if size > 0 {
+		c.account(key, size)
 	}
 	entry.checked = now
 	return IndexResult{Index: entry.index, Digest: entry.digest, Requested: true}, nil
@@ -123,10 +138,10 @@ func (c *Client) Index(ctx context.Context, repoURL string, auth Auth, fresh boo
 // fetch asks for the index, conditionally when entry holds one, and
 // updates entry when it changed. A failure leaves entry as it was, and is
 // not served from it: an unreachable repository fails the read.
-func (c *Client) fetch(ctx context.Context, indexURL string, auth Auth, entry *cachedIndex) error {
+func (c *Client) fetch(ctx context.Context, indexURL string, auth Auth, entry *cachedIndex) (int64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, indexURL, nil)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidURL, err)
+		return 0, fmt.Errorf("%w: %v", ErrInvalidURL, err)
 	}
 	if auth.Username != "" || auth.Password != "" {
 		req.SetBasicAuth(auth.Username, auth.Password)
@@ -142,32 +157,64 @@ func (c *Client) fetch(ctx context.Context, indexURL string, auth Auth, entry *c
 	if err != nil {
 		var plain *plainHTTPError
 		if errors.As(err, &plain) {
-			return plain
+			return 0, plain
 		}
-		return fmt.Errorf("fetching %s: %w", redactURL(indexURL), err)
+		return 0, fmt.Errorf("fetching %s: %w", redactURL(indexURL), err)
 	}
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNotModified && entry.index != nil:
-		return nil
+		return 0, nil
 	case resp.StatusCode == http.StatusOK:
 	case resp.StatusCode == http.StatusNotFound:
-		return fmt.Errorf("%w: %s (HTTP 404)", ErrNotFound, redactURL(indexURL))
+		return 0, fmt.Errorf("%w: %s (HTTP 404)", ErrNotFound, redactURL(indexURL))
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return fmt.Errorf("%w: %s (HTTP %d)", ErrUnauthorized, redactURL(indexURL), resp.StatusCode)
+		return 0, fmt.Errorf("%w: %s (HTTP %d)", ErrUnauthorized, redactURL(indexURL), resp.StatusCode)
 	default:
-		return fmt.Errorf("fetching %s: HTTP %d", redactURL(indexURL), resp.StatusCode)
+		return 0, fmt.Errorf("fetching %s: HTTP %d", redactURL(indexURL), resp.StatusCode)
 	}
 	sum := sha256.New()
-	index, err := ParseIndex(io.TeeReader(resp.Body, sum), c.limits())
+	counted := &countingReader{r: resp.Body}
+	index, err := ParseIndex(io.TeeReader(counted, sum), c.limits())
 	if err != nil {
-		return fmt.Errorf("the index at %s: %w", redactURL(indexURL), err)
+		return 0, fmt.Errorf("the index at %s: %w", redactURL(indexURL), err)
 	}
 	entry.index = index
 	entry.digest = "sha256:" + hex.EncodeToString(sum.Sum(nil))
 	entry.etag = resp.Header.Get("ETag")
 	entry.lastModified = strongLastModified(resp.Header)
-	return nil
+	return max(counted.n, 1), nil
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// account records the downloaded size of the index under key and drops
+// the least recently used others until the kept indexes fit the budget.
+func (c *Client) account(key string, size int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, kept := c.indexes.Get(key); !kept {
+		return // dropped meanwhile: not counted
+	}
+	c.used += size - c.sizes[key]
+	c.sizes[key] = size
+	budget := c.IndexCacheBytes
+	if budget <= 0 {
+		budget = DefaultIndexCacheBytes
+	}
+	for c.used > budget && c.indexes.Len() > 1 {
+		c.indexes.RemoveOldest() // key is the most recent: Get moved it
+	}
 }
 
 // strongLastModified is the response's Last-Modified if it may validate a
@@ -203,21 +250,25 @@ func (c *Client) indexURL(repoURL string) (string, error) {
 	return strings.TrimSuffix(u.String(), "/") + "/index.yaml", nil
 }
 
-// cached is the entry of indexURL as auth, made when missing.
-func (c *Client) cached(indexURL string, auth Auth) *cachedIndex {
+// cached is the entry of indexURL as auth, made when missing, and its key.
+func (c *Client) cached(indexURL string, auth Auth) (*cachedIndex, string) {
 	sum := sha256.Sum256(fmt.Appendf(nil, "%q %q", auth.Username, auth.Password)) // quoted: no two accounts join alike
 	key := indexURL + "\x00" + hex.EncodeToString(sum[:])
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.indexes == nil {
-		c.indexes = lru.New(maxIndexes)
+		c.indexes, c.sizes = lru.New(maxIndexes), map[string]int64{}
+		_ = c.indexes.SetEvictionFunc(func(k lru.Key, _ any) { // called with c.mu held
+			c.used -= c.sizes[k.(string)]
+			delete(c.sizes, k.(string))
+		})
 	}
 	if e, ok := c.indexes.Get(key); ok {
-		return e.(*cachedIndex)
+		return e.(*cachedIndex), key
 	}
 	e := &cachedIndex{turn: make(chan struct{}, 1)}
 	c.indexes.Add(key, e)
-	return e
+	return e, key
 }
 
 // httpClient follows at most maxRedirects redirects, none to plain HTTP

@@ -3,6 +3,7 @@ package helmrepo_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -266,5 +267,43 @@ func TestAWaitForAnotherReadEndsWithItsContext(t *testing.T) {
 	close(release)
 	if err := <-first; err != nil {
 		t.Errorf("the slow read: %v", err)
+	}
+}
+
+// The indexes a Client keeps fit its byte budget: reading a third index
+// drops the least recently used, which the next read downloads again,
+// while the ones kept are still served from memory.
+func TestTheIndexesKeptFitTheirByteBudget(t *testing.T) {
+	var repos []*repository
+	size := 0
+	for i := range 3 {
+		r := startRepository(t, "", "")
+		var index strings.Builder
+		index.WriteString("apiVersion: v1\nentries:\n  web:\n")
+		for v := range 20 {
+			fmt.Fprintf(&index, "  - {name: web, version: %d.%d.0, urls: [web-%d.tgz], digest: %064d}\n", i, v, v, v)
+		}
+		r.publish(t, []byte(index.String()), time.Now().Add(-time.Hour))
+		repos = append(repos, r)
+		size = index.Len()
+	}
+	c := &helmrepo.Client{AllowHTTP: true, IndexMaxAge: time.Hour, IndexCacheBytes: int64(size) * 5 / 2} // two of these indexes, not three
+	read := func(i int) {
+		t.Helper()
+		if _, err := c.Index(context.Background(), repos[i].srv.URL, helmrepo.Auth{}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		read(i)
+	}
+	read(2)
+	read(1)
+	if got := repos[1].counts(); got[http.StatusOK] != 1 {
+		t.Errorf("the second index, kept: answered %v, want one download", got)
+	}
+	read(0)
+	if got := repos[0].counts(); got[http.StatusOK] != 2 {
+		t.Errorf("the first index, dropped for the third: answered %v, want two downloads", got)
 	}
 }

@@ -497,7 +497,7 @@ type BucketSource struct {
 // index.yaml and the chart archives it lists) or an OCI registry (charts
 // pushed with `helm push`).
 // +kubebuilder:validation:XValidation:rule="!has(self.insecure) || !self.insecure || self.repository.startsWith('oci://')",message="insecure is for oci:// repositories; an HTTP repository over plain HTTP says http:// in its URL"
-// +kubebuilder:validation:XValidation:rule="!has(self.verify) || self.repository.startsWith('oci://')",message="verify checks cosign signatures, which only charts in OCI registries carry"
+// +kubebuilder:validation:XValidation:rule="!has(self.verify) || (self.verify.provider == 'cosign') == self.repository.startsWith('oci://')",message="verify.provider is cosign for a chart in an OCI registry, helm (its provenance file) for one of an HTTP repository"
 type HelmSource struct {
 	// Repository is https://host/path (the folder of index.yaml), http://
 	// (refused unless the controller runs with
@@ -532,14 +532,17 @@ type HelmSource struct {
 	// +optional
 	Insecure bool `json:"insecure,omitempty"`
 
-	// Verify checks the chart's cosign signature before any of it is
-	// read (charts in OCI registries only): a version that no trusted key
-	// signed is never applied, and the last verified one stays.
+	// Verify checks the chart's signature before any of it is read: a
+	// cosign signature for a chart in an OCI registry, its provenance file
+	// (helm package --sign) for one of an HTTP repository. A version that
+	// no trusted key signed is never applied, and the last verified one
+	// stays.
 	// +optional
 	Verify *OCIVerification `json:"verify,omitempty"`
 }
 
 // OCISource is an artifact in an OCI registry.
+// +kubebuilder:validation:XValidation:rule="!has(self.verify) || self.verify.provider == 'cosign'",message="an OCI artifact's verify.provider is cosign"
 type OCISource struct {
 	// URL of the repository: oci://host[:port]/path, without a tag or a
 	// digest (they go in ref).
@@ -582,19 +585,26 @@ type OCISource struct {
 // OCIVerification names how an artifact's signature is checked.
 type OCIVerification struct {
 	// Provider of the signatures: cosign (its classic format, which
-	// `cosign sign` writes: the tag sha256-<digest>.sig).
-	// +kubebuilder:validation:Enum=cosign
+	// `cosign sign` writes: the tag sha256-<digest>.sig), or helm (a
+	// chart's provenance file, <archive>.prov, which `helm package
+	// --sign` writes; HTTP repositories only).
+	// +kubebuilder:validation:Enum=cosign;helm
 	Provider string `json:"provider"`
 
-	// SecretRef names a Secret in the App's namespace whose keys ending in
-	// .pub hold PEM public keys (cosign.pub); a signature by any of them
-	// verifies. Keyless (certificate identity) verification is not
-	// supported.
+	// SecretRef names a Secret in the App's namespace whose keys hold the
+	// trusted public keys: for cosign, keys ending in .pub (PEM, such as
+	// cosign.pub); for helm, keys ending in .gpg or .asc (OpenPGP public
+	// keyrings, binary or armored, as `gpg --export` writes them). A
+	// signature by any of them verifies. Keyless (certificate identity)
+	// verification is not supported.
 	SecretRef LocalObjectReference `json:"secretRef"`
 }
 
-// VerifyProviderCosign is OCIVerification's cosign provider.
-const VerifyProviderCosign = "cosign"
+// The providers of OCIVerification.
+const (
+	VerifyProviderCosign = "cosign"
+	VerifyProviderHelm   = "helm"
+)
 
 // OCIRef selects an artifact. At most one field is set.
 // +kubebuilder:validation:XValidation:rule="[has(self.tag), has(self.semver), has(self.digest)].filter(x, x).size() <= 1",message="ref must set at most one of tag, semver or digest"

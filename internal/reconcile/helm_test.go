@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -216,5 +217,95 @@ func TestAnInsecureChartRepositoryIsRefusedUnlessTheControllerAllowsIt(t *testin
 	got := newHarness(t).tick(t, key, queue.WakeTimer)
 	if msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "SourceRefused"); !strings.Contains(msg, "helm.repositories") {
 		t.Errorf("Ready message %q does not name helm.repositories", msg)
+	}
+}
+
+// An App of an HTTP repository's chart that asks for its provenance
+// applies only versions whose .prov a trusted OpenPGP key signed and that
+// vouches for the archive read: an unsigned version, one signed by
+// another key and a tampered archive (a republished version whose index
+// entry and archive were replaced, its old .prov kept) fail the Read phase
+// with VerificationFailed, nothing of them is applied and the last
+// verified version stays; an unchanged verified tick asks only the index.
+func TestAHelmAppWithProvenanceAppliesOnlySignedVersions(t *testing.T) {
+	ctx := context.Background()
+	repo := testenv.StartHelmRepository(t, testenv.HelmRepositoryOptions{Username: "ci", Password: "s3cret-helm"})
+	trusted, stranger := testenv.GeneratePGPKey(t, "release"), testenv.GeneratePGPKey(t, "stranger")
+	first := repo.Publish(t, "web", "1.0.0", helmChart("a"))
+	repo.Sign(t, "web-1.0.0.tgz", trusted)
+	h := newHarnessAs(t, cluster.Config, Policy{AllowInsecureRegistries: true})
+	key := helmApp(t, repo, "^1", &plumbv1.HelmSpec{ReleaseName: "shop"})
+	keys := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: "release-keys"},
+		Data: map[string][]byte{"release.asc": trusted.Public}}
+	if err := admin(t).Create(ctx, keys); err != nil {
+		t.Fatal(err)
+	}
+	updateApp(t, h, key, func(app *plumbv1.App) {
+		app.Spec.Source.Helm.Verify = &plumbv1.OCIVerification{Provider: plumbv1.VerifyProviderHelm, SecretRef: plumbv1.LocalObjectReference{Name: keys.Name}}
+	})
+	verified := func(t *testing.T, app *plumbv1.App, want metav1.ConditionStatus, reason, says string) {
+		t.Helper()
+		c := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionSourceVerified)
+		if c == nil || c.Status != want || c.Reason != reason || !strings.Contains(c.Message, says) {
+			t.Errorf("SourceVerified = %+v, want %s/%s saying %q", c, want, reason, says)
+		}
+	}
+	kept := func(t *testing.T, got *plumbv1.App, notApplied string) {
+		t.Helper()
+		if want := "1.0.0@sha256:" + first; got.Status.LastAppliedRevision != want {
+			t.Errorf("applied %q, want %s kept", got.Status.LastAppliedRevision, want)
+		}
+		if err := admin(t).Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "shop-a"}, &corev1.ConfigMap{}); err != nil {
+			t.Errorf("ConfigMap shop-a of the verified version: %v, want it kept", err)
+		}
+		if err := admin(t).Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: notApplied}, &corev1.ConfigMap{}); err == nil {
+			t.Errorf("ConfigMap %s of an unverified version was applied", notApplied)
+		}
+	}
+
+	got := h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	verified(t, got, metav1.ConditionTrue, plumbv1.ReasonVerified, "release.asc")
+	if want := "1.0.0@sha256:" + first; got.Status.LastAppliedRevision != want {
+		t.Fatalf("applied %q, want %s", got.Status.LastAppliedRevision, want)
+	}
+	repo.Answered()
+	ready(t, h.tick(t, key, queue.WakeTimer))
+	if n := repo.Answered(); !cmp.Equal(n, map[string]int{"GET /charts/index.yaml 304": 1}) {
+		t.Errorf("an unchanged verified tick asked the repository %v, want one 304 of the index", n)
+	}
+
+	repo.Publish(t, "web", "1.1.0", helmChart("unsigned"))
+	got = h.tick(t, key, queue.WakeTimer)
+	if msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "VerificationFailed"); !strings.Contains(msg, "no provenance file") {
+		t.Errorf("an unsigned version: %q does not say it has no provenance", msg)
+	}
+	verified(t, got, metav1.ConditionFalse, plumbv1.ReasonVerificationFailed, "no provenance file")
+	kept(t, got, "shop-unsigned")
+
+	repo.Sign(t, "web-1.1.0.tgz", stranger)
+	got = h.tick(t, key, queue.WakeTimer)
+	if msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "VerificationFailed"); !strings.Contains(msg, "no trusted key signed it") {
+		t.Errorf("a version signed by another key: %q", msg)
+	}
+	kept(t, got, "shop-unsigned")
+
+	// Signed by the trusted key, then republished with other content: the
+	// old provenance no longer vouches for the archive the index names.
+	repo.Sign(t, "web-1.1.0.tgz", trusted)
+	repo.Publish(t, "web", "1.1.0", helmChart("tampered"))
+	got = h.tick(t, key, queue.WakeTimer)
+	if msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "VerificationFailed"); !strings.Contains(msg, "the archive read is") {
+		t.Errorf("a tampered archive: %q", msg)
+	}
+	kept(t, got, "shop-tampered")
+
+	// Signed as it is now: applied.
+	repo.Sign(t, "web-1.1.0.tgz", trusted)
+	got = h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	verified(t, got, metav1.ConditionTrue, plumbv1.ReasonVerified, "release.asc")
+	if err := admin(t).Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: "shop-tampered"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("ConfigMap shop-tampered once signed: %v", err)
 	}
 }

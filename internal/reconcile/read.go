@@ -162,7 +162,7 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 	}
 	var verifyKeys map[string][]byte
 	if verifyRef != nil {
-		keys, err := r.verificationKeys(ctx, appKey, verifyRef.Name)
+		keys, err := r.verificationKeys(ctx, appKey, verifyRef.Name, app.Spec.Source.Verification().Provider)
 		if err != nil {
 			return nil, fail(string(source.ReasonVerificationFailed), err, false)
 		}
@@ -193,6 +193,9 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 		req.Render.Helm.ValuesFiles = files
 		if o = ociChart(h); o == nil {
 			req.Helm = &source.HelmRequest{Repository: h.Repository, Chart: h.Chart, Version: h.Version}
+			if verifyKeys != nil {
+				req.Helm.Verify = &source.HelmVerify{Keys: verifyKeys}
+			}
 			if secretRef != nil {
 				if req.Helm.Auth, err = helmAuth(secretRef, secret); err != nil {
 					return nil, fail(string(source.ReasonSourceUnavailable), err, false)
@@ -337,20 +340,27 @@ func ociRequest(o *plumbv1.OCISource, secretRef *plumbv1.LocalObjectReference, s
 }
 
 // verificationKeys reads the public keys of an App's verification Secret:
-// its keys ending in .pub (as Flux names them).
-func (r *Reconciler) verificationKeys(ctx context.Context, app client.ObjectKey, name string) (map[string][]byte, error) {
+// for cosign its keys ending in .pub (as Flux names them), for helm its
+// OpenPGP keyrings, ending in .gpg or .asc.
+func (r *Reconciler) verificationKeys(ctx context.Context, app client.ObjectKey, name, provider string) (map[string][]byte, error) {
 	s, err := r.Credentials.Get(ctx, app, name)
 	if err != nil {
 		return nil, fmt.Errorf("reading the verification secret %s/%s: %w", app.Namespace, name, err)
 	}
+	suffixes, want := []string{".pub"}, "ending in .pub (a PEM public key, such as cosign.pub)"
+	if provider == plumbv1.VerifyProviderHelm {
+		suffixes, want = []string{".gpg", ".asc"}, "ending in .gpg or .asc (an OpenPGP public keyring, as gpg --export writes it)"
+	}
 	keys := map[string][]byte{}
 	for key, value := range s.Data {
-		if strings.HasSuffix(key, ".pub") {
-			keys[key] = value
+		for _, suffix := range suffixes {
+			if strings.HasSuffix(key, suffix) {
+				keys[key] = value
+			}
 		}
 	}
 	if len(keys) == 0 {
-		return nil, fmt.Errorf("the verification secret %s/%s holds no key ending in .pub (a PEM public key, such as cosign.pub)", app.Namespace, name)
+		return nil, fmt.Errorf("the verification secret %s/%s holds no key %s", app.Namespace, name, want)
 	}
 	return keys, nil
 }

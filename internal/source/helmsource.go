@@ -8,6 +8,7 @@ import (
 
 	"github.com/plumb-dev/plumb/internal/revision"
 	"github.com/plumb-dev/plumb/internal/source/helmrepo"
+	"github.com/plumb-dev/plumb/internal/source/oci"
 	"github.com/plumb-dev/plumb/internal/source/tree"
 )
 
@@ -25,6 +26,16 @@ type HelmRequest struct {
 	Version string
 	// Auth is the basic-auth account from the App's Secret.
 	Auth helmrepo.Auth
+	// Verify, when set, reads a version only if its provenance file
+	// (<archive>.prov) is signed by one of Keys (OpenPGP public keyrings,
+	// armored or binary, by name) and vouches for the archive read.
+	Verify *HelmVerify
+}
+
+// HelmVerify are the keyrings that a Helm chart's provenance must be
+// signed with.
+type HelmVerify struct {
+	Keys map[string][]byte
 }
 
 // ErrInsecureHelmRepository is a request for a plain HTTP Helm repository
@@ -84,7 +95,16 @@ func (r *Reader) readHelm(ctx context.Context, req Request) (*Result, error) {
 		}
 	}
 	recorded := revision.Revision{Name: cv.Version, Digest: digest}
-	return r.readContent(ctx, &req, content{
+	var verified *oci.Verification
+	if h.Verify != nil {
+		if verified, err = r.verifyHelm(ctx, repos, h, origin, cv, digest, req.Refresh); err != nil {
+			if errors.Is(err, helmrepo.ErrNotVerified) || errors.Is(err, errVerificationKeys) {
+				return nil, &Error{Reason: ReasonVerificationFailed, Revision: recorded.String(), Err: err, retry: true}
+			}
+			return nil, classifyHelm(recorded.String(), err)
+		}
+	}
+	result, err := r.readContent(ctx, &req, content{
 		origin: origin, id: digest, revision: recorded,
 		tree: func(ctx context.Context) (*tree.Tree, error) {
 			if pulled == nil {
@@ -106,6 +126,42 @@ func (r *Reader) readHelm(ctx context.Context, req Request) (*Result, error) {
 			return pulled.Tree, nil
 		},
 	})
+	if err != nil {
+		return nil, err
+	}
+	result.Verified = verified
+	return result, nil
+}
+
+// verifyHelm checks the provenance of the archive of digest, or serves
+// the check made before for the same repository, account, keys and
+// digest (unless refresh asks afresh): an unchanged revision costs no
+// request for it. A failure is not remembered, so that a provenance file
+// published after the archive is found on the next read.
+func (r *Reader) verifyHelm(ctx context.Context, repos *helmrepo.Client, h *HelmRequest, origin string, cv helmrepo.ChartVersion, digest string, refresh bool) (*oci.Verification, error) {
+	key := origin + "\x00provenance\x00" + keysDigest(h.Verify.Keys) + "\x00" + digest
+	if v, ok := r.verified.Get(key); ok && !refresh {
+		verification := v.(oci.Verification)
+		return &verification, nil
+	}
+	name, err := helmrepo.ArchiveName(h.Repository, cv)
+	if err != nil {
+		return nil, err
+	}
+	prov, err := repos.Provenance(ctx, h.Repository, cv, h.Auth)
+	if err != nil {
+		return nil, err
+	}
+	signer, err := helmrepo.VerifyProvenance(prov, name, digest, h.Verify.Keys)
+	if err != nil {
+		if !errors.Is(err, helmrepo.ErrNotVerified) {
+			err = fmt.Errorf("%w: %v", errVerificationKeys, err)
+		}
+		return nil, err
+	}
+	verification := oci.Verification{Digest: digest, Key: signer}
+	r.verified.Add(key, verification)
+	return &verification, nil
 }
 
 // helmOrigin keys a chart's renders by the repository, the chart and a

@@ -166,6 +166,12 @@ func (r *HelmRepository) Replace(t testing.TB, file string, archive []byte) {
 	}
 }
 
+// Path is where the repository keeps file (an archive, its .prov), for
+// tools that read it from disk.
+func (r *HelmRepository) Path(file string) string {
+	return filepath.Join(r.dir, "charts", file)
+}
+
 // Answered returns the requests answered since the last call, as
 // "<METHOD> <path> <status>" → count, and starts counting again.
 func (r *HelmRepository) Answered() map[string]int {

@@ -314,7 +314,21 @@ func TestInvalidAppsAreRejectedWithAClearMessage(t *testing.T) {
 			a.Spec.Source = plumbv1.Source{Helm: &plumbv1.HelmSource{Repository: "https://charts.example.com", Chart: "web",
 				Verify: &plumbv1.OCIVerification{Provider: "cosign", SecretRef: plumbv1.LocalObjectReference{Name: "keys"}}}}
 		},
-		wantMessage: "verify checks cosign signatures, which only charts in OCI registries carry",
+		wantMessage: "verify.provider is cosign for a chart in an OCI registry, helm (its provenance file) for one of an HTTP repository",
+	}, {
+		name: "provenance verification of a chart in an OCI registry",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{Helm: &plumbv1.HelmSource{Repository: "oci://registry.example.com/charts", Chart: "web",
+				Verify: &plumbv1.OCIVerification{Provider: "helm", SecretRef: plumbv1.LocalObjectReference{Name: "keys"}}}}
+		},
+		wantMessage: "verify.provider is cosign for a chart in an OCI registry, helm (its provenance file) for one of an HTTP repository",
+	}, {
+		name: "provenance verification of an OCI artifact",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{OCI: &plumbv1.OCISource{URL: "oci://registry.example.com/org/app",
+				Verify: &plumbv1.OCIVerification{Provider: "helm", SecretRef: plumbv1.LocalObjectReference{Name: "keys"}}}}
+		},
+		wantMessage: "an OCI artifact's verify.provider is cosign",
 	}, {
 		name: "a Git and a bucket source at once",
 		mutate: func(a *plumbv1.App) {

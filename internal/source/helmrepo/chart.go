@@ -95,50 +95,15 @@ type Pulled struct {
 // index may send the archive's download anywhere, and there it is
 // anonymous (as Helm does without --pass-credentials).
 func (c *Client) Pull(ctx context.Context, repoURL string, cv ChartVersion, auth Auth, limits tree.Limits, maxBytes int64) (*Pulled, error) {
-	if _, err := c.indexURL(repoURL); err != nil {
-		return nil, err
-	}
 	archiveURL, err := ArchiveURL(repoURL, cv)
 	if err != nil {
 		return nil, err
 	}
-	u, err := url.Parse(archiveURL)
-	if err != nil || u.User != nil {
-		return nil, fmt.Errorf("%w: the URL of version %s must not hold credentials", ErrInvalidIndex, cv.Version)
-	}
-	switch {
-	case u.Scheme == "https":
-	case u.Scheme == "http" && c.AllowHTTP:
-	case u.Scheme == "http":
-		return nil, &plainHTTPError{what: "the archive of version " + cv.Version + " at " + redactURL(archiveURL)}
-	default:
-		return nil, fmt.Errorf("%w: the archive of version %s is at %s, not an https:// URL", ErrInvalidIndex, cv.Version, redactURL(archiveURL))
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, archiveURL, nil)
+	resp, err := c.get(ctx, repoURL, archiveURL, auth, "the archive of version "+cv.Version)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
-	}
-	if repo, _ := url.Parse(repoURL); sameOrigin(repo, u) && (auth.Username != "" || auth.Password != "") {
-		req.SetBasicAuth(auth.Username, auth.Password)
-	}
-	resp, err := c.httpClient().Do(req)
-	if err != nil {
-		var plain *plainHTTPError
-		if errors.As(err, &plain) {
-			return nil, plain
-		}
-		return nil, fmt.Errorf("downloading %s: %w", redactURL(archiveURL), err)
+		return nil, err
 	}
 	defer resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusOK:
-	case resp.StatusCode == http.StatusNotFound:
-		return nil, fmt.Errorf("%w: %s (HTTP 404)", ErrNotFound, redactURL(archiveURL))
-	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return nil, fmt.Errorf("%w: %s (HTTP %d)", ErrUnauthorized, redactURL(archiveURL), resp.StatusCode)
-	default:
-		return nil, fmt.Errorf("downloading %s: HTTP %d", redactURL(archiveURL), resp.StatusCode)
-	}
 	body := io.Reader(resp.Body)
 	capped := &limitedReader{r: resp.Body, left: maxBytes}
 	if maxBytes > 0 {
@@ -182,4 +147,53 @@ func NormalDigest(digest string) string {
 // sameOrigin says whether a and b have the same scheme, host and port.
 func sameOrigin(a, b *url.URL) bool {
 	return a != nil && b != nil && a.Scheme == b.Scheme && strings.EqualFold(a.Host, b.Host)
+}
+
+// get asks for a file of the repository at repoURL that its index names
+// (an archive, its provenance) at fileURL: https:// only unless plain HTTP
+// is allowed, no credentials in the URL, the account only to the
+// repository's own origin. An answer but 200 is an error.
+func (c *Client) get(ctx context.Context, repoURL, fileURL string, auth Auth, what string) (*http.Response, error) {
+	if _, err := c.indexURL(repoURL); err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(fileURL)
+	if err != nil || u.User != nil {
+		return nil, fmt.Errorf("%w: the URL of %s must not hold credentials", ErrInvalidIndex, what)
+	}
+	switch {
+	case u.Scheme == "https":
+	case u.Scheme == "http" && c.AllowHTTP:
+	case u.Scheme == "http":
+		return nil, &plainHTTPError{what: what + " at " + redactURL(fileURL)}
+	default:
+		return nil, fmt.Errorf("%w: %s is at %s, not an https:// URL", ErrInvalidIndex, what, redactURL(fileURL))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fileURL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
+	}
+	if repo, _ := url.Parse(repoURL); sameOrigin(repo, u) && (auth.Username != "" || auth.Password != "") {
+		req.SetBasicAuth(auth.Username, auth.Password)
+	}
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		var plain *plainHTTPError
+		if errors.As(err, &plain) {
+			return nil, plain
+		}
+		return nil, fmt.Errorf("downloading %s: %w", redactURL(fileURL), err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		return resp, nil
+	case resp.StatusCode == http.StatusNotFound:
+		err = fmt.Errorf("%w: %s (HTTP 404)", ErrNotFound, redactURL(fileURL))
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		err = fmt.Errorf("%w: %s (HTTP %d)", ErrUnauthorized, redactURL(fileURL), resp.StatusCode)
+	default:
+		err = fmt.Errorf("downloading %s: HTTP %d", redactURL(fileURL), resp.StatusCode)
+	}
+	resp.Body.Close()
+	return nil, err
 }

@@ -121,11 +121,12 @@ func indexEntry(app *plumbv1.App) (indexedApp, bool) {
 	case src.Bucket != nil:
 		return indexedApp{}, false
 	}
-	url, err := repourl.Canonical(src.URL)
+	g := src.GitRepository()
+	url, err := repourl.Canonical(g.URL)
 	if err != nil {
 		return indexedApp{}, false
 	}
-	return indexedApp{url: url, ref: src.Ref, path: cleanPath(src.Path),
+	return indexedApp{url: url, ref: g.Ref, path: cleanPath(src.Path),
 		pathFilter: app.Spec.Webhook != nil && app.Spec.Webhook.PathFilter}, true
 }
 

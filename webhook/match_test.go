@@ -19,6 +19,13 @@ func app(name, url string, ref plumbv1.GitRef, path string, pathFilter bool) *pl
 	return a
 }
 
+// nested writes a's Git source as git rather than flat.
+func nested(a *plumbv1.App) *plumbv1.App {
+	src := a.Spec.Source
+	a.Spec.Source = plumbv1.Source{Path: src.Path, Git: &plumbv1.GitSource{URL: src.URL, Ref: src.Ref}}
+	return a
+}
+
 func keys(names ...string) []types.NamespacedName {
 	out := []types.NamespacedName{}
 	for _, n := range names {
@@ -39,6 +46,7 @@ func TestMatch(t *testing.T) {
 		app("filtered", "https://github.com/org/shop", plumbv1.GitRef{Branch: "main"}, "deploy/prod", true),
 		app("other-repo", "https://github.com/org/other", plumbv1.GitRef{Branch: "main"}, "", false),
 		app("local", "file:///srv/git/shop", plumbv1.GitRef{Branch: "main"}, "", false),
+		nested(app("nested", "git@github.com:org/shop.git", plumbv1.GitRef{Branch: "release"}, "", false)),
 	} {
 		ix.Set(a)
 	}
@@ -50,6 +58,8 @@ func TestMatch(t *testing.T) {
 		{"a branch push matches every spelling of the repository on that branch",
 			Push{URLs: []string{"https://github.com/org/shop"}, Ref: "refs/heads/main"},
 			keys("filtered", "main-https", "main-scp")},
+		{"a Git source written as git is matched as a flat one",
+			Push{URLs: []string{"https://github.com/org/shop"}, Ref: "refs/heads/release"}, keys("nested")},
 		{"another branch", Push{URLs: []string{"git@github.com:org/shop.git"}, Ref: "refs/heads/dev"}, keys("dev")},
 		{"a tag push matches the tag and semver ranges that contain it",
 			Push{URLs: []string{"https://github.com/org/shop.git"}, Ref: "refs/tags/v1.2.0"}, keys("semver", "tag")},

@@ -345,25 +345,29 @@ const (
 )
 
 // Source is where the desired state lives: a folder of a Git repository
-// at a reference (url, ref, path and secretRef, the Git source), of an
-// OCI artifact (oci, with path), a chart of a Helm repository (helm), or
-// the objects of an S3-compatible bucket (bucket, with path). Exactly one
-// kind is set.
-// +kubebuilder:validation:XValidation:rule="[has(self.url), has(self.oci), has(self.helm), has(self.bucket)].filter(x, x).size() == 1",message="source must set exactly one of url (a Git repository), oci, helm and bucket"
+// at a reference (git, with path), of an OCI artifact (oci, with path), a
+// chart of a Helm repository (helm), or the objects of an S3-compatible
+// bucket (bucket, with path). Exactly one kind is set. A Git source may
+// also be written flat, as before git existed: url, ref and secretRef
+// beside path (the same fields, read the same way), but not both ways.
+// +kubebuilder:validation:XValidation:rule="[has(self.url) || has(self.git), has(self.oci), has(self.helm), has(self.bucket)].filter(x, x).size() == 1",message="source must set exactly one of git (or the flat url and ref of a Git repository), oci, helm and bucket"
+// +kubebuilder:validation:XValidation:rule="!has(self.git) || !(has(self.url) || has(self.ref) || has(self.secretRef))",message="git holds the Git repository's url, ref and secretRef: set them in git or flat beside it, not both"
 // +kubebuilder:validation:XValidation:rule="has(self.url) == has(self.ref)",message="a Git source sets url and ref together (an OCI source sets oci.ref, a Helm source helm.version)"
 // +kubebuilder:validation:XValidation:rule="!has(self.secretRef) || has(self.url)",message="secretRef is the Git repository's credentials; an OCI, Helm or bucket source names its own in oci.secretRef, helm.secretRef or bucket.secretRef"
 // +kubebuilder:validation:XValidation:rule="!has(self.helm) || !has(self.path)",message="path is not used by a Helm source: the chart is the archive's folder"
 type Source struct {
-	// URL of the Git repository: https://, http:// (for local servers),
-	// ssh://, scp-like user@host:org/repo, or file://.
+	// Git reads a folder (path) of a Git repository at a reference.
+	// +optional
+	Git *GitSource `json:"git,omitempty"`
+
+	// URL of the Git repository, the flat spelling of git.url.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.matches('^(https?|ssh)://[^/ ]+(/[^ ]*)?$') || self.matches('^file://[^ ]+$') || self.matches('^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[A-Za-z0-9._~/-][^ ]*$')",message="url must be https://, http://, ssh://, file:// or scp-like user@host:org/repo"
 	// +optional
 	URL string `json:"url,omitempty"`
 
-	// Ref is the branch, tag, semver range or commit of the Git repository
-	// to follow; set with url.
+	// Ref is the flat spelling of git.ref; set with url.
 	// +optional
 	Ref GitRef `json:"ref,omitzero"`
 
@@ -374,8 +378,7 @@ type Source struct {
 	// +optional
 	Path string `json:"path,omitempty"`
 
-	// SecretRef names a Secret in the App's namespace that holds the
-	// credentials for the Git repository.
+	// SecretRef is the flat spelling of git.secretRef.
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 
@@ -424,7 +427,45 @@ func (s Source) Location() string {
 	case s.Bucket != nil:
 		return strings.TrimSuffix("s3://"+s.Bucket.Endpoint+"/"+s.Bucket.Bucket+"/"+strings.Trim(s.Bucket.Prefix, "/"), "/")
 	}
-	return s.URL
+	return s.GitRepository().URL
+}
+
+// GitRepository is the Git source however it is spelled: git, or the flat
+// url, ref and secretRef. It is empty (not nil) for another kind, whose
+// Kind says which.
+func (s Source) GitRepository() *GitSource {
+	if s.Git != nil {
+		return s.Git
+	}
+	return &GitSource{URL: s.URL, Ref: s.Ref, SecretRef: s.SecretRef}
+}
+
+// SetGitRef makes the Git source follow ref, in whichever spelling it is
+// written.
+func (s *Source) SetGitRef(ref GitRef) {
+	if s.Git != nil {
+		s.Git.Ref = ref
+		return
+	}
+	s.Ref = ref
+}
+
+// GitSource is a Git repository at a reference, and its credentials.
+type GitSource struct {
+	// URL of the Git repository: https://, http:// (for local servers),
+	// ssh://, scp-like user@host:org/repo, or file://.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(https?|ssh)://[^/ ]+(/[^ ]*)?$') || self.matches('^file://[^ ]+$') || self.matches('^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[A-Za-z0-9._~/-][^ ]*$')",message="url must be https://, http://, ssh://, file:// or scp-like user@host:org/repo"
+	URL string `json:"url"`
+
+	// Ref is the branch, tag, semver range or commit to follow.
+	Ref GitRef `json:"ref"`
+
+	// SecretRef names a Secret in the App's namespace that holds the
+	// credentials for the repository.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 }
 
 // Verification is how the source's signatures are checked; nil when it
@@ -443,7 +484,7 @@ func (s Source) Verification() *OCIVerification {
 type SourceKind string
 
 const (
-	// SourceKindGit is a Git repository (url, ref, path, secretRef).
+	// SourceKindGit is a Git repository (git, or the flat url and ref).
 	SourceKindGit SourceKind = "git"
 	// SourceKindOCI is an OCI artifact (oci).
 	SourceKindOCI SourceKind = "oci"

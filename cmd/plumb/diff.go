@@ -212,7 +212,7 @@ func atRevision(app *plumbv1.App, rev string) error {
 		return err
 	}
 	ref, err := parseRevision(rev)
-	app.Spec.Source.Ref = ref
+	app.Spec.Source.SetGitRef(ref)
 	return err
 }
 

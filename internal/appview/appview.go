@@ -207,7 +207,8 @@ func SourceOf(app *plumbv1.App) string {
 		}
 		return o.URL + " " + at + " " + path
 	}
-	ref := s.Ref
+	g := s.GitRepository()
+	ref := g.Ref
 	var at string
 	switch {
 	case ref.Commit != "":
@@ -219,7 +220,7 @@ func SourceOf(app *plumbv1.App) string {
 	default:
 		at = "branch " + ref.Branch
 	}
-	return s.URL + " " + at + " " + path
+	return g.URL + " " + at + " " + path
 }
 
 func orDash(s string) string {
@@ -228,6 +229,11 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// Conditions are the conditions an App's detail shows, in this order
+// (SourceVerified only where the source asks for verification).
+var Conditions = []string{plumbv1.ConditionReady, plumbv1.ConditionHealthy, plumbv1.ConditionDrifted,
+	plumbv1.ConditionReconciling, plumbv1.ConditionStalled, plumbv1.ConditionSourceVerified}
 
 // Detail writes the App's state: source and revisions, conditions, each
 // phase, the last change set, drift (and its episodes, from events),
@@ -245,7 +251,7 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 	line("Last tick:\t%s ago (last successful: %s ago)", Age(app.Status.LastTickTime, now), Age(app.Status.LastSuccessfulTickTime, now))
 	line("")
 	line("CONDITION\tSTATUS\tREASON\tSINCE\tMESSAGE")
-	for _, c := range []string{plumbv1.ConditionReady, plumbv1.ConditionHealthy, plumbv1.ConditionDrifted, plumbv1.ConditionReconciling, plumbv1.ConditionStalled} {
+	for _, c := range Conditions {
 		if cond := apimeta.FindStatusCondition(app.Status.Conditions, c); cond != nil {
 			line("%s\t%s\t%s\t%s\t%s", c, cond.Status, cond.Reason, Age(&cond.LastTransitionTime, now), OneLine(cond.Message))
 		}

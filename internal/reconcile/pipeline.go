@@ -92,7 +92,7 @@ func (s *pass) read(ctx context.Context, read reader) error {
 	s.log = s.log.With(zap.String("revision", s.revision))
 	if result.HistoryRewritten && !s.preview {
 		s.r.Events.Eventf(s.app, corev1.EventTypeWarning, plumbv1.ReasonHistoryRewritten,
-			"the history of %s was rewritten (force-push): %s no longer descends from %s", s.app.Spec.Source.Ref.Branch, s.revision, s.app.Status.LastAppliedRevision)
+			"the history of %s was rewritten (force-push): %s no longer descends from %s", s.app.Spec.Source.GitRepository().Ref.Branch, s.revision, s.app.Status.LastAppliedRevision)
 	}
 	return s.guard(func() error { return s.r.refuseEmpty(s.app, result.Empty(), s.revision) })
 }

@@ -126,7 +126,7 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 		return nil, err
 	}
 	appKey := client.ObjectKeyFromObject(app)
-	secretRef := app.Spec.Source.SecretRef
+	secretRef := app.Spec.Source.GitRepository().SecretRef
 	switch {
 	case app.Spec.Source.OCI != nil:
 		secretRef = app.Spec.Source.OCI.SecretRef
@@ -219,8 +219,9 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 			}
 		}
 	} else if req.Helm == nil {
-		ref := app.Spec.Source.Ref
-		req.URL, req.Auth = app.Spec.Source.URL, source.AuthFromSecret(secret)
+		g := app.Spec.Source.GitRepository()
+		ref := g.Ref
+		req.URL, req.Auth = g.URL, source.AuthFromSecret(secret)
 		req.Ref = git.Ref{Branch: ref.Branch, Tag: ref.Tag, SemVer: ref.SemVer, Commit: ref.Commit}
 	}
 	if r.Cluster != nil {

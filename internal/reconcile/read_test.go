@@ -64,3 +64,31 @@ func TestTheTickThatHealsDriftSaysNoDriftIsLeft(t *testing.T) {
 		t.Errorf("status.drift after the heal = %+v, want count 0, no objects, and when drift was last seen", d)
 	}
 }
+
+// A Git source written as git (url, ref and secretRef nested) is read as
+// the flat spelling is: with its credentials (the package's Git server
+// refuses anonymous reads), at its ref, and a push is applied.
+func TestAGitSourceWrittenAsGitIsReadWithItsCredentials(t *testing.T) {
+	w, repo := newRepo(t, map[string]string{"deploy/a.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"})
+	app := newApp(t, repo, func(a *plumbv1.App) {
+		src := a.Spec.Source
+		a.Spec.Source = plumbv1.Source{Path: src.Path, Git: &plumbv1.GitSource{URL: src.URL, Ref: src.Ref, SecretRef: src.SecretRef}}
+	})
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	first := h.tick(t, key, queue.WakeTimer)
+	ready(t, first)
+	if !strings.HasPrefix(first.Status.LastAppliedRevision, "main@sha1:") {
+		t.Errorf("applied %q, want main@sha1:<commit>", first.Status.LastAppliedRevision)
+	}
+	next := pushed(t, w, map[string]string{"deploy/b.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: b\n"})
+	got := h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	if !strings.HasSuffix(got.Status.LastAppliedRevision, next) {
+		t.Errorf("applied %q, want the pushed commit %s", got.Status.LastAppliedRevision, next)
+	}
+	if err := admin(t).Get(context.Background(), client.ObjectKey{Namespace: app.Namespace, Name: "b"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("the pushed ConfigMap b: %v", err)
+	}
+}
+

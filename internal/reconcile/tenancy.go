@@ -131,7 +131,7 @@ func (r *Reconciler) refuseFileSource(app *plumbv1.App) error {
 		}
 		return nil
 	}
-	if r.Policy.AllowFileSources || !git.IsLocal(app.Spec.Source.URL) {
+	if r.Policy.AllowFileSources || !git.IsLocal(app.Spec.Source.GitRepository().URL) {
 		return nil
 	}
 	return refuse(errors.New("file:// sources are refused: the repository would be read from the controller's own disk " +

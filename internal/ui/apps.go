@@ -49,7 +49,7 @@ func rowOf(app *plumbv1.App, now time.Time) appRow {
 	row := appRow{Namespace: app.Namespace, Name: app.Name, Ready: conditionStatus(app, plumbv1.ConditionReady), Healthy: conditionStatus(app, plumbv1.ConditionHealthy),
 		Revision: appview.ShortRevision(app.Status.LastAppliedRevision), LastTick: appview.Age(app.Status.LastTickTime, now),
 		FailingPhase: appview.FailingPhase(app), Message: readyMessage(app), Suspended: app.Spec.Suspend,
-		RevisionURL: commitURL(app.Spec.Source.URL, app.Status.LastAppliedRevision), SyncHandled: app.Status.LastHandledSyncRequest,
+		RevisionURL: commitURL(app.Spec.Source.GitRepository().URL, app.Status.LastAppliedRevision), SyncHandled: app.Status.LastHandledSyncRequest,
 		SyncRequested: syncrequest.Requested(app)}
 	row.Drift = appview.DriftCount(app)
 	if t := app.Status.LastTickTime; t != nil {

@@ -123,6 +123,43 @@ func TestValidAppIsAcceptedDefaultedAndReadBack(t *testing.T) {
 	})
 }
 
+// A Git source written as git reads back as written and is the same
+// source as the flat spelling: one kind, one location, one ref.
+func TestAGitSourceIsAcceptedInEitherSpelling(t *testing.T) {
+	c, ns := setup(t)
+	ctx := context.Background()
+	nested := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nested"},
+		Spec: plumbv1.AppSpec{Source: plumbv1.Source{Path: "deploy", Git: &plumbv1.GitSource{
+			URL: "https://github.com/org/repo", Ref: plumbv1.GitRef{Tag: "v1.2.0"},
+			SecretRef: &plumbv1.LocalObjectReference{Name: "git-credentials"}}}}}
+	flat := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "flat"},
+		Spec: plumbv1.AppSpec{Source: plumbv1.Source{Path: "deploy", URL: "https://github.com/org/repo", Ref: plumbv1.GitRef{Tag: "v1.2.0"},
+			SecretRef: &plumbv1.LocalObjectReference{Name: "git-credentials"}}}}
+	var read [2]plumbv1.App
+	for i, app := range []*plumbv1.App{nested, flat} {
+		if err := c.Create(ctx, app); err != nil {
+			t.Fatalf("creating %s: %v", app.Name, err)
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(app), &read[i]); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(app.Spec.Source, read[i].Spec.Source); diff != "" {
+			t.Errorf("%s: the source read back differs (-sent +read):\n%s", app.Name, diff)
+		}
+		if read[i].Spec.Source.Kind() != plumbv1.SourceKindGit || read[i].Spec.Source.Location() != "https://github.com/org/repo" {
+			t.Errorf("%s: kind %q, location %q", app.Name, read[i].Spec.Source.Kind(), read[i].Spec.Source.Location())
+		}
+	}
+	if diff := cmp.Diff(read[1].Spec.Source.GitRepository(), read[0].Spec.Source.GitRepository()); diff != "" {
+		t.Errorf("the two spellings name different Git sources (-flat +git):\n%s", diff)
+	}
+	read[0].Spec.Source.SetGitRef(plumbv1.GitRef{Branch: "main"})
+	read[1].Spec.Source.SetGitRef(plumbv1.GitRef{Branch: "main"})
+	if read[0].Spec.Source.Git.Ref.Branch != "main" || read[1].Spec.Source.Ref.Branch != "main" {
+		t.Errorf("SetGitRef did not set the ref where it is written: %+v, %+v", read[0].Spec.Source, read[1].Spec.Source)
+	}
+}
+
 func TestAnOCISourceIsAcceptedAndReadBack(t *testing.T) {
 	c, ns := setup(t)
 	ctx := context.Background()
@@ -237,13 +274,13 @@ func TestInvalidAppsAreRejectedWithAClearMessage(t *testing.T) {
 	}, {
 		name:        "no source",
 		mutate:      func(a *plumbv1.App) { a.Spec.Source = plumbv1.Source{} },
-		wantMessage: "source must set exactly one of url (a Git repository), oci, helm and bucket",
+		wantMessage: "source must set exactly one of git (or the flat url and ref of a Git repository), oci, helm and bucket",
 	}, {
 		name: "a Git and an OCI source at once",
 		mutate: func(a *plumbv1.App) {
 			a.Spec.Source.OCI = &plumbv1.OCISource{URL: "oci://registry.example.com/org/app"}
 		},
-		wantMessage: "source must set exactly one of url (a Git repository), oci, helm and bucket",
+		wantMessage: "source must set exactly one of git (or the flat url and ref of a Git repository), oci, helm and bucket",
 	}, {
 		name: "an OCI source with the Git source's secretRef",
 		mutate: func(a *plumbv1.App) {
@@ -283,7 +320,7 @@ func TestInvalidAppsAreRejectedWithAClearMessage(t *testing.T) {
 			a.Spec.Source = plumbv1.Source{OCI: &plumbv1.OCISource{URL: "oci://registry.example.com/org/app"},
 				Helm: &plumbv1.HelmSource{Repository: "https://charts.example.com", Chart: "web"}}
 		},
-		wantMessage: "source must set exactly one of url (a Git repository), oci, helm and bucket",
+		wantMessage: "source must set exactly one of git (or the flat url and ref of a Git repository), oci, helm and bucket",
 	}, {
 		name: "a Helm source with a path",
 		mutate: func(a *plumbv1.App) {
@@ -330,11 +367,43 @@ func TestInvalidAppsAreRejectedWithAClearMessage(t *testing.T) {
 		},
 		wantMessage: "an OCI artifact's verify.provider is cosign",
 	}, {
+		name: "git beside the flat url and ref",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source.Git = &plumbv1.GitSource{URL: "https://github.com/org/other", Ref: plumbv1.GitRef{Branch: "main"}}
+		},
+		wantMessage: "git holds the Git repository's url, ref and secretRef: set them in git or flat beside it, not both",
+	}, {
+		name: "git beside a flat secretRef",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{Git: &plumbv1.GitSource{URL: "https://github.com/org/repo", Ref: plumbv1.GitRef{Branch: "main"}},
+				SecretRef: &plumbv1.LocalObjectReference{Name: "creds"}}
+		},
+		wantMessage: "git holds the Git repository's url, ref and secretRef: set them in git or flat beside it, not both",
+	}, {
+		name: "git and an OCI source at once",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{Git: &plumbv1.GitSource{URL: "https://github.com/org/repo", Ref: plumbv1.GitRef{Branch: "main"}},
+				OCI: &plumbv1.OCISource{URL: "oci://registry.example.com/org/app"}}
+		},
+		wantMessage: "source must set exactly one of git (or the flat url and ref of a Git repository), oci, helm and bucket",
+	}, {
+		name: "git without a ref",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{Git: &plumbv1.GitSource{URL: "https://github.com/org/repo"}}
+		},
+		wantMessage: "ref must set exactly one of branch, tag, semver or commit",
+	}, {
+		name: "git with an ftp:// url",
+		mutate: func(a *plumbv1.App) {
+			a.Spec.Source = plumbv1.Source{Git: &plumbv1.GitSource{URL: "ftp://x", Ref: plumbv1.GitRef{Branch: "main"}}}
+		},
+		wantMessage: "url must be https://, http://, ssh://, file:// or scp-like user@host:org/repo",
+	}, {
 		name: "a Git and a bucket source at once",
 		mutate: func(a *plumbv1.App) {
 			a.Spec.Source.Bucket = &plumbv1.BucketSource{Endpoint: "s3.amazonaws.com", Bucket: "deploy"}
 		},
-		wantMessage: "source must set exactly one of url (a Git repository), oci, helm and bucket",
+		wantMessage: "source must set exactly one of git (or the flat url and ref of a Git repository), oci, helm and bucket",
 	}, {
 		name: "a bucket endpoint with a scheme",
 		mutate: func(a *plumbv1.App) {

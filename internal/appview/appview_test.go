@@ -1,7 +1,12 @@
 package appview
 
 import (
+	"regexp"
+	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 )
@@ -41,5 +46,30 @@ func TestSourceOfNamesEachSourceKind(t *testing.T) {
 		if got := SourceOf(&plumbv1.App{Spec: plumbv1.AppSpec{Source: tc.source}}); got != tc.want {
 			t.Errorf("SourceOf = %q, want %q", got, tc.want)
 		}
+	}
+}
+
+// The detail shows whether a verified source's revision verified, and
+// says nothing of it for a source that asks for no verification.
+func TestDetailShowsTheSourcesVerification(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	app := &plumbv1.App{Spec: plumbv1.AppSpec{Source: plumbv1.Source{Helm: &plumbv1.HelmSource{Repository: "https://charts.example.com", Chart: "web",
+		Verify: &plumbv1.OCIVerification{Provider: plumbv1.VerifyProviderHelm, SecretRef: plumbv1.LocalObjectReference{Name: "keys"}}}}}}
+	app.Status.Conditions = []metav1.Condition{{Type: plumbv1.ConditionSourceVerified, Status: metav1.ConditionFalse,
+		Reason: plumbv1.ReasonVerificationFailed, Message: "version 1.1.0 has no provenance file", LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))}}
+	var b strings.Builder
+	if err := Detail(&b, app, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^SourceVerified +False +VerificationFailed +60s +version 1.1.0 has no provenance file$`).MatchString(b.String()) {
+		t.Errorf("the detail lacks the SourceVerified row:\n%s", b.String())
+	}
+	app.Status.Conditions = nil
+	b.Reset()
+	if err := Detail(&b, app, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "SourceVerified") {
+		t.Errorf("a detail without the condition names it:\n%s", b.String())
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -32,7 +33,7 @@ type AppCollector struct {
 	list        AppLister
 	lastSuccess LastSuccess
 
-	lastSuccessDesc, interval, failures, drifted, ready, suspended *prometheus.Desc
+	lastSuccessDesc, interval, failures, drifted, ready, suspended, sourceInfo, sourceVerified *prometheus.Desc
 }
 
 // NewAppCollector serves the series of the Apps list returns; lastSuccess
@@ -55,12 +56,16 @@ func NewAppCollector(list AppLister, lastSuccess LastSuccess) *AppCollector {
 			"1 when the App's Ready condition is True, else 0.", app, nil),
 		suspended: prometheus.NewDesc("plumb_app_suspended",
 			"1 when the App is suspended, else 0.", app, nil),
+		sourceInfo: prometheus.NewDesc("plumb_app_source_info",
+			"1 for each App, labelled with its kind of source (git, oci, helm or bucket), to join other series on.", append(app, "kind"), nil),
+		sourceVerified: prometheus.NewDesc("plumb_app_source_verified",
+			"1 when the App's source asks for signature verification and its last read revision verified, 0 when it did not; absent without verification.", app, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *AppCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.lastSuccessDesc, c.interval, c.failures, c.drifted, c.ready, c.suspended} {
+	for _, d := range []*prometheus.Desc{c.lastSuccessDesc, c.interval, c.failures, c.drifted, c.ready, c.suspended, c.sourceInfo, c.sourceVerified} {
 		ch <- d
 	}
 }
@@ -112,5 +117,11 @@ func (c *AppCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.drifted, drifted, ns, name, string(app.Spec.DriftPolicyOrDefault()))
 		gauge(c.ready, flag(apimeta.IsStatusConditionTrue(app.Status.Conditions, plumbv1.ConditionReady)), ns, name)
 		gauge(c.suspended, flag(app.Spec.Suspend), ns, name)
+		gauge(c.sourceInfo, 1, ns, name, string(app.Spec.Source.Kind()))
+		if app.Spec.Source.Verification() != nil {
+			if cond := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionSourceVerified); cond != nil {
+				gauge(c.sourceVerified, flag(cond.Status == metav1.ConditionTrue), ns, name)
+			}
+		}
 	}
 }

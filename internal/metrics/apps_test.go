@@ -22,11 +22,14 @@ func TestTheAppCollectorServesEachAppsSeriesFromItsStatus(t *testing.T) {
 	apps := []plumbv1.App{
 		{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web", CreationTimestamp: created},
-			Spec:       plumbv1.AppSpec{Interval: &metav1.Duration{Duration: time.Minute}, DriftPolicy: plumbv1.DriftPolicyAlert},
+			Spec: plumbv1.AppSpec{Interval: &metav1.Duration{Duration: time.Minute}, DriftPolicy: plumbv1.DriftPolicyAlert,
+				Source: plumbv1.Source{Helm: &plumbv1.HelmSource{Repository: "https://charts.example.com", Chart: "web",
+					Verify: &plumbv1.OCIVerification{Provider: plumbv1.VerifyProviderHelm}}}},
 			Status: plumbv1.AppStatus{
 				LastSuccessfulTickTime: &succeeded,
-				Conditions:             []metav1.Condition{{Type: plumbv1.ConditionReady, Status: metav1.ConditionTrue}},
-				Drift:                  &plumbv1.DriftSummary{Count: 2},
+				Conditions: []metav1.Condition{{Type: plumbv1.ConditionReady, Status: metav1.ConditionTrue},
+					{Type: plumbv1.ConditionSourceVerified, Status: metav1.ConditionTrue}},
+				Drift: &plumbv1.DriftSummary{Count: 2},
 			},
 		},
 		{
@@ -66,6 +69,13 @@ plumb_app_last_success_timestamp_seconds{name="web",namespace="team-a"} 2000.5
 # TYPE plumb_app_ready gauge
 plumb_app_ready{name="new",namespace="team-b"} 0
 plumb_app_ready{name="web",namespace="team-a"} 1
+# HELP plumb_app_source_info 1 for each App, labelled with its kind of source (git, oci, helm or bucket), to join other series on.
+# TYPE plumb_app_source_info gauge
+plumb_app_source_info{kind="git",name="new",namespace="team-b"} 1
+plumb_app_source_info{kind="helm",name="web",namespace="team-a"} 1
+# HELP plumb_app_source_verified 1 when the App's source asks for signature verification and its last read revision verified, 0 when it did not; absent without verification.
+# TYPE plumb_app_source_verified gauge
+plumb_app_source_verified{name="web",namespace="team-a"} 1
 # HELP plumb_app_suspended 1 when the App is suspended, else 0.
 # TYPE plumb_app_suspended gauge
 plumb_app_suspended{name="new",namespace="team-b"} 1

@@ -138,7 +138,7 @@ func (s *Server) renderApp(w http.ResponseWriter, r *http.Request, viewer *Viewe
 	if a := app.Status.LastAttemptedRevision; a != page.Applied {
 		page.Attempted = a
 	}
-	for _, c := range []string{plumbv1.ConditionReady, plumbv1.ConditionHealthy, plumbv1.ConditionDrifted, plumbv1.ConditionReconciling, plumbv1.ConditionStalled} {
+	for _, c := range appview.Conditions {
 		if cond := apimeta.FindStatusCondition(app.Status.Conditions, c); cond != nil {
 			page.Conditions = append(page.Conditions, conditionView{Type: c, Status: string(cond.Status), Reason: appview.Printable(cond.Reason),
 				Since: appview.Age(&cond.LastTransitionTime, now), Message: appview.OneLine(cond.Message)})

@@ -123,6 +123,10 @@ func startHostileRegistry(t *testing.T, artifact v1.Image, useTLS bool) *hostile
 		}
 		fmt.Fprintf(w, `{"name":"crowded","tags":[%s]}`, strings.Join(tags, ","))
 	})
+	// One page of a single tag of 1 MiB (every page within its bound).
+	mux.HandleFunc("/v2/longtag/tags/list", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"name":"longtag","tags":["1.0.0","1.0.1-%s"]}`, strings.Repeat("x", 1<<20))
+	})
 	// One page of 8 MiB.
 	mux.HandleFunc("/v2/bulky/tags/list", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"name":"bulky","tags":["%s"]}`, strings.Repeat("x", 8<<20))
@@ -188,7 +192,7 @@ func (h *hostileRegistry) url(repo string) string {
 
 // A hostile registry gets ErrLimitExceeded, and costs bounded requests
 // and memory: an endless tag list stops at the page bound, a crowded or
-// bulky page at its bounds, a huge manifest at 4 MiB, and a manifest
+// bulky page or an overlong tag at its bounds, a huge manifest at 4 MiB, and a manifest
 // request that is sent to another host never reaches it. A blob may still
 // be fetched from a storage host, without the registry's credentials.
 func TestAHostileRegistryGetsLimitExceeded(t *testing.T) {
@@ -206,6 +210,7 @@ func TestAHostileRegistryGetsLimitExceeded(t *testing.T) {
 		{"an endless tag list", "endless", oci.Ref{SemVer: ">=1.0.0"}, "pages"},
 		{"a page of too many tags", "crowded", oci.Ref{SemVer: ">=1.0.0"}, "more than 50000"},
 		{"a page of 8 MiB", "bulky", oci.Ref{SemVer: ">=1.0.0"}, "a page of tags of more than"},
+		{"a tag of 1 MiB", "longtag", oci.Ref{SemVer: ">=1.0.0"}, "hold a tag of 1048582 bytes, more than 128"},
 		{"a manifest sent to another host", "attack", oci.Ref{Tag: "elsewhere"}, "another host"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

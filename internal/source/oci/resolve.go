@@ -110,9 +110,14 @@ type Client struct {
 	TagsMaxAge time.Duration
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// MaxKeptTagBytes bounds the listings of tags kept over every
+	// repository and account (DefaultMaxKeptTagBytes when zero); past it a
+	// listing serves its resolve and is not kept.
+	MaxKeptTagBytes int64
 
 	mu       sync.Mutex
 	sessions *lru.Cache // *session by repository and credentials' digest
+	tagBytes *tagBudget
 }
 
 // DefaultTagsMaxAge is how long a listing of tags is reused: a tag pushed
@@ -264,12 +269,17 @@ func (c *Client) repository(url string) (name.Repository, error) {
 // digest of the credentials, so that no App is served a session (or a
 // listing of tags) another account authenticated.
 func (c *Client) session(repo name.Repository, auth Auth) (*session, error) {
-	sum := sha256.Sum256([]byte(auth.Username + "\x00" + auth.Password))
+	sum := sha256.Sum256(fmt.Appendf(nil, "%d:%s%s", len(auth.Username), auth.Username, auth.Password)) // length-prefixed: no two accounts share it
 	key := repo.Name() + "\x00" + hex.EncodeToString(sum[:])
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.sessions == nil {
-		c.sessions = lru.New(maxSessions)
+		// A session dropped gives its listing's bytes back.
+		c.sessions = lru.NewWithEvictionFunc(maxSessions, func(_ lru.Key, s any) { s.(*session).tags.drop() })
+		c.tagBytes = &tagBudget{max: c.MaxKeptTagBytes}
+		if c.tagBytes.max == 0 {
+			c.tagBytes.max = DefaultMaxKeptTagBytes
+		}
 	}
 	if s, ok := c.sessions.Get(key); ok {
 		return s.(*session), nil
@@ -287,7 +297,7 @@ func (c *Client) session(repo name.Repository, auth Auth) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &session{puller: p}
+	s := &session{puller: p, tags: tagListing{budget: c.tagBytes}}
 	c.sessions.Add(key, s)
 	return s, nil
 }

@@ -3,6 +3,7 @@ package oci
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -71,5 +72,75 @@ func TestAFreshListingStartsAfterItWasAskedFor(t *testing.T) {
 	}
 	if n := lists.Load(); n != 2 {
 		t.Errorf("%d listings, want 2: the timer's and one shared by the fresh gets", n)
+	}
+}
+
+// The listings a Client keeps fit its budget: one that does not fit
+// serves its resolve and is listed again by the next, and a listing
+// dropped with its session, or replaced, gives its bytes back.
+func TestKeptListingsFitTheBudget(t *testing.T) {
+	now := func() time.Time { return time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC) }
+	budget := &tagBudget{max: 100}
+	small, large := []string{"1.0.0"}, []string{"1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0"} // 21 and 126 bytes
+	var a, b tagListing
+	a.budget, b.budget = budget, budget
+	lists := 0
+	listing := func(tags []string) func(context.Context) ([]string, error) {
+		return func(context.Context) ([]string, error) { lists++; return tags, nil }
+	}
+	for range 2 {
+		if tags, err := a.get(context.Background(), now, time.Minute, false, listing(large)); err != nil || len(tags) != 6 {
+			t.Fatalf("a listing over the budget: %v, %v; want it served", tags, err)
+		}
+	}
+	if lists != 2 || budget.used != 0 {
+		t.Errorf("a listing over the budget: %d listings, %d bytes kept; want 2 (not kept), 0", lists, budget.used)
+	}
+	lists = 0
+	for range 2 {
+		if _, err := b.get(context.Background(), now, time.Minute, false, listing(small)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lists != 1 || budget.used != tagsBytes(small) {
+		t.Errorf("a listing within the budget: %d listings, %d bytes kept; want 1 (kept), %d", lists, budget.used, tagsBytes(small))
+	}
+	b.keep([]string{"2.0.0", "2.1.0"}, now())
+	if want := tagsBytes([]string{"2.0.0", "2.1.0"}); budget.used != want {
+		t.Errorf("a replaced listing: %d bytes kept, want %d", budget.used, want)
+	}
+	b.drop()
+	b.keep(small, now())
+	if budget.used != 0 {
+		t.Errorf("after the session was dropped: %d bytes kept, want 0", budget.used)
+	}
+	if tags, listed := b.kept(); tags != nil || !listed.IsZero() {
+		t.Errorf("a dropped listing keeps %v (listed %v)", tags, listed)
+	}
+}
+
+// A Client's sessions give their listings' bytes back as they leave its
+// cache.
+func TestADroppedSessionGivesItsListingBack(t *testing.T) {
+	c := &Client{}
+	repo, err := c.repository("oci://registry.example.com/org/app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.session(repo, Auth{Username: "u0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.tags.keep([]string{"1.0.0"}, time.Now())
+	if c.tagBytes.used == 0 {
+		t.Fatal("a kept listing took no bytes")
+	}
+	for i := 1; i <= maxSessions; i++ { // the first session is the least recently used
+		if _, err := c.session(repo, Auth{Username: fmt.Sprint("u", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.tagBytes.used != 0 {
+		t.Errorf("%d bytes kept after the session was dropped, want 0", c.tagBytes.used)
 	}
 }

@@ -168,8 +168,6 @@ func (c *Client) List(ctx context.Context, loc Location, auth Auth, limits tree.
 	if err != nil {
 		return Listing{}, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // stops the listing's goroutine when it is left early
 	// A page holds up to 1,000 keys: a server that pages on with few or
 	// none runs out of requests.
 	pages := int64(1000)
@@ -183,7 +181,10 @@ func (c *Client) List(ctx context.Context, loc Location, auth Auth, limits tree.
 		total   int64
 	)
 	paths := tree.NewBuilder(tree.Limits{}, nil) // the keys as a folder's paths: conflicts and escapes
-	for info := range client.ListObjects(ctx, loc.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+	// The iterator runs in this goroutine, page by page: leaving the loop
+	// early leaves nothing behind (ListObjects' channel would keep a
+	// goroutine, and its page, waiting for a reader that is gone).
+	for info := range client.ListObjectsIter(ctx, loc.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
 		if info.Err != nil {
 			return Listing{}, classify(info.Err, "listing")
 		}

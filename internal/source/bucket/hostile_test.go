@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/plumb-dev/plumb/internal/source/bucket"
 	"github.com/plumb-dev/plumb/internal/source/tree"
@@ -130,4 +132,36 @@ func TestADownloadIsTheListedObject(t *testing.T) {
 	if _, err := c.Fetch(context.Background(), loc, bucket.Auth{}, listing, limits); !errors.Is(err, bucket.ErrChanged) {
 		t.Errorf("a server that ignores If-Match: %v; want ErrChanged", err)
 	}
+}
+
+// A listing left early (a limit met, a key refused) leaves nothing
+// running: the page the server sent is not held by a goroutine that
+// waits for a reader that is gone.
+func TestAListingLeftEarlyLeavesNoGoroutine(t *testing.T) {
+	objects := make([]testenv.ScriptedObject, 10)
+	for i := range objects {
+		objects[i] = testenv.ScriptedObject{Key: fmt.Sprintf("p/%02d.yaml", i), ETag: "e1", Size: 2, Body: "a\n"}
+	}
+	s3 := testenv.StartScriptedS3(t, "bkt", "", objects)
+	c := &bucket.Client{AllowHTTP: true}
+	loc := bucket.Location{Endpoint: s3.Endpoint, Bucket: "bkt", Prefix: "p", Insecure: true}
+	if _, err := c.List(context.Background(), loc, bucket.Auth{}, limits0); err != nil {
+		t.Fatal(err) // the client and its connections exist before the count
+	}
+	before := runtime.NumGoroutine()
+	for range 50 {
+		if _, err := c.List(context.Background(), loc, bucket.Auth{}, tree.Limits{MaxFiles: 3}); !errors.Is(err, bucket.ErrLimitExceeded) {
+			t.Fatalf("a listing of 10 objects with MaxFiles 3: %v, want ErrLimitExceeded", err)
+		}
+	}
+	// Goroutines that end do so at once; poll until they have, or fail
+	// with the count that stayed.
+	var after int
+	for range 200 {
+		if after = runtime.NumGoroutine(); after <= before+2 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("%d goroutines before 50 listings left early, %d after: they leak", before, after)
 }

@@ -254,8 +254,10 @@ func readYAML(t *tree.Tree, file string, into any) error {
 // checkDependencyRepository refuses a dependency's repository that plumb
 // cannot or will not read.
 func checkDependencyRepository(d dependency) error {
-	scheme, _, _ := strings.Cut(d.repository, "://")
-	if u, err := url.Parse(d.repository); err == nil && u.User != nil {
+	scheme, rest, _ := strings.Cut(d.repository, "://")
+	// Any "@" may end a user part, also in a URL that does not parse (a
+	// password with "%" or "/" in it): the URL is never shown.
+	if u, err := url.Parse(d.repository); err == nil && u.User != nil || scheme != "file" && strings.Contains(rest, "@") {
 		return &Error{Reason: ReasonInvalidManifest, Err: errors.New("its repository URL holds credentials: give them in a Secret (spec.helm.repositories)")}
 	}
 	switch scheme {

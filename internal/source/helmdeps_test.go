@@ -146,6 +146,8 @@ func TestAChartsDependenciesFailClearly(t *testing.T) {
 	}{
 		{"an alias", "- {name: db, version: 1.0.0, repository: '@bitnami'}", source.ReasonInvalidManifest, "a name of `helm repo add`"},
 		{"credentials in the URL", "- {name: db, version: 1.0.0, repository: 'https://u:hunter2@charts.invalid'}", source.ReasonInvalidManifest, "holds credentials"},
+		{"credentials in an OCI URL that does not parse", "- {name: db, version: 1.0.0, repository: 'oci://robot:hunter2%t@ghcr.io/org/charts'}", source.ReasonInvalidManifest, "holds credentials"},
+		{"credentials before a port that is none", "- {name: db, version: 1.0.0, repository: 'oci://u:ab/hunter2@host.io/charts'}", source.ReasonInvalidManifest, "holds credentials"},
 		{"out of the repository", "- {name: db, version: 1.0.0, repository: 'file://../../../etc'}", source.ReasonInvalidManifest, "leaves the repository root"},
 		{"too many", strings.TrimPrefix(many, "apiVersion: v2\nname: c\nversion: 0.1.0\ndependencies:\n"), source.ReasonLimitExceeded, "chart dependencies to fetch"},
 	} {
@@ -218,5 +220,44 @@ func TestADependencyRangeMovesToANewVersion(t *testing.T) {
 	if _, err := r.Read(ctx, req); !errors.Is(err, source.ErrDependency) || source.ReasonOf(err) != source.ReasonSourceUnavailable ||
 		!strings.Contains(err.Error(), `"db"`) {
 		t.Errorf("with db's repository down: %v (%s); want SourceUnavailable naming db", err, source.ReasonOf(err))
+	}
+}
+
+// The render of a chart whose dependencies were fetched with accounts is
+// served only to reads with the same accounts: on a repository anyone may
+// read (so every read resolves the dependency), a read with other
+// accounts or none is rendered for itself, and each is then served its
+// own.
+func TestADependencyRenderIsCachedPerSetOfAccounts(t *testing.T) {
+	helmRepo := testenv.StartHelmRepository(t, testenv.HelmRepositoryOptions{TLS: true})
+	helmRepo.Publish(t, "db", "1.0.0", dependencyChart("db", "1.0.0"))
+	_, _, url := repo(t, map[string]string{
+		"shop/Chart.yaml":        fmt.Sprintf("apiVersion: v2\nname: shop\nversion: 0.1.0\ndependencies:\n- {name: db, version: 1.0.0, repository: %q}\n", helmRepo.URL),
+		"shop/templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shop\n",
+	})
+	r, err := source.NewReader(source.Options{CacheDir: t.TempDir(), Limits: source.DefaultLimits(), RefsTTL: -1,
+		RegistryTransport: helmRepo.Transport()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(accounts []source.ChartRepository) {
+		t.Helper()
+		req := source.Request{URL: url, Ref: git.Ref{Branch: "main"}, Path: "shop", Auth: auth,
+			Render: render.Options{Helm: render.HelmOptions{ReleaseName: "shop", Namespace: "default"}}, ChartRepositories: accounts}
+		res, err := r.Read(context.Background(), req)
+		if err != nil || !cmp.Equal(names(res), []string{"ConfigMap/db-1-0-0", "ConfigMap/shop"}) {
+			t.Fatalf("read with %d accounts: %v, %v", len(accounts), res, err)
+		}
+	}
+	alice := []source.ChartRepository{{URL: helmRepo.URL, Helm: helmrepo.Auth{Username: "alice", Password: "a"}}}
+	bob := []source.ChartRepository{{URL: helmRepo.URL, Helm: helmrepo.Auth{Username: "bob", Password: "b"}}}
+	for i, step := range []struct {
+		accounts []source.ChartRepository
+		renders  int64
+	}{{alice, 1}, {nil, 2}, {bob, 3}, {alice, 3}, {nil, 3}} {
+		read(step.accounts)
+		if got := r.Renders(); got != step.renders {
+			t.Errorf("read %d: %d renders, want %d", i+1, got, step.renders)
+		}
 	}
 }

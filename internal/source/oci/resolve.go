@@ -245,7 +245,8 @@ func (c *Client) repository(url string) (name.Repository, error) {
 		return name.Repository{}, fmt.Errorf("%w: %q does not start with %s", ErrInvalidRef, url, Scheme)
 	}
 	if strings.ContainsAny(rest, "@?#") {
-		return name.Repository{}, fmt.Errorf("%w: %s holds a tag, digest, query or credentials; name them in ref and secretRef", ErrInvalidRef, url)
+		// Not quoted: what stands before an "@" may be a password.
+		return name.Repository{}, fmt.Errorf("%w: the URL holds a tag, digest, query or credentials; name them in ref and secretRef", ErrInvalidRef)
 	}
 	options := []name.Option{name.StrictValidation}
 	if c.AllowHTTP {

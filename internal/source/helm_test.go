@@ -210,3 +210,53 @@ func TestAHelmIndexWithoutDigestsIsReadOnce(t *testing.T) {
 		t.Errorf("an unchanged read: cached=%v, requests %v; want no download", again.Cached, got)
 	}
 }
+
+// A verified chart's signature covers its archive only: a dependency it
+// would fetch from a repository is refused with VerificationFailed rather
+// than applied unverified under a verified revision, and nothing of it
+// is asked for; the same chart with the dependency vendored is read.
+func TestAVerifiedChartFetchesNoDependency(t *testing.T) {
+	repo := testenv.StartHelmRepository(t, testenv.HelmRepositoryOptions{TLS: true})
+	key := testenv.GeneratePGPKey(t, "release")
+	repo.Publish(t, "db", "1.0.0", map[string]string{"templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: db\n"})
+	shop := map[string]string{
+		"Chart.yaml":        "apiVersion: v2\nname: web\nversion: 1.0.0\ndependencies:\n- {name: db, version: ^1.0.0, repository: " + repo.URL + "}\n",
+		"templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\n",
+	}
+	repo.Publish(t, "web", "1.0.0", shop)
+	repo.Sign(t, "web-1.0.0.tgz", key)
+	r := helmReader(t, repo, false)
+	req := helmRequest(repo, "1.0.0")
+	req.Render.Helm.ValuesFiles = nil
+	req.Helm.Verify = &source.HelmVerify{Keys: map[string][]byte{"release.asc": key.Public}}
+	repo.Answered()
+	_, err := r.Read(context.Background(), req)
+	if source.ReasonOf(err) != source.ReasonVerificationFailed || !strings.Contains(err.Error(), `chart dependency "db"`) ||
+		!strings.Contains(err.Error(), "vendor it under charts/") {
+		t.Fatalf("a verified chart with a dependency to fetch: %v (%s), want VerificationFailed naming db", err, source.ReasonOf(err))
+	}
+	if n := repo.Answered()["GET /charts/db-1.0.0.tgz 200"]; n != 0 {
+		t.Errorf("the dependency's archive was downloaded %d times", n)
+	}
+
+	shop["Chart.yaml"] = strings.Replace(shop["Chart.yaml"], "version: 1.0.0", "version: 1.1.0", 1)
+	shop["charts/db/Chart.yaml"] = "apiVersion: v2\nname: db\nversion: 1.0.0\n"
+	shop["charts/db/templates/cm.yaml"] = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: db\n"
+	repo.Publish(t, "web", "1.1.0", shop)
+	repo.Sign(t, "web-1.1.0.tgz", key)
+	read, err := r.Read(context.Background(), helmRequestWith(req, "1.1.0"))
+	if err != nil {
+		t.Fatalf("a verified chart with its dependency vendored: %v", err)
+	}
+	if !cmp.Equal(names(read), []string{"ConfigMap/db", "ConfigMap/web"}) {
+		t.Errorf("rendered %v, want the chart and its vendored dependency", names(read))
+	}
+}
+
+// helmRequestWith is req at another version.
+func helmRequestWith(req source.Request, version string) source.Request {
+	h := *req.Helm
+	h.Version = version
+	req.Helm = &h
+	return req
+}

@@ -75,6 +75,14 @@ func (r *Reader) withDependencies(ctx context.Context, req *Request, t *tree.Tre
 			remote = append(remote, d)
 		}
 	}
+	if len(remote) > 0 && req.verifies() {
+		// What a signature covers is the archive: a dependency fetched
+		// from elsewhere would be applied under a verified revision
+		// without anyone's signature on it.
+		return nil, "", dependencyError(rev, remote[0], &Error{Reason: ReasonVerificationFailed,
+			Err: errors.New("the source is verified, and this dependency is not in the signed chart: it would be fetched unverified " +
+				"from its repository; vendor it under charts/ before signing (helm dependency build)")})
+	}
 	r.chartDeps.Add(key, remote)
 	depsID, err := r.resolveDependencies(ctx, req, remote, rev)
 	if err != nil || len(deps) == 0 {
@@ -369,6 +377,12 @@ func chartFolder(t *tree.Tree, limits tree.Limits) (*tree.Tree, error) {
 		return nil, &Error{Reason: ReasonInvalidManifest, Err: errors.New("the archive does not hold one chart folder with a Chart.yaml")}
 	}
 	return t.Sub(names[0], limits)
+}
+
+// verifies says whether the source asks for a signature (of an OCI
+// artifact or chart, or a Helm chart's provenance).
+func (req *Request) verifies() bool {
+	return req.OCI != nil && req.OCI.Verify != nil || req.Helm != nil && req.Helm.Verify != nil
 }
 
 // chartRepository is the account the request gives for a repository.

@@ -90,3 +90,38 @@ func isLimit(err error, limit string) bool {
 	var l *LimitError
 	return errors.As(err, &l) && l.Limit == limit
 }
+
+// A grafted tree's symlinks must resolve inside it: one that leaves it
+// would, once grafted, name a file of the base tree (a dependency's
+// archive reaching into the repository that uses it), and is refused.
+func TestAGraftedSymlinkStaysInItsTree(t *testing.T) {
+	base, err := build(t, Limits{}, map[string]string{"chart/Chart.yaml": "name: a", "secret.yaml": "kind: Secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside, err := build(t, Limits{}, map[string]string{"b/Chart.yaml": "name: b", "b/files/x": "-> ../Chart.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grafted, err := base.Graft(map[string]*Tree{"chart/charts": inside})
+	if err != nil {
+		t.Fatalf("a symlink inside the grafted tree: %v", err)
+	}
+	if data, err := grafted.ReadFile("chart/charts/b/files/x"); err != nil || string(data) != "name: b" {
+		t.Errorf("the link read %q, %v; want the grafted Chart.yaml", data, err)
+	}
+	for name, target := range map[string]string{
+		"up to the base":   "-> ../../../../secret.yaml",
+		"absolute":         "-> /secret.yaml",
+		"dangling":         "-> ../nothing.yaml",
+		"through a folder": "-> ../../../chart",
+	} {
+		escaping, err := build(t, Limits{}, map[string]string{"b/Chart.yaml": "name: b", "b/files/x": target})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := base.Graft(map[string]*Tree{"chart/charts": escaping}); err == nil {
+			t.Errorf("%s (%s): grafted; want it refused", name, target)
+		}
+	}
+}

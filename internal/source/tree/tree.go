@@ -407,8 +407,20 @@ func (t *Tree) Sub(dir string, limits Limits) (*Tree, error) {
 
 // Graft is t with the files of each of subs added under its folder (a
 // path of t), counted against t's limits: what t holds and what is added
-// must fit them together. A path that t already holds is an error.
+// must fit them together. A path that t already holds is an error, and so
+// is a symlink of a sub that does not resolve inside that sub: grafted,
+// it would name what t holds.
 func (t *Tree) Graft(subs map[string]*Tree) (*Tree, error) {
+	for dir, sub := range subs {
+		for name, e := range sub.files {
+			if !e.symlink {
+				continue
+			}
+			if _, err := sub.resolve(name, 0); err != nil {
+				return nil, &PathError{Path: joinRel(dir, name), Err: fmt.Errorf("a symlink to %s, which is not inside the tree grafted at %s: %w", e.target, dir, ErrEscapesRoot)}
+			}
+		}
+	}
 	loaders := []Loader{t.load}
 	b := NewBuilder(t.limits, func(key string) ([]byte, error) {
 		i, inner, ok := strings.Cut(key, "\x00")

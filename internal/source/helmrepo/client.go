@@ -55,21 +55,21 @@ type Client struct {
 	Limits IndexLimits
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
-	// IndexCacheBytes bounds the indexes kept, by the bytes of their
-	// downloads (DefaultIndexCacheBytes when zero); past it the least
-	// recently used go first, and the one in use is always kept.
+	// IndexCacheBytes bounds the indexes kept, by the heap they hold
+	// (their RetainedBytes; DefaultIndexCacheBytes when zero); past it the
+	// least recently used go first, and the one in use is always kept.
 	IndexCacheBytes int64
 
 	mu      sync.Mutex
 	indexes *lru.Cache       // *cachedIndex by index URL and credentials' digest
-	sizes   map[string]int64 // the downloaded bytes of each kept index, by key
+	sizes   map[string]int64 // the RetainedBytes of each kept index, by key
 	used    int64            // their sum
 }
 
-// DefaultIndexCacheBytes bounds the indexes a Client keeps: their parsed
-// form takes about half a byte of heap per downloaded byte (see make
-// bench), so about 256 MiB at most.
-const DefaultIndexCacheBytes = 512 << 20
+// DefaultIndexCacheBytes bounds the heap of the indexes a Client keeps.
+// An index as helm writes it keeps less than half a byte per byte read
+// (see make bench), so this holds some 512 MiB of them.
+const DefaultIndexCacheBytes = 256 << 20
 
 // DefaultIndexMaxAge is how long an index is reused before it is checked
 // again: a chart version pushed is seen within this of its push.
@@ -124,24 +124,25 @@ func (c *Client) Index(ctx context.Context, repoURL string, auth Auth, fresh boo
 	if entry.index != nil && !fresh && now.Sub(entry.checked) < c.maxAge() {
 		return IndexResult{Index: entry.index, Digest: entry.digest}, nil
 	}
-	size, err := c.fetch(ctx, indexURL, auth, entry)
+	changed, err := c.fetch(ctx, indexURL, auth, entry)
 	if err != nil {
 		return IndexResult{}, err
 	}
-	if size > 0 {
-		c.account(key, size)
+	if changed {
+		c.account(key, entry)
 	}
 	entry.checked = now
 	return IndexResult{Index: entry.index, Digest: entry.digest, Requested: true}, nil
 }
 
 // fetch asks for the index, conditionally when entry holds one, and
-// updates entry when it changed. A failure leaves entry as it was, and is
-// not served from it: an unreachable repository fails the read.
-func (c *Client) fetch(ctx context.Context, indexURL string, auth Auth, entry *cachedIndex) (int64, error) {
+// updates entry when it changed (and then says so). A failure leaves entry
+// as it was, and is not served from it: an unreachable repository fails
+// the read.
+func (c *Client) fetch(ctx context.Context, indexURL string, auth Auth, entry *cachedIndex) (bool, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, indexURL, nil)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrInvalidURL, err)
+		return false, fmt.Errorf("%w: %v", ErrInvalidURL, err)
 	}
 	if auth.Username != "" || auth.Password != "" {
 		req.SetBasicAuth(auth.Username, auth.Password)
@@ -157,55 +158,43 @@ func (c *Client) fetch(ctx context.Context, indexURL string, auth Auth, entry *c
 	if err != nil {
 		var plain *plainHTTPError
 		if errors.As(err, &plain) {
-			return 0, plain
+			return false, plain
 		}
-		return 0, fmt.Errorf("fetching %s: %w", redactURL(indexURL), err)
+		return false, fmt.Errorf("fetching %s: %w", redactURL(indexURL), err)
 	}
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNotModified && entry.index != nil:
-		return 0, nil
+		return false, nil
 	case resp.StatusCode == http.StatusOK:
 	case resp.StatusCode == http.StatusNotFound:
-		return 0, fmt.Errorf("%w: %s (HTTP 404)", ErrNotFound, redactURL(indexURL))
+		return false, fmt.Errorf("%w: %s (HTTP 404)", ErrNotFound, redactURL(indexURL))
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return 0, fmt.Errorf("%w: %s (HTTP %d)", ErrUnauthorized, redactURL(indexURL), resp.StatusCode)
+		return false, fmt.Errorf("%w: %s (HTTP %d)", ErrUnauthorized, redactURL(indexURL), resp.StatusCode)
 	default:
-		return 0, fmt.Errorf("fetching %s: HTTP %d", redactURL(indexURL), resp.StatusCode)
+		return false, fmt.Errorf("fetching %s: HTTP %d", redactURL(indexURL), resp.StatusCode)
 	}
 	sum := sha256.New()
-	counted := &countingReader{r: resp.Body}
-	index, err := ParseIndex(io.TeeReader(counted, sum), c.limits())
+	index, err := ParseIndex(io.TeeReader(resp.Body, sum), c.limits())
 	if err != nil {
-		return 0, fmt.Errorf("the index at %s: %w", redactURL(indexURL), err)
+		return false, fmt.Errorf("the index at %s: %w", redactURL(indexURL), err)
 	}
 	entry.index = index
 	entry.digest = "sha256:" + hex.EncodeToString(sum.Sum(nil))
 	entry.etag = resp.Header.Get("ETag")
 	entry.lastModified = strongLastModified(resp.Header)
-	return max(counted.n, 1), nil
+	return true, nil
 }
 
-// countingReader counts the bytes read through it.
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}
-
-// account records the downloaded size of the index under key and drops
-// the least recently used others until the kept indexes fit the budget.
-func (c *Client) account(key string, size int64) {
+// account records the heap of entry's index under key and drops the
+// least recently used others until the kept indexes fit the budget.
+func (c *Client) account(key string, entry *cachedIndex) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, kept := c.indexes.Get(key); !kept {
-		return // dropped meanwhile: not counted
+	if kept, ok := c.indexes.Get(key); !ok || kept != entry {
+		return // dropped meanwhile (and perhaps read again as another entry): not counted
 	}
+	size := max(entry.index.RetainedBytes(), 1)
 	c.used += size - c.sizes[key]
 	c.sizes[key] = size
 	budget := c.IndexCacheBytes

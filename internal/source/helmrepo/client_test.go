@@ -270,12 +270,12 @@ func TestAWaitForAnotherReadEndsWithItsContext(t *testing.T) {
 	}
 }
 
-// The indexes a Client keeps fit its byte budget: reading a third index
+// The indexes a Client keeps fit its budget of heap: reading a third index
 // drops the least recently used, which the next read downloads again,
 // while the ones kept are still served from memory.
 func TestTheIndexesKeptFitTheirByteBudget(t *testing.T) {
 	var repos []*repository
-	size := 0
+	size := int64(0)
 	for i := range 3 {
 		r := startRepository(t, "", "")
 		var index strings.Builder
@@ -285,9 +285,13 @@ func TestTheIndexesKeptFitTheirByteBudget(t *testing.T) {
 		}
 		r.publish(t, []byte(index.String()), time.Now().Add(-time.Hour))
 		repos = append(repos, r)
-		size = index.Len()
+		parsed, err := helmrepo.ParseIndex(strings.NewReader(index.String()), helmrepo.DefaultIndexLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		size = max(size, parsed.RetainedBytes())
 	}
-	c := &helmrepo.Client{AllowHTTP: true, IndexMaxAge: time.Hour, IndexCacheBytes: int64(size) * 5 / 2} // two of these indexes, not three
+	c := &helmrepo.Client{AllowHTTP: true, IndexMaxAge: time.Hour, IndexCacheBytes: size * 5 / 2} // two of these indexes, not three
 	read := func(i int) {
 		t.Helper()
 		if _, err := c.Index(context.Background(), repos[i].srv.URL, helmrepo.Auth{}, false); err != nil {

@@ -27,7 +27,9 @@ var ErrInvalidIndex = errors.New("invalid index")
 type ChartVersion struct {
 	// Version is the chart's version (semver).
 	Version string
-	// URLs are where the archive is, absolute or relative to the index.
+	// URLs holds where the archive is, absolute or relative to the index:
+	// the first URL the index lists, the one Helm downloads (the others
+	// are dropped as the index is read).
 	URLs []string
 	// Digest is the sha256 of the archive in hex, "" when the index has
 	// none.
@@ -40,6 +42,47 @@ type ChartVersion struct {
 type Index struct {
 	// Charts holds each chart's versions in the index's order.
 	Charts map[string][]ChartVersion
+
+	retained, maxRetained int64 // the estimate of RetainedBytes, and its bound while parsing (0: none)
+}
+
+// Heap each kept chart and version costs beyond its strings' bytes: a
+// map entry and its slice header, or a ChartVersion (twice over, for
+// append's spare capacity), its one-URL slice and three allocations'
+// rounding. Measured against runtime.MemStats in index_test.go.
+const (
+	chartOverhead   = 96
+	versionOverhead = 2*56 + 16 + 3*16
+)
+
+// RetainedBytes estimates the heap the index holds: what the budgets of
+// parsing and of a Client's kept indexes count.
+func (i *Index) RetainedBytes() int64 { return i.retained }
+
+// addChart starts a chart's list of versions.
+func (i *Index) addChart(name string) error {
+	i.Charts[name] = nil
+	return i.charge(chartOverhead + int64(len(name)))
+}
+
+// addVersion appends one version of chart, keeping its first URL.
+func (i *Index) addVersion(chart string, e entry) error {
+	v := ChartVersion{Version: e.Version, Digest: e.Digest}
+	n := int64(versionOverhead + len(e.Version) + len(e.Digest))
+	if len(e.URLs) > 0 {
+		v.URLs = []string{e.URLs[0]}
+		n += int64(len(e.URLs[0]))
+	}
+	i.Charts[chart] = append(i.Charts[chart], v)
+	return i.charge(n)
+}
+
+func (i *Index) charge(n int64) error {
+	i.retained += n
+	if i.maxRetained > 0 && i.retained > i.maxRetained {
+		return fmt.Errorf("%w: the index's versions would take more than %d bytes of memory", ErrLimitExceeded, i.maxRetained)
+	}
+	return nil
 }
 
 // Versions is how many chart versions the index holds.
@@ -61,12 +104,16 @@ type IndexLimits struct {
 	// style YAML) and so is parsed whole, at several times its size in
 	// memory.
 	MaxWholeBytes int64
+	// MaxRetainedBytes bounds what the parsed index keeps (its
+	// RetainedBytes), however small its entries: an index of a million
+	// tiny versions keeps far more per byte than one helm writes.
+	MaxRetainedBytes int64
 }
 
 // DefaultIndexLimits are generous for real repositories: the largest
 // public indexes are some tens of MiB, and an entry a few KiB.
 func DefaultIndexLimits() IndexLimits {
-	return IndexLimits{MaxBytes: 256 << 20, MaxEntryBytes: 1 << 20, MaxWholeBytes: 8 << 20}
+	return IndexLimits{MaxBytes: 256 << 20, MaxEntryBytes: 1 << 20, MaxWholeBytes: 8 << 20, MaxRetainedBytes: 64 << 20}
 }
 
 // entry is the part of a chart version's entry that is kept.
@@ -76,9 +123,6 @@ type entry struct {
 	Digest  string   `yaml:"digest" json:"digest"`
 }
 
-func (e entry) chartVersion() ChartVersion {
-	return ChartVersion{Version: e.Version, URLs: e.URLs, Digest: e.Digest}
-}
 
 // ParseIndex reads an index from r as a stream. The index helm writes
 // (block YAML: entries, each chart's key, each version's "- " item) is cut
@@ -96,12 +140,12 @@ func ParseIndex(r io.Reader, limits IndexLimits) (*Index, error) {
 	}
 	var index *Index
 	if first == '{' {
-		index, err = parseJSON(br)
+		index, err = parseJSON(br, limits.MaxRetainedBytes)
 	} else {
 		index, err = parseBlock(br, limits)
 	}
 	if err != nil && !counted.exceeded && (errors.Is(err, errNotBlock) || first == '{' && errors.Is(err, ErrInvalidIndex)) {
-		index, err = parseWhole(br, rec, err)
+		index, err = parseWhole(br, rec, err, limits.MaxRetainedBytes)
 	}
 	if counted.exceeded {
 		return nil, fmt.Errorf("%w: the index is larger than %d bytes", ErrLimitExceeded, limits.MaxBytes)
@@ -142,7 +186,7 @@ var errNotBlock = errors.New("not block YAML")
 // decodes each with a YAML parser. It gives errNotBlock when entries, or a
 // chart's versions, are not block collections.
 func parseBlock(br *bufio.Reader, limits IndexLimits) (*Index, error) {
-	index := &Index{Charts: map[string][]ChartVersion{}}
+	index := &Index{Charts: map[string][]ChartVersion{}, maxRetained: limits.MaxRetainedBytes}
 	const (
 		top = iota
 		inEntries
@@ -166,7 +210,9 @@ func parseBlock(br *bufio.Reader, limits IndexLimits) (*Index, error) {
 			return fmt.Errorf("%w: entries.%s[%d] (before line %d): %v", ErrInvalidIndex, chart, len(index.Charts[chart]), lineNo, err)
 		}
 		for _, e := range decoded {
-			index.Charts[chart] = append(index.Charts[chart], e.chartVersion())
+			if err := index.addVersion(chart, e); err != nil {
+				return err
+			}
 		}
 		item = item[:0]
 		return nil
@@ -268,7 +314,9 @@ lines:
 				return nil, fmt.Errorf("%w: line %d: chart %q is listed twice", ErrInvalidIndex, lineNo, name)
 			}
 			chart, haveChart, itemIndent = name, true, -1
-			index.Charts[chart] = nil
+			if err := index.addChart(chart); err != nil {
+				return nil, err
+			}
 			continue
 		case indent < chartIndent:
 			return nil, fmt.Errorf("%w: line %d: %q is indented less than the charts' names", ErrInvalidIndex, lineNo, clip(content))
@@ -307,7 +355,7 @@ lines:
 // parseWhole parses an index in a layout that cannot be cut into entries
 // (flow style YAML) as a whole: what rec kept of the bytes read so far and
 // the rest, if together they are at most rec.max bytes.
-func parseWhole(br *bufio.Reader, rec *recorder, why error) (*Index, error) {
+func parseWhole(br *bufio.Reader, rec *recorder, why error, maxRetained int64) (*Index, error) {
 	if _, err := io.Copy(io.Discard, br); err != nil && !errors.Is(err, ErrLimitExceeded) {
 		return nil, err
 	}
@@ -323,13 +371,16 @@ func parseWhole(br *bufio.Reader, rec *recorder, why error) (*Index, error) {
 	if whole.Entries == nil {
 		return nil, fmt.Errorf("%w: no entries", ErrInvalidIndex)
 	}
-	index := &Index{Charts: make(map[string][]ChartVersion, len(whole.Entries))}
+	index := &Index{Charts: make(map[string][]ChartVersion, len(whole.Entries)), maxRetained: maxRetained}
 	for chart, entries := range whole.Entries {
-		versions := make([]ChartVersion, 0, len(entries))
-		for _, e := range entries {
-			versions = append(versions, e.chartVersion())
+		if err := index.addChart(chart); err != nil {
+			return nil, err
 		}
-		index.Charts[chart] = versions
+		for _, e := range entries {
+			if err := index.addVersion(chart, e); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return index, nil
 }
@@ -400,9 +451,9 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 
 // parseJSON streams a JSON index: the tokens down to entries, then each
 // chart's versions decoded one at a time.
-func parseJSON(r io.Reader) (*Index, error) {
+func parseJSON(r io.Reader, maxRetained int64) (*Index, error) {
 	dec := json.NewDecoder(r)
-	index := &Index{Charts: map[string][]ChartVersion{}}
+	index := &Index{Charts: map[string][]ChartVersion{}, maxRetained: maxRetained}
 	fail := func(err error) (*Index, error) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidIndex, err)
 	}
@@ -435,13 +486,17 @@ func parseJSON(r io.Reader) (*Index, error) {
 			if err := expectDelim(dec, '['); err != nil {
 				return fail(fmt.Errorf("chart %q: %v", chart, err))
 			}
-			index.Charts[chart] = nil
+			if err := index.addChart(chart); err != nil {
+				return nil, err
+			}
 			for dec.More() {
 				var e entry
 				if err := dec.Decode(&e); err != nil {
 					return fail(fmt.Errorf("chart %q: %v", chart, err))
 				}
-				index.Charts[chart] = append(index.Charts[chart], e.chartVersion())
+				if err := index.addVersion(chart, e); err != nil {
+					return nil, err
+				}
 			}
 			if _, err := dec.Token(); err != nil { // ]
 				return fail(err)

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.yaml.in/yaml/v3"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/repo"
@@ -44,13 +46,26 @@ func helmIndex(t testing.TB, charts, versions int) *repo.IndexFile {
 	return index
 }
 
+// firstURL is what an index keeps of a version's URLs: the first, which
+// Helm downloads.
+func firstURL(urls []string) []string {
+	if len(urls) == 0 {
+		return nil
+	}
+	return urls[:1]
+}
+
+// sameIndex compares indexes by what they hold, not by their estimate of
+// its heap.
+var sameIndex = cmpopts.IgnoreUnexported(helmrepo.Index{})
+
 // want is what ParseIndex must keep of helm's own reading of the index.
 func want(index *repo.IndexFile) *helmrepo.Index {
 	out := &helmrepo.Index{Charts: map[string][]helmrepo.ChartVersion{}}
 	for name, versions := range index.Entries {
 		kept := []helmrepo.ChartVersion{}
 		for _, v := range versions {
-			kept = append(kept, helmrepo.ChartVersion{Version: v.Version, URLs: v.URLs, Digest: v.Digest})
+			kept = append(kept, helmrepo.ChartVersion{Version: v.Version, URLs: firstURL(v.URLs), Digest: v.Digest})
 		}
 		out.Charts[name] = kept
 	}
@@ -104,7 +119,7 @@ func TestAnIndexHelmWroteIsStreamedToWhatHelmReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(want(helmRead), parse(t, data, streamed())); diff != "" {
+	if diff := cmp.Diff(want(helmRead), parse(t, data, streamed()), sameIndex); diff != "" {
 		t.Errorf("ParseIndex (-helm +plumb):\n%s", diff)
 	}
 	if n := want(helmRead).Versions(); n != 20 {
@@ -135,7 +150,7 @@ func TestOtherLayoutsOfAnIndexAreRead(t *testing.T) {
 	if err := enc.Encode(w); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(expected, parse(t, doc.Bytes(), streamed())); diff != "" {
+	if diff := cmp.Diff(expected, parse(t, doc.Bytes(), streamed()), sameIndex); diff != "" {
 		t.Errorf("yaml.v3's layout (-want +got):\n%s", diff)
 	}
 
@@ -143,7 +158,7 @@ func TestOtherLayoutsOfAnIndexAreRead(t *testing.T) {
 	got := parse(t, []byte(crlf), streamed())
 	if diff := cmp.Diff(&helmrepo.Index{Charts: map[string][]helmrepo.ChartVersion{
 		"quoted": {{Version: "2.0.0", URLs: []string{"q-2.0.0.tgz"}}}, "empty": {},
-	}}, got); diff != "" {
+	}}, got, sameIndex); diff != "" {
 		t.Errorf("CRLF, comments and quoted names (-want +got):\n%s", diff)
 	}
 
@@ -152,18 +167,18 @@ func TestOtherLayoutsOfAnIndexAreRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(expected, parse(t, data, streamed())); diff != "" {
+	if diff := cmp.Diff(expected, parse(t, data, streamed()), sameIndex); diff != "" {
 		t.Errorf("JSON (-want +got):\n%s", diff)
 	}
 
 	// Flow style is parsed whole, within its bound.
 	flow := `{apiVersion: v1, entries: {a: [{version: 1.0.0, urls: [a.tgz], digest: "00"}]}}`
 	wantFlow := &helmrepo.Index{Charts: map[string][]helmrepo.ChartVersion{"a": {{Version: "1.0.0", URLs: []string{"a.tgz"}, Digest: "00"}}}}
-	if diff := cmp.Diff(wantFlow, parse(t, []byte(flow), helmrepo.DefaultIndexLimits())); diff != "" {
+	if diff := cmp.Diff(wantFlow, parse(t, []byte(flow), helmrepo.DefaultIndexLimits()), sameIndex); diff != "" {
 		t.Errorf("flow style (-want +got):\n%s", diff)
 	}
 	mixed := "apiVersion: v1\nentries:\n  a: [{version: 1.0.0, urls: [a.tgz], digest: \"00\"}]\n"
-	if diff := cmp.Diff(wantFlow, parse(t, []byte(mixed), helmrepo.DefaultIndexLimits())); diff != "" {
+	if diff := cmp.Diff(wantFlow, parse(t, []byte(mixed), helmrepo.DefaultIndexLimits()), sameIndex); diff != "" {
 		t.Errorf("a chart's versions in flow style (-want +got):\n%s", diff)
 	}
 	if _, err := helmrepo.ParseIndex(strings.NewReader(mixed), streamed()); !errors.Is(err, helmrepo.ErrLimitExceeded) || !strings.Contains(err.Error(), "parsed whole") {
@@ -228,7 +243,7 @@ func FuzzParseIndex(f *testing.F) {
 		for name, versions := range whole.Entries {
 			kept := []helmrepo.ChartVersion{}
 			for _, v := range versions {
-				kept = append(kept, helmrepo.ChartVersion{Version: v.Version, URLs: v.URLs, Digest: v.Digest})
+				kept = append(kept, helmrepo.ChartVersion{Version: v.Version, URLs: firstURL(v.URLs), Digest: v.Digest})
 			}
 			expected.Charts[name] = kept
 		}
@@ -237,8 +252,65 @@ func FuzzParseIndex(f *testing.F) {
 				got.Charts[name] = []helmrepo.ChartVersion{}
 			}
 		}
-		if diff := cmp.Diff(expected, got); diff != "" {
+		if diff := cmp.Diff(expected, got, sameIndex); diff != "" {
 			t.Errorf("streamed (+) and whole (-) readings differ:\n%s", diff)
 		}
 	})
+}
+
+// retainedHeap is the live heap that what parse returns holds, measured
+// after collections before and after.
+func retainedHeap(parse func() any) (any, int64) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	kept := parse()
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return kept, int64(after.HeapAlloc) - int64(before.HeapAlloc)
+}
+
+// An index's RetainedBytes, which the budgets count, is not below the
+// heap it really keeps, for an index as helm writes it and for the
+// layouts that keep most per byte read: a million tiny versions, and
+// versions that list many URLs (only the first is kept). Past
+// MaxRetainedBytes the parse stops with LimitExceeded, however few bytes
+// the index has.
+func TestAnIndexCountsTheHeapItKeeps(t *testing.T) {
+	var tiny, urls strings.Builder
+	tiny.WriteString("entries:\n  a:\n")
+	for v := range 50_000 {
+		fmt.Fprintf(&tiny, "  - version: %d\n", v)
+	}
+	urls.WriteString("entries:\n  a:\n")
+	for v := range 5_000 {
+		fmt.Fprintf(&urls, "  - version: %d\n    urls: [%s]\n", v, strings.TrimSuffix(strings.Repeat("https://x.example/a.tgz,", 32), ","))
+	}
+	for name, data := range map[string][]byte{
+		"as helm writes it":   writeHelm(t, helmIndex(t, 40, 50)),
+		"tiny versions":       []byte(tiny.String()),
+		"many URLs a version": []byte(urls.String()),
+	} {
+		t.Run(name, func(t *testing.T) {
+			kept, heap := retainedHeap(func() any {
+				index, err := helmrepo.ParseIndex(bytes.NewReader(data), helmrepo.DefaultIndexLimits())
+				if err != nil {
+					t.Fatal(err)
+				}
+				return index
+			})
+			index := kept.(*helmrepo.Index)
+			if index.RetainedBytes() < heap {
+				t.Errorf("RetainedBytes %d, below the %d bytes of heap the index keeps (%d bytes read)", index.RetainedBytes(), heap, len(data))
+			}
+			t.Logf("%d bytes read, %d kept on the heap, %d counted", len(data), heap, index.RetainedBytes())
+			limits := helmrepo.DefaultIndexLimits()
+			limits.MaxRetainedBytes = index.RetainedBytes() / 2
+			if _, err := helmrepo.ParseIndex(bytes.NewReader(data), limits); !errors.Is(err, helmrepo.ErrLimitExceeded) || !strings.Contains(err.Error(), "bytes of memory") {
+				t.Errorf("past MaxRetainedBytes: %v, want %v", err, helmrepo.ErrLimitExceeded)
+			}
+		})
+	}
 }

@@ -52,15 +52,15 @@ fuzz: ## Run each native fuzz target for FUZZTIME executions (default 50000x).
 	done
 
 .PHONY: bench
-bench: controlplane bench-micro ## Measure plumb beside Flux-style, Argo-style and naive baselines (full sizes), and the micro-benchmarks.
+bench: controlplane tools bench-micro ## Measure plumb beside Flux-style, Argo-style and naive baselines (full sizes), and the micro-benchmarks.
 	go run ./hack/bench --json
 
 .PHONY: bench-quick
-bench-quick: controlplane ## The performance harness at smaller sizes (a few minutes).
+bench-quick: controlplane tools ## The performance harness at smaller sizes (a few minutes).
 	go run ./hack/bench --quick --json
 
 .PHONY: bench-micro
-bench-micro: controlplane ## The Go micro-benchmarks of internal/source/, internal/diff/ and internal/ui/, each beside its baseline.
+bench-micro: controlplane tools ## The Go micro-benchmarks of internal/source/, internal/diff/ and internal/ui/, each beside its baseline.
 	go test -run '^$$' -bench . -benchmem ./internal/source/... ./internal/diff/ ./internal/ui/
 
 .PHONY: build

@@ -173,7 +173,8 @@ type githubPackageFields struct {
 
 // githubPackagePush reads a container package published or updated in
 // GitHub's registry (ghcr.io): its repository and tag. Other package types
-// and actions are ignored.
+// and actions, and packages of other hosts (GitHub Enterprise Server's
+// containers.<host>), are ignored.
 func githubPackagePush(body []byte) (*Push, error) {
 	var p githubPackage
 	if err := json.Unmarshal(body, &p); err != nil {
@@ -192,17 +193,22 @@ func githubPackagePush(body []byte) (*Push, error) {
 	}
 	repo := withoutTag(pkg.PackageVersion.PackageURL) // ghcr.io/owner/name:tag
 	if repo == "" {
-		host := "ghcr.io"
-		if u, ok := strings.CutPrefix(pkg.Registry.URL, "https://"); ok && u != "" {
-			host, _, _ = strings.Cut(u, "/")
-		}
 		if pkg.Namespace == "" || pkg.Name == "" {
 			return nil, errUndecodable
 		}
-		repo = host + "/" + pkg.Namespace + "/" + pkg.Name
+		repo = githubRegistry + "/" + pkg.Namespace + "/" + pkg.Name
+	}
+	// GitHub's secret is every repository's Git webhook secret: what it
+	// signs may wake Apps of GitHub's own registry, not of another host.
+	if host, _, _ := strings.Cut(repo, "/"); !strings.EqualFold(host, githubRegistry) {
+		return nil, errIgnored
 	}
 	return &Push{Artifacts: []Artifact{{Repository: repo, Tag: tag}}}, nil
 }
+
+// githubRegistry is the host of GitHub's container registry, the only one
+// whose package events plumb reads.
+const githubRegistry = "ghcr.io"
 
 // withoutTag is host/path of host/path:tag or host/path@digest.
 func withoutTag(ref string) string {

@@ -154,10 +154,19 @@ func TestRegistryPushesTriggerTheirAppsOnlyWithTheSecret(t *testing.T) {
 		})
 	}
 	t.Run("a secret in the URL of a provider that signs is no proof", func(t *testing.T) {
-		r := registryRequest(Harbor, payloads[Harbor], "")
-		r.URL.Path = "/hooks/harbor/" + secret
-		if w := serve(r); w.Code == http.StatusAccepted {
-			t.Errorf("answer %d %q", w.Code, w.Body.String())
+		for _, provider := range []Provider{Harbor, GitHub, GitLab, Gitea, Gogs, BitbucketServer} {
+			r := registryRequest(provider, payloads[Harbor], "")
+			r.URL.Path = "/hooks/" + string(provider) + "/" + secret
+			r.Header.Del("Authorization")
+			if verified(provider, secret, r, payloads[Harbor]) {
+				t.Errorf("%s: the secret as the URL's last segment verified the request", provider)
+			}
+		}
+		for _, provider := range []Provider{DockerHub, Quay} { // the check can tell
+			r := registryRequest(provider, payloads[Harbor], secret)
+			if !verified(provider, secret, r, payloads[Harbor]) {
+				t.Errorf("%s: the secret in the URL did not verify the request", provider)
+			}
 		}
 	})
 	for _, tt := range []struct {
@@ -169,6 +178,8 @@ func TestRegistryPushesTriggerTheirAppsOnlyWithTheSecret(t *testing.T) {
 		{"a Harbor push by digest", Harbor, `{"type":"PUSH_ARTIFACT","event_data":{"resources":[{"tag":"sha256:abc","resource_url":"harbor.example.com/shop/web@sha256:abc"}]}}`},
 		{"an npm package", GitHub, `{"action":"published","package":{"name":"web","namespace":"shop-org","package_type":"npm","package_version":{"container_metadata":{"tag":{"name":"6.5.1"}}}}}`},
 		{"an untagged container version", GitHub, `{"action":"published","package":{"name":"web","namespace":"shop-org","package_type":"CONTAINER","package_version":{}}}`},
+		{"a package of another registry", GitHub, `{"action":"published","package":{"name":"web","namespace":"shop","package_type":"container",` +
+			`"package_version":{"package_url":"harbor.example.com/shop/web:1.4.0","container_metadata":{"tag":{"name":"1.4.0"}}}}}`},
 	} {
 		t.Run(tt.name+" is ignored", func(t *testing.T) {
 			before := len(tr.names())

@@ -158,6 +158,7 @@ func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.P
 	if p.opts.LocalDir != "" {
 		// A working copy's chart gets its dependencies as a commit's would.
 		reader = &source.Local{Dir: p.opts.LocalDir, Limits: *p.opts.Limits, Isolation: isolation, Dependencies: gitReader}
+		app = withoutSourceAccount(app)
 	}
 	applier := ssa.NewManager(p.apps)
 	// An App that acts as a ServiceAccount is previewed as that
@@ -202,8 +203,30 @@ func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.P
 	return r.Preview(ctx, app)
 }
 
-// secrets reads an App's credentials Secret with one request (a working
-// copy needs none).
+// withoutSourceAccount is app without what only a read of its source
+// would use: the account and verification keys of an OCI artifact or a
+// bucket, and a chart's signature (a working copy is signed by no one).
+// A Helm source's account stays: its chart's dependencies from that
+// repository are fetched with it.
+func withoutSourceAccount(app *plumbv1.App) *plumbv1.App {
+	app = app.DeepCopy()
+	src := &app.Spec.Source
+	src.SecretRef = nil
+	if src.Git != nil {
+		src.Git.SecretRef = nil
+	}
+	if src.OCI != nil {
+		src.OCI.SecretRef, src.OCI.Verify = nil, nil
+	}
+	if src.Bucket != nil {
+		src.Bucket.SecretRef = nil
+	}
+	if src.Helm != nil {
+		src.Helm.Verify = nil
+	}
+	return app
+}
+
 // readsChartAccounts reports whether a read of the App's chart may use
 // its Secrets also from a working copy: a Helm source's account (for
 // dependencies from its repository) and helm.repositories' accounts.

@@ -91,4 +91,3 @@ func TestAGitSourceWrittenAsGitIsReadWithItsCredentials(t *testing.T) {
 		t.Errorf("the pushed ConfigMap b: %v", err)
 	}
 }
-

@@ -123,7 +123,6 @@ type entry struct {
 	Digest  string   `yaml:"digest" json:"digest"`
 }
 
-
 // ParseIndex reads an index from r as a stream. The index helm writes
 // (block YAML: entries, each chart's key, each version's "- " item) is cut
 // into one entry at a time, each decoded by a YAML parser and dropped, so

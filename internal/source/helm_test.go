@@ -213,8 +213,10 @@ func TestAHelmIndexWithoutDigestsIsReadOnce(t *testing.T) {
 
 // A verified chart's signature covers its archive only: a dependency it
 // would fetch from a repository is refused with VerificationFailed rather
-// than applied unverified under a verified revision, and nothing of it
-// is asked for; the same chart with the dependency vendored is read.
+// than applied unverified under a verified revision (also when an
+// unverified read of the chart rendered it with the dependency before),
+// and nothing of it is asked for; the same chart with the dependency
+// vendored is read.
 func TestAVerifiedChartFetchesNoDependency(t *testing.T) {
 	repo := testenv.StartHelmRepository(t, testenv.HelmRepositoryOptions{TLS: true})
 	key := testenv.GeneratePGPKey(t, "release")
@@ -228,6 +230,10 @@ func TestAVerifiedChartFetchesNoDependency(t *testing.T) {
 	r := helmReader(t, repo, false)
 	req := helmRequest(repo, "1.0.0")
 	req.Render.Helm.ValuesFiles = nil
+	// Read unverified first: its render, with the dependency, is cached.
+	if read, err := r.Read(context.Background(), req); err != nil || !cmp.Equal(names(read), []string{"ConfigMap/db", "ConfigMap/web"}) {
+		t.Fatalf("the chart read without verify: %v, %v", read, err)
+	}
 	req.Helm.Verify = &source.HelmVerify{Keys: map[string][]byte{"release.asc": key.Public}}
 	repo.Answered()
 	_, err := r.Read(context.Background(), req)

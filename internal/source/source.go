@@ -89,6 +89,11 @@ type Request struct {
 	LastRevision string
 	// Refresh skips the render cache (a webhook asked for a fresh read).
 	Refresh bool
+	// FreshSince, with Refresh, is how old a listing of a registry's tags
+	// may be and still serve: one that started at or after it (another
+	// App's, woken by the same push) is fresh. Zero: the read's own start.
+	// It is by this process's clock.
+	FreshSince time.Time
 	// Cluster, when set, tells Helm renders what the target cluster serves
 	// (.Capabilities). It is asked only when the folder is a Helm chart.
 	Cluster Capabilities
@@ -343,6 +348,11 @@ func (r *Reader) readContent(ctx context.Context, req *Request, c content) (*Res
 	rev := c.revision.String()
 	if len(req.ChartRepositories) > 0 {
 		c.origin += "\x00charts:" + chartRepositoriesDigest(req.ChartRepositories)
+	}
+	if req.verifies() {
+		// A verified read fetches no dependency: it is never served a
+		// render that an unverified read of the same chart made with them.
+		c.origin += "\x00verified"
 	}
 	key, err := renderKey(c.origin, c.id, req.Path, req.Render)
 	if err != nil {

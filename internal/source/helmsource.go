@@ -139,7 +139,7 @@ func (r *Reader) readHelm(ctx context.Context, req Request) (*Result, error) {
 // request for it. A failure is not remembered, so that a provenance file
 // published after the archive is found on the next read.
 func (r *Reader) verifyHelm(ctx context.Context, repos *helmrepo.Client, h *HelmRequest, origin string, cv helmrepo.ChartVersion, digest string, refresh bool) (*oci.Verification, error) {
-	key := origin + "\x00provenance\x00" + keysDigest(h.Verify.Keys) + "\x00" + digest
+	key := origin + "\x00provenance\x00" + keysDigest(h.Verify.Keys) + "\x00" + cv.Version + "\x00" + digest
 	if v, ok := r.verified.Get(key); ok && !refresh {
 		verification := v.(oci.Verification)
 		return &verification, nil
@@ -152,7 +152,7 @@ func (r *Reader) verifyHelm(ctx context.Context, repos *helmrepo.Client, h *Helm
 	if err != nil {
 		return nil, err
 	}
-	signer, err := helmrepo.VerifyProvenance(prov, name, digest, h.Verify.Keys)
+	signer, err := helmrepo.VerifyProvenance(prov, helmrepo.Signed{Archive: name, Digest: digest, Chart: h.Chart, Version: cv.Version}, h.Verify.Keys)
 	if err != nil {
 		if !errors.Is(err, helmrepo.ErrNotVerified) {
 			err = fmt.Errorf("%w: %v", errVerificationKeys, err)

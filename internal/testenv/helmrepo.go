@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -43,6 +44,9 @@ type HelmRepositoryOptions struct {
 	TLS bool
 	// Username and Password, when set, are required (basic auth).
 	Username, Password string
+	// ForbidMissing answers 403 for a file it does not have, as a
+	// repository served from an S3 or GCS bucket does, rather than 404.
+	ForbidMissing bool
 }
 
 // StartHelmRepository starts a repository for a test, stopped when the
@@ -60,6 +64,10 @@ func StartHelmRepository(t testing.TB, opts HelmRepositoryOptions) *HelmReposito
 		}()
 		if u, p, _ := req.BasicAuth(); opts.Username != "" && (u != opts.Username || p != opts.Password) {
 			rec.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		if _, err := os.Stat(filepath.Join(r.dir, filepath.FromSlash(path.Clean("/"+req.URL.Path)))); opts.ForbidMissing && err != nil {
+			rec.WriteHeader(http.StatusForbidden)
 			return
 		}
 		files.ServeHTTP(rec, req)

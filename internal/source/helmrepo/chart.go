@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
@@ -195,5 +196,20 @@ func (c *Client) get(ctx context.Context, repoURL, fileURL string, auth Auth, wh
 		err = fmt.Errorf("downloading %s: HTTP %d", redactURL(fileURL), resp.StatusCode)
 	}
 	resp.Body.Close()
-	return nil, err
+	return nil, &statusError{code: resp.StatusCode, err: err}
+}
+
+// statusError is an answer other than 200 to get, with its status code.
+type statusError struct {
+	code int
+	err  error
+}
+
+func (e *statusError) Error() string { return e.err.Error() }
+func (e *statusError) Unwrap() error { return e.err }
+
+// answered reports whether err is an answer of one of codes.
+func answered(err error, codes ...int) bool {
+	var s *statusError
+	return errors.As(err, &s) && slices.Contains(codes, s.code)
 }

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"path"
 	"sort"
 	"strings"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/ProtonMail/go-crypto/openpgp/clearsign"
 	"sigs.k8s.io/yaml"
 )
@@ -32,8 +34,12 @@ func (c *Client) Provenance(ctx context.Context, repoURL string, cv ChartVersion
 		return nil, err
 	}
 	resp, err := c.get(ctx, repoURL, archiveURL+".prov", auth, "the provenance of version "+cv.Version)
-	if errors.Is(err, ErrNotFound) {
-		return nil, fmt.Errorf("%w: version %s has no provenance file (%s.prov)", ErrNotVerified, cv.Version, redactURL(archiveURL))
+	// Storage behind a repository (S3, GCS) answers 403 for a file it
+	// does not have, where a web server answers 404.
+	if answered(err, http.StatusNotFound, http.StatusForbidden) {
+		var status *statusError
+		errors.As(err, &status)
+		return nil, fmt.Errorf("%w: version %s has no provenance file (%s.prov: HTTP %d)", ErrNotVerified, cv.Version, redactURL(archiveURL), status.code)
 	}
 	if err != nil {
 		return nil, err
@@ -60,13 +66,23 @@ func ArchiveName(repoURL string, cv ChartVersion) (string, error) {
 	return name, nil
 }
 
+// Signed is what a provenance must vouch for: the archive read (its file
+// name, as the index's URL ends, and its digest, "sha256:<hex>") and the
+// chart and version the index says it is.
+type Signed struct {
+	Archive, Digest, Chart, Version string
+}
+
 // VerifyProvenance checks a provenance file as `helm verify` does: its
 // clear-signed block is signed by a key of one of the keyrings (by name;
-// armored or binary OpenPGP public keys), and the checksums it signs
-// give archiveName the digest ("sha256:<hex>") of the archive read. It
-// returns the name of the keyring whose key signed. A keyring that does
-// not parse is an error of its own, not ErrNotVerified, naming it.
-func VerifyProvenance(prov []byte, archiveName, digest string, keyrings map[string][]byte) (string, error) {
+// armored or binary OpenPGP public keys), and the checksums it signs give
+// the archive's name its digest. Unlike helm verify, it also holds the
+// chart's name and version that the signed metadata gives to what the
+// index says, so that an index cannot list a signed archive under another
+// version. It returns the name of the keyring whose key signed. A keyring
+// that does not parse is an error of its own, not ErrNotVerified, naming
+// it.
+func VerifyProvenance(prov []byte, want Signed, keyrings map[string][]byte) (string, error) {
 	block, _ := clearsign.Decode(prov)
 	if block == nil {
 		return "", fmt.Errorf("%w: the provenance holds no clear-signed block", ErrNotVerified)
@@ -106,18 +122,61 @@ func VerifyProvenance(prov []byte, archiveName, digest string, keyrings map[stri
 	if err := yaml.Unmarshal(parts[1], &sums); err != nil {
 		return "", fmt.Errorf("%w: the signed checksums: %v", ErrNotVerified, err)
 	}
-	if got, ok := sums.Files[archiveName]; !ok {
-		return "", fmt.Errorf("%w: it signs no checksum of %s", ErrNotVerified, archiveName)
-	} else if got != digest {
-		return "", fmt.Errorf("%w: it signs %s for %s, the archive read is %s", ErrNotVerified, got, archiveName, digest)
+	if got, ok := sums.Files[want.Archive]; !ok {
+		return "", fmt.Errorf("%w: it signs no checksum of %s", ErrNotVerified, want.Archive)
+	} else if got != want.Digest {
+		return "", fmt.Errorf("%w: it signs %s for %s, the archive read is %s", ErrNotVerified, got, want.Archive, want.Digest)
+	}
+	var chart struct {
+		Name    string `json:"name"`
+		Version string `json:"version"`
+	}
+	if err := yaml.Unmarshal(parts[0], &chart); err != nil {
+		return "", fmt.Errorf("%w: the signed chart metadata: %v", ErrNotVerified, err)
+	}
+	if chart.Name != want.Chart || chart.Version != want.Version {
+		return "", fmt.Errorf("%w: it signs chart %s %s, the index lists it as %s %s", ErrNotVerified, chart.Name, chart.Version, want.Chart, want.Version)
 	}
 	return holder[string(signer.PrimaryKey.Fingerprint)], nil
 }
 
-// readKeyRing reads an armored or a binary OpenPGP keyring.
+// readKeyRing reads a binary OpenPGP keyring, or armored ones: every
+// public key block of the file (`cat a.asc b.asc` holds two).
 func readKeyRing(data []byte) (openpgp.EntityList, error) {
-	if bytes.Contains(data, []byte("-----BEGIN PGP")) {
-		return openpgp.ReadArmoredKeyRing(bytes.NewReader(data))
+	if !bytes.Contains(data, []byte("-----BEGIN PGP")) {
+		return openpgp.ReadKeyRing(bytes.NewReader(data))
 	}
-	return openpgp.ReadKeyRing(bytes.NewReader(data))
+	// Each block is decoded on its own: the armor reader reads ahead.
+	const begin = "-----BEGIN PGP "
+	var ring openpgp.EntityList
+	for rest := data; ; {
+		i := bytes.Index(rest, []byte(begin))
+		if i < 0 {
+			break
+		}
+		rest = rest[i:]
+		next := bytes.Index(rest[len(begin):], []byte(begin))
+		chunk := rest
+		if next >= 0 {
+			chunk, rest = rest[:len(begin)+next], rest[len(begin)+next:]
+		} else {
+			rest = nil
+		}
+		block, err := armor.Decode(bytes.NewReader(chunk))
+		if err != nil {
+			return nil, err
+		}
+		if block.Type != openpgp.PublicKeyType {
+			return nil, fmt.Errorf("a %s block, not a %s", block.Type, openpgp.PublicKeyType)
+		}
+		keys, err := openpgp.ReadKeyRing(block.Body)
+		if err != nil {
+			return nil, err
+		}
+		ring = append(ring, keys...)
+	}
+	if len(ring) == 0 {
+		return nil, errors.New("no public key in it")
+	}
+	return ring, nil
 }

@@ -44,6 +44,7 @@ func TestAProvenanceVerifiesOnlyTheSignedArchiveByATrustedKey(t *testing.T) {
 	if err != nil || name != "web-1.0.0.tgz" {
 		t.Fatalf("ArchiveName = %q, %v; want web-1.0.0.tgz", name, err)
 	}
+	signed := helmrepo.Signed{Archive: name, Digest: digest, Chart: "web", Version: "1.0.0"}
 	// helmVerifies is `helm verify --keyring`'s verdict on the archive as
 	// the repository serves it now.
 	helmVerifies := func(t *testing.T, key *testenv.PGPKey) bool {
@@ -65,8 +66,9 @@ func TestAProvenanceVerifiesOnlyTheSignedArchiveByATrustedKey(t *testing.T) {
 			{"release.asc": trusted.Public},
 			{"release.gpg": trusted.PublicBinary},
 			{"a-stranger.asc": stranger.Public, "release.asc": trusted.Public},
+			{"release.asc": append(append([]byte{}, stranger.Public...), trusted.Public...)}, // two keys in one file
 		} {
-			signer, err := helmrepo.VerifyProvenance(prov, name, digest, ring)
+			signer, err := helmrepo.VerifyProvenance(prov, signed, ring)
 			if err != nil {
 				t.Fatalf("VerifyProvenance with %d keyrings: %v", len(ring), err)
 			}
@@ -80,7 +82,7 @@ func TestAProvenanceVerifiesOnlyTheSignedArchiveByATrustedKey(t *testing.T) {
 	})
 
 	t.Run("another key does not", func(t *testing.T) {
-		_, err := helmrepo.VerifyProvenance(prov, name, digest, map[string][]byte{"stranger.asc": stranger.Public})
+		_, err := helmrepo.VerifyProvenance(prov, signed, map[string][]byte{"stranger.asc": stranger.Public})
 		if !errors.Is(err, helmrepo.ErrNotVerified) || !strings.Contains(err.Error(), "no trusted key signed it") {
 			t.Errorf("VerifyProvenance = %v, want ErrNotVerified: no trusted key", err)
 		}
@@ -89,13 +91,19 @@ func TestAProvenanceVerifiesOnlyTheSignedArchiveByATrustedKey(t *testing.T) {
 		}
 	})
 
-	t.Run("a provenance does not vouch for another archive", func(t *testing.T) {
+	t.Run("a provenance does not vouch for another archive, chart or version", func(t *testing.T) {
 		other := "sha256:" + strings.Repeat("0", 64)
-		_, err := helmrepo.VerifyProvenance(prov, name, other, map[string][]byte{"release.asc": trusted.Public})
+		_, err := helmrepo.VerifyProvenance(prov, helmrepo.Signed{Archive: name, Digest: other, Chart: "web", Version: "1.0.0"}, map[string][]byte{"release.asc": trusted.Public})
 		if !errors.Is(err, helmrepo.ErrNotVerified) || !strings.Contains(err.Error(), "the archive read is "+other) {
 			t.Errorf("another digest: %v, want ErrNotVerified naming it", err)
 		}
-		_, err = helmrepo.VerifyProvenance(prov, "api-1.0.0.tgz", digest, map[string][]byte{"release.asc": trusted.Public})
+		for _, other := range []helmrepo.Signed{{Archive: name, Digest: digest, Chart: "web", Version: "9.9.9"}, {Archive: name, Digest: digest, Chart: "api", Version: "1.0.0"}} {
+			_, err := helmrepo.VerifyProvenance(prov, other, map[string][]byte{"release.asc": trusted.Public})
+			if !errors.Is(err, helmrepo.ErrNotVerified) || !strings.Contains(err.Error(), "it signs chart web 1.0.0, the index lists it as "+other.Chart+" "+other.Version) {
+				t.Errorf("the signed archive listed as %s %s: %v, want ErrNotVerified", other.Chart, other.Version, err)
+			}
+		}
+		_, err = helmrepo.VerifyProvenance(prov, helmrepo.Signed{Archive: "api-1.0.0.tgz", Digest: digest, Chart: "web", Version: "1.0.0"}, map[string][]byte{"release.asc": trusted.Public})
 		if !errors.Is(err, helmrepo.ErrNotVerified) || !strings.Contains(err.Error(), "no checksum of api-1.0.0.tgz") {
 			t.Errorf("another file name: %v, want ErrNotVerified", err)
 		}
@@ -111,17 +119,17 @@ func TestAProvenanceVerifiesOnlyTheSignedArchiveByATrustedKey(t *testing.T) {
 		if string(tampered) == string(prov) {
 			t.Fatal("the provenance names no checksum to change")
 		}
-		_, err := helmrepo.VerifyProvenance(tampered, name, digest, map[string][]byte{"release.asc": trusted.Public})
+		_, err := helmrepo.VerifyProvenance(tampered, signed, map[string][]byte{"release.asc": trusted.Public})
 		if !errors.Is(err, helmrepo.ErrNotVerified) {
 			t.Errorf("a tampered provenance: %v, want ErrNotVerified", err)
 		}
-		if _, err := helmrepo.VerifyProvenance([]byte("not signed"), name, digest, map[string][]byte{"release.asc": trusted.Public}); !errors.Is(err, helmrepo.ErrNotVerified) {
+		if _, err := helmrepo.VerifyProvenance([]byte("not signed"), signed, map[string][]byte{"release.asc": trusted.Public}); !errors.Is(err, helmrepo.ErrNotVerified) {
 			t.Errorf("no clear-signed block: %v, want ErrNotVerified", err)
 		}
 	})
 
 	t.Run("a keyring that does not parse is named, not a failed verification", func(t *testing.T) {
-		_, err := helmrepo.VerifyProvenance(prov, name, digest, map[string][]byte{"broken.asc": []byte("-----BEGIN PGP PUBLIC KEY BLOCK-----\nnonsense\n")})
+		_, err := helmrepo.VerifyProvenance(prov, signed, map[string][]byte{"broken.asc": []byte("-----BEGIN PGP PUBLIC KEY BLOCK-----\nnonsense\n")})
 		if err == nil || errors.Is(err, helmrepo.ErrNotVerified) || !strings.Contains(err.Error(), "broken.asc") {
 			t.Errorf("a broken keyring: %v, want an error naming it", err)
 		}
@@ -148,6 +156,23 @@ func TestAProvenanceVerifiesOnlyTheSignedArchiveByATrustedKey(t *testing.T) {
 		}
 		if _, err := c.Provenance(ctx, repo.URL, unsigned, helmrepo.Auth{Username: "ci", Password: "wrong"}); !errors.Is(err, helmrepo.ErrUnauthorized) {
 			t.Errorf("Provenance with a wrong password = %v, want ErrUnauthorized", err)
+		}
+	})
+
+	t.Run("a bucket's 403 for a missing provenance is no provenance", func(t *testing.T) {
+		bucket := testenv.StartHelmRepository(t, testenv.HelmRepositoryOptions{TLS: true, ForbidMissing: true})
+		bucket.Publish(t, "web", "1.0.0", map[string]string{"templates/cm.yaml": "kind: ConfigMap\n"})
+		c := &helmrepo.Client{Transport: bucket.Transport()}
+		index, err := c.Index(ctx, bucket.URL, helmrepo.Auth{}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cv, err := index.Index.Resolve("web", "1.0.0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Provenance(ctx, bucket.URL, cv, helmrepo.Auth{}); !errors.Is(err, helmrepo.ErrNotVerified) || !strings.Contains(err.Error(), "HTTP 403") {
+			t.Errorf("Provenance answered 403 = %v, want ErrNotVerified: no provenance file (HTTP 403)", err)
 		}
 	})
 }

@@ -185,8 +185,9 @@ func cacheOptions(selector labels.Selector, namespaces []string) cache.Options {
 
 // appEvents enqueues an App when it is created, deleted, or changed in a
 // way a tick must see: its spec (generation), its deletion, or a sync
-// request. Status writes by the tick itself do not enqueue it.
-func appEvents(enqueue func(types.NamespacedName)) toolscache.ResourceEventHandler {
+// request, which it tells seen of first; a deletion it tells gone of
+// first. Status writes by the tick itself do not enqueue it.
+func appEvents(enqueue func(types.NamespacedName), seen func(key types.NamespacedName, request string), gone func(types.NamespacedName)) toolscache.ResourceEventHandler {
 	key := func(obj any) (types.NamespacedName, bool) {
 		if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 			obj = tombstone.Obj
@@ -203,16 +204,30 @@ func appEvents(enqueue func(types.NamespacedName)) toolscache.ResourceEventHandl
 		}
 	}
 	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    add,
-		DeleteFunc: add,
+		AddFunc: func(obj any) {
+			if app, ok := obj.(*plumbv1.App); ok && app.Annotations[plumbv1.AnnotationSyncRequestedAt] != "" {
+				seen(client.ObjectKeyFromObject(app), app.Annotations[plumbv1.AnnotationSyncRequestedAt])
+			}
+			add(obj)
+		},
+		DeleteFunc: func(obj any) {
+			if k, ok := key(obj); ok {
+				gone(k)
+				enqueue(k)
+			}
+		},
 		UpdateFunc: func(oldObj, newObj any) {
 			o, ok1 := oldObj.(*plumbv1.App)
 			n, ok2 := newObj.(*plumbv1.App)
 			if !ok1 || !ok2 {
 				return
 			}
-			if o.Generation != n.Generation || !n.DeletionTimestamp.IsZero() ||
-				o.Annotations[plumbv1.AnnotationSyncRequestedAt] != n.Annotations[plumbv1.AnnotationSyncRequestedAt] {
+			request := n.Annotations[plumbv1.AnnotationSyncRequestedAt]
+			newRequest := o.Annotations[plumbv1.AnnotationSyncRequestedAt] != request
+			if newRequest && request != "" {
+				seen(client.ObjectKeyFromObject(n), request)
+			}
+			if o.Generation != n.Generation || !n.DeletionTimestamp.IsZero() || newRequest {
 				enqueue(client.ObjectKeyFromObject(n))
 			}
 		},

@@ -280,7 +280,8 @@ func (l *loop) watchApps(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("watching Apps: %w", err)
 	}
-	if _, err := appInformer.AddEventHandler(appEvents(l.apps.Add)); err != nil {
+	seen := func(key types.NamespacedName, request string) { l.tick.SyncRequestSeen(key, request, time.Now()) }
+	if _, err := appInformer.AddEventHandler(appEvents(l.apps.Add, seen, l.tick.AppDeleted)); err != nil {
 		return err
 	}
 	if _, err := appInformer.AddEventHandler(dependentEvents(l.mgr.GetCache(), l.tick.DependencyChanged, l.log.Named("depends-on"))); err != nil {

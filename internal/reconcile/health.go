@@ -35,6 +35,23 @@ func (r *Reconciler) ObjectChanged(key types.NamespacedName) {
 	}
 }
 
+// SyncRequestSeen records when this replica's App informer first saw the
+// App's sync request (its plumb.dev/sync-requested-at), by this process's
+// clock: the fresh read it asks for is then served by what was asked of
+// the source since (source.Request.FreshSince), such as the one listing of a
+// registry's tags that the first App a push woke made.
+func (r *Reconciler) SyncRequestSeen(key types.NamespacedName, request string, at time.Time) {
+	r.memory.sawSyncRequest(key, request, at)
+}
+
+// AppDeleted forgets what was remembered of an App that is gone from the
+// API server (the informer saw its deletion; a leader's finalizing tick
+// has already forgotten it, a follower's memory of its sync requests and
+// marks goes here).
+func (r *Reconciler) AppDeleted(key types.NamespacedName) {
+	r.memory.forgetApp(key)
+}
+
 // DependencyChanged asks for a tick of the App because an App it depends
 // on changed: was created or deleted, or changed its readiness.
 func (r *Reconciler) DependencyChanged(key types.NamespacedName) {

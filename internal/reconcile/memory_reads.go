@@ -1,6 +1,8 @@
 package reconcile
 
 import (
+	"time"
+
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/plumb-dev/plumb/internal/source"
@@ -14,6 +16,10 @@ type readsRecord struct {
 	last       *lastRead
 	generation int64
 	known      bool
+	// syncSeen is when this replica's App informer saw the sync request
+	// syncRequest, by this replica's clock.
+	syncRequest string
+	syncSeen    time.Time
 }
 
 // lastRead is a successful read at the App's generation.
@@ -55,4 +61,19 @@ func (m *memory) readAt(key types.NamespacedName, generation int64) *source.Resu
 		}
 		return nil
 	})
+}
+
+// sawSyncRequest records when the App's sync request was first seen.
+func (m *memory) sawSyncRequest(key types.NamespacedName, request string, at time.Time) {
+	m.updateApp(key, func(a *appMemory) {
+		if a.reads.syncRequest != request {
+			a.reads.syncRequest, a.reads.syncSeen = request, at
+		}
+	})
+}
+
+// syncRequestSeen is when the sync request was first seen, if it was.
+func (m *memory) syncRequestSeen(key types.NamespacedName, request string) (time.Time, bool) {
+	r := peekApp(m, key, func(a *appMemory) readsRecord { return a.reads })
+	return r.syncSeen, request != "" && r.syncRequest == request && !r.syncSeen.IsZero()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -191,5 +192,56 @@ func TestAVerifiedAppAppliesOnlySignedRevisions(t *testing.T) {
 	ready(t, got)
 	if c := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionSourceVerified); c != nil {
 		t.Errorf("SourceVerified = %+v after verify was removed, want none", c)
+	}
+}
+
+// The Apps one registry push wakes share one listing of its tags: each
+// tick's fresh read is served by a listing that started after this
+// replica saw its sync request, though the ticks run one after another;
+// a push seen after that listing lists again.
+func TestTheAppsOnePushWakesShareOneListingOfTags(t *testing.T) {
+	registry := testenv.StartRegistry(t)
+	registry.PushFiles(t, "plumb/shared", "1.0.0", map[string]string{"deploy/a.yaml": configMapYAML("a")})
+	h := newHarnessAs(t, cluster.Config, Policy{AllowInsecureRegistries: true})
+	var keys []client.ObjectKey
+	for range 3 {
+		key := ociApp(t, registry, "plumb/shared", true)
+		updateApp(t, h, key, func(app *plumbv1.App) { app.Spec.Source.OCI.Ref = plumbv1.OCIRef{SemVer: "1.x"} })
+		ready(t, h.tick(t, key, queue.WakeTimer))
+		keys = append(keys, key)
+	}
+	push := func(tag string) {
+		t.Helper()
+		registry.PushFiles(t, "plumb/shared", tag, map[string]string{"deploy/a.yaml": configMapYAML("a"), "deploy/b.yaml": configMapYAML("b")})
+		request := time.Now().UTC().Format(time.RFC3339Nano)
+		for _, key := range keys { // as the webhook receiver asks, and the App informer sees
+			updateApp(t, h, key, func(app *plumbv1.App) {
+				if app.Annotations == nil {
+					app.Annotations = map[string]string{}
+				}
+				app.Annotations[plumbv1.AnnotationSyncRequestedAt] = request
+			})
+			h.r.SyncRequestSeen(key, request, time.Now())
+		}
+	}
+	push("1.1.0")
+	h.registry.Reset()
+	for _, key := range keys {
+		got := h.tick(t, key, queue.WakeEvent)
+		ready(t, got)
+		if !strings.HasPrefix(got.Status.LastAppliedRevision, "1.1.0@") {
+			t.Errorf("%s applied %s after the push of 1.1.0", key, got.Status.LastAppliedRevision)
+		}
+	}
+	if n := h.registry.Reset()["GET tags"]; n != 1 {
+		t.Errorf("the three Apps the push woke listed the tags %d times, want 1", n)
+	}
+	push("1.2.0")
+	got := h.tick(t, keys[0], queue.WakeEvent)
+	if !strings.HasPrefix(got.Status.LastAppliedRevision, "1.2.0@") {
+		t.Errorf("after a second push: applied %s, want 1.2.0", got.Status.LastAppliedRevision)
+	}
+	if n := h.registry.Reset()["GET tags"]; n != 1 {
+		t.Errorf("a later push listed the tags %d times, want 1", n)
 	}
 }

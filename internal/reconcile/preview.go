@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"time"
 
 	fluxssa "github.com/fluxcd/pkg/ssa"
 	ssaerrors "github.com/fluxcd/pkg/ssa/errors"
@@ -98,7 +99,7 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 		log = zap.NewNop()
 	}
 	s := r.newPass(app, log, nil)
-	if err := s.plan(ctx, func(ctx context.Context) (*source.Result, error) { return r.read(ctx, app, true) }); err != nil {
+	if err := s.plan(ctx, func(ctx context.Context) (*source.Result, error) { return r.read(ctx, app, true, time.Time{}) }); err != nil {
 		return nil, err
 	}
 	// As the Apply phase would, before anything: may the ServiceAccount

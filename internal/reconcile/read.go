@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -31,8 +32,9 @@ func (r *Reconciler) readPhase(ctx context.Context, app *plumbv1.App, wake queue
 	key := client.ObjectKeyFromObject(app)
 	syncRequest := app.Annotations[plumbv1.AnnotationSyncRequestedAt]
 	lastGeneration, known := r.memory.readGeneration(key)
-	refresh := (syncRequest != "" && syncRequest != app.Status.LastHandledSyncRequest) ||
-		(known && lastGeneration != app.Generation)
+	newRequest := syncRequest != "" && syncRequest != app.Status.LastHandledSyncRequest
+	newSpec := known && lastGeneration != app.Generation
+	refresh := newRequest || newSpec
 	if wake == queue.WakeEvent && !refresh {
 		if last := r.memory.readAt(key, app.Generation); last != nil {
 			reused := *last
@@ -42,7 +44,14 @@ func (r *Reconciler) readPhase(ctx context.Context, app *plumbv1.App, wake queue
 	}
 	// A sync request is answered by a fresh read, whatever it finds.
 	app.Status.LastHandledSyncRequest = syncRequest
-	result, err := r.read(ctx, app, refresh)
+	var freshSince time.Time // zero: a fresh read asks afresh now
+	if seen, ok := r.memory.syncRequestSeen(key, syncRequest); ok && newRequest && !newSpec {
+		// The request came after its push: what was asked of the source
+		// since this replica saw it (for another App the same push woke)
+		// is fresh enough.
+		freshSince = seen
+	}
+	result, err := r.read(ctx, app, refresh, freshSince)
 	r.recordVerification(app, result, err)
 	r.memory.triedRead(key, app.Generation)
 	if err != nil {
@@ -118,7 +127,7 @@ func (r *Reconciler) tellLeftOut(app *plumbv1.App, result *source.Result) {
 // read asks Git (package source). With refresh it asks the remote afresh
 // and skips the render cache; otherwise it may share an ls-remote made
 // moments ago by a read of the same repository with the same credentials.
-func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (*source.Result, error) {
+func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool, freshSince time.Time) (*source.Result, error) {
 	fail := func(detail string, err error, terminal bool) error {
 		return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: detail, Err: err, Terminal: terminal}
 	}
@@ -181,6 +190,7 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool) (
 		Render:            render.Options{Helm: helm},
 		LastRevision:      app.Status.LastAppliedRevision,
 		Refresh:           refresh,
+		FreshSince:        freshSince,
 		ChartRepositories: charts,
 	}
 	o := app.Spec.Source.OCI

@@ -351,7 +351,7 @@ func (r *Reader) ociDependency(ctx context.Context, req *Request, d dependency) 
 	u := strings.TrimSuffix(d.repository, "/") + "/" + d.name
 	resolve := registries.Resolve
 	if req.Refresh {
-		resolve = registries.ResolveFresh
+		resolve = registries.ResolveFresh(req.FreshSince)
 	}
 	rev, err := resolve(ctx, u, ref, account.OCI)
 	if err != nil {

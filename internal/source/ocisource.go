@@ -64,7 +64,7 @@ func (r *Reader) readOCI(ctx context.Context, req Request) (*Result, error) {
 	}
 	resolve := registries.Resolve
 	if req.Refresh {
-		resolve = registries.ResolveFresh
+		resolve = registries.ResolveFresh(req.FreshSince)
 	}
 	ref := o.Ref
 	if o.LayerMediaType == oci.MediaTypeHelmChart {

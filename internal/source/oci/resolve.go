@@ -117,7 +117,7 @@ type Client struct {
 
 	mu       sync.Mutex
 	sessions *lru.Cache // *session by repository and credentials' digest
-	tagBytes *tagBudget
+	listings *keptListings
 }
 
 // DefaultTagsMaxAge is how long a listing of tags is reused: a tag pushed
@@ -138,17 +138,23 @@ const maxSessions = 512
 // or a digest with one manifest HEAD, a semver range by listing the tags
 // (every page) and then one HEAD of the highest tag in the range.
 func (c *Client) Resolve(ctx context.Context, url string, ref Ref, auth Auth) (Revision, error) {
-	return c.resolve(ctx, url, ref, auth, false)
+	return c.resolve(ctx, url, ref, auth, nil)
 }
 
 // ResolveFresh is Resolve for a read a push webhook asked for: a semver
 // range lists the tags again rather than reuse a listing younger than
-// TagsMaxAge, so that the pushed tag is seen at once.
-func (c *Client) ResolveFresh(ctx context.Context, url string, ref Ref, auth Auth) (Revision, error) {
-	return c.resolve(ctx, url, ref, auth, true)
+// TagsMaxAge, so that the pushed tag is seen at once, unless a listing
+// started at or after since (zero: when the resolve asks), by the
+// Client's clock: the resolves one push brings forward share one listing.
+func (c *Client) ResolveFresh(since time.Time) func(ctx context.Context, url string, ref Ref, auth Auth) (Revision, error) {
+	return func(ctx context.Context, url string, ref Ref, auth Auth) (Revision, error) {
+		return c.resolve(ctx, url, ref, auth, &since)
+	}
 }
 
-func (c *Client) resolve(ctx context.Context, url string, ref Ref, auth Auth, fresh bool) (Revision, error) {
+// resolve resolves ref; a fresh (non-nil) since asks for a listing of tags
+// that started at or after it (its zero value: after the resolve asks).
+func (c *Client) resolve(ctx context.Context, url string, ref Ref, auth Auth, fresh *time.Time) (Revision, error) {
 	repo, err := c.repository(url)
 	if err != nil {
 		return Revision{}, err
@@ -197,7 +203,7 @@ func (c *Client) resolve(ctx context.Context, url string, ref Ref, auth Auth, fr
 // semver version in ref's range (for ChartTags, build metadata after "_").
 // Of tags of one precedence (versions that differ only in build metadata)
 // the lowest in byte order wins, whatever order the registry lists them in.
-func (c *Client) highestInRange(ctx context.Context, sess *session, repo name.Repository, ref Ref, fresh bool) (string, error) {
+func (c *Client) highestInRange(ctx context.Context, sess *session, repo name.Repository, ref Ref, fresh *time.Time) (string, error) {
 	rangeSpec := ref.SemVer
 	constraint, err := semver.NewConstraint(rangeSpec)
 	if err != nil {
@@ -276,11 +282,11 @@ func (c *Client) session(repo name.Repository, auth Auth) (*session, error) {
 	defer c.mu.Unlock()
 	if c.sessions == nil {
 		// A session dropped gives its listing's bytes back.
-		c.sessions = lru.NewWithEvictionFunc(maxSessions, func(_ lru.Key, s any) { s.(*session).tags.drop() })
-		c.tagBytes = &tagBudget{max: c.MaxKeptTagBytes}
-		if c.tagBytes.max == 0 {
-			c.tagBytes.max = DefaultMaxKeptTagBytes
+		c.listings = &keptListings{max: c.MaxKeptTagBytes}
+		if c.listings.max == 0 {
+			c.listings.max = DefaultMaxKeptTagBytes
 		}
+		c.sessions = lru.NewWithEvictionFunc(maxSessions, func(_ lru.Key, s any) { c.listings.drop(&s.(*session).tags) })
 	}
 	if s, ok := c.sessions.Get(key); ok {
 		return s.(*session), nil
@@ -298,7 +304,7 @@ func (c *Client) session(repo name.Repository, auth Auth) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &session{puller: p, tags: tagListing{budget: c.tagBytes}}
+	s := &session{puller: p, tags: tagListing{store: c.listings}}
 	c.sessions.Add(key, s)
 	return s, nil
 }

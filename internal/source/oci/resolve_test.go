@@ -131,7 +131,7 @@ func TestASemverRangeFollowsTheHighestTagInIt(t *testing.T) {
 		t.Errorf("within TagsMaxAge: %s, %v; want the listed 1.3.0", rev, err)
 	}
 	requests.Reset()
-	if rev, err := c.ResolveFresh(ctx, url, oci.Ref{SemVer: "1.x"}, auth); err != nil || rev.String() != "1.4.0@"+newest.String() {
+	if rev, err := c.ResolveFresh(time.Time{})(ctx, url, oci.Ref{SemVer: "1.x"}, auth); err != nil || rev.String() != "1.4.0@"+newest.String() {
 		t.Errorf("a fresh resolve: %s, %v; want 1.4.0@%s", rev, err, newest)
 	}
 	if got := requests.Reset(); got["GET tags"] != 1 || got["HEAD manifests"] != 1 {
@@ -140,7 +140,7 @@ func TestASemverRangeFollowsTheHighestTagInIt(t *testing.T) {
 	// A chart version with build metadata is pushed with "_" for "+";
 	// of an artifact's tags, one with "_" is no version.
 	build := push(t, r, "plumb/chart", "1.4.1_build.7")
-	if rev, err := c.ResolveFresh(ctx, url, oci.Ref{SemVer: "1.x"}, auth); err != nil || rev.Tag != "1.4.0" {
+	if rev, err := c.ResolveFresh(time.Time{})(ctx, url, oci.Ref{SemVer: "1.x"}, auth); err != nil || rev.Tag != "1.4.0" {
 		t.Errorf("an artifact's tag with _: %s, %v; want 1.4.0, not 1.4.1_build.7", rev, err)
 	}
 	if rev, err := c.Resolve(ctx, url, oci.ChartRef("1.x"), auth); err != nil || rev.String() != "1.4.1_build.7@"+build.String() {
@@ -149,7 +149,7 @@ func TestASemverRangeFollowsTheHighestTagInIt(t *testing.T) {
 	// Versions that differ only in build metadata: the lowest tag in byte
 	// order, whatever the listing's order.
 	push(t, r, "plumb/chart", "1.4.1_build.1")
-	if rev, err := c.ResolveFresh(ctx, url, oci.ChartRef("1.x"), auth); err != nil || rev.Tag != "1.4.1_build.1" {
+	if rev, err := c.ResolveFresh(time.Time{})(ctx, url, oci.ChartRef("1.x"), auth); err != nil || rev.Tag != "1.4.1_build.1" {
 		t.Errorf("two tags of one precedence: %s, %v; want 1.4.1_build.1", rev, err)
 	}
 	if _, err := c.Resolve(ctx, url, oci.Ref{SemVer: ">=3.0.0"}, auth); !errors.Is(err, oci.ErrNotFound) {

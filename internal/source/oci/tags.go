@@ -3,6 +3,7 @@ package oci
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,7 +28,8 @@ const (
 	maxTagsPageBytes = 4 << 20
 	// DefaultMaxKeptTagBytes bounds the listings a Client keeps, over all
 	// its repositories and accounts (estimated as each tag's bytes plus a
-	// string header).
+	// string header): some nine of the largest a listing may be, or
+	// thousands of common ones.
 	DefaultMaxKeptTagBytes = 64 << 20
 )
 
@@ -59,32 +61,26 @@ func listTags(ctx context.Context, puller *remote.Puller, repo name.Repository) 
 		}
 		tags = append(tags, page.Tags...)
 	}
-	return tags, nil
+	return slices.Clone(tags), nil // without append's spare capacity: it may be kept
 }
 
-// tagBudget bounds the bytes of the listings a Client keeps. A listing
-// that does not fit serves the resolve that made it and is not kept.
-type tagBudget struct {
-	mu        sync.Mutex
-	used, max int64
+// keptListings holds the listings of tags a Client keeps, per session,
+// within a byte budget. A listing older than maxAge serves no resolve (a
+// timer's wants one younger, a fresh one one newer than its push), so it
+// makes room when room is wanted; past that, a listing that does not fit
+// serves the resolve that made it and is not kept. One lock guards it all.
+type keptListings struct {
+	mu   sync.Mutex
+	max  int64 // 0: no bound
+	used int64
+	kept map[*tagListing]keptListing
 }
 
-// take reserves n bytes, or reports that they do not fit.
-func (b *tagBudget) take(n int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.used+n > b.max {
-		return false
-	}
-	b.used += n
-	return true
-}
-
-// give returns n bytes taken.
-func (b *tagBudget) give(n int64) {
-	b.mu.Lock()
-	b.used -= n
-	b.mu.Unlock()
+// keptListing is one session's listing.
+type keptListing struct {
+	tags   []string
+	listed time.Time // when it started
+	bytes  int64
 }
 
 // tagsBytes estimates what a listing keeps on the heap.
@@ -96,81 +92,94 @@ func tagsBytes(tags []string) int64 {
 	return n
 }
 
-// tagListing is a session's last listing of its repository's tags. One
-// listing runs at a time; the resolves that arrive meanwhile wait for it,
-// each no longer than its own context allows, and share its result. The
-// listing kept counts against budget (nil: unbounded) until it is
-// replaced or the session is dropped.
-type tagListing struct {
-	once   sync.Once
-	turn   chan struct{} // holds a token while a resolve reads or lists
-	budget *tagBudget
-
-	mu      sync.Mutex // guards the fields below: drop may run while a resolve holds turn
-	tags    []string
-	listed  time.Time // when the kept listing started; zero: none kept
-	bytes   int64     // taken from budget for tags
-	dropped bool      // the session was dropped: keep nothing more
+// get returns l's listing and when it started (zero: none kept).
+func (k *keptListings) get(l *tagListing) ([]string, time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e := k.kept[l]
+	return e.tags, e.listed
 }
 
-// kept returns the listing kept and when it started.
-func (l *tagListing) kept() ([]string, time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.tags, l.listed
-}
-
-// keep replaces the listing kept with tags, if the budget has room.
-func (l *tagListing) keep(tags []string, started time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.forgetLocked()
+// put keeps tags as l's listing in place of its last, if they fit once
+// the listings older than maxAge are dropped; a dropped session keeps
+// nothing.
+func (k *keptListings) put(l *tagListing, tags []string, started, now time.Time, maxAge time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.forgetLocked(l)
 	if l.dropped {
 		return
 	}
 	n := tagsBytes(tags)
-	if l.budget != nil && !l.budget.take(n) {
-		return
+	if k.max > 0 && k.used+n > k.max {
+		for other, e := range k.kept {
+			if now.Sub(e.listed) >= maxAge {
+				k.forgetLocked(other)
+			}
+		}
+		if k.used+n > k.max {
+			return
+		}
 	}
-	l.tags, l.listed, l.bytes = tags, started, n
+	if k.kept == nil {
+		k.kept = map[*tagListing]keptListing{}
+	}
+	k.kept[l] = keptListing{tags: tags, listed: started, bytes: n}
+	k.used += n
 }
 
-// drop forgets the listing for good and returns its bytes to the budget
-// (the session left the Client's cache).
-func (l *tagListing) drop() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.forgetLocked()
+// drop forgets l's listing for good (its session left the Client).
+func (k *keptListings) drop(l *tagListing) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.forgetLocked(l)
 	l.dropped = true
 }
 
-func (l *tagListing) forgetLocked() {
-	if l.budget != nil {
-		l.budget.give(l.bytes)
+func (k *keptListings) forgetLocked(l *tagListing) {
+	if e, ok := k.kept[l]; ok {
+		k.used -= e.bytes
+		delete(k.kept, l)
 	}
-	l.tags, l.listed, l.bytes = nil, time.Time{}, 0
+}
+
+// tagListing is a session's access to its repository's listing of tags,
+// kept in store. One listing runs at a time; the resolves that arrive
+// meanwhile wait for it, each no longer than its own context allows, and
+// share its result.
+type tagListing struct {
+	once    sync.Once
+	turn    chan struct{} // holds a token while a resolve reads or lists
+	store   *keptListings // nil: a store of its own, unbounded
+	dropped bool          // guarded by store.mu
 }
 
 // get returns the listing if it is younger than maxAge, and lists again
-// otherwise. A fresh get (a push webhook asked for it) lists again unless
-// a listing started after it was asked for: the resolves a push brings
-// forward at once share one listing, and none is served tags read before
-// it asked. A failed listing is not kept.
-func (l *tagListing) get(ctx context.Context, now func() time.Time, maxAge time.Duration, fresh bool, list func(context.Context) ([]string, error)) ([]string, error) {
+// otherwise. A fresh get (fresh non-nil: a push webhook asked for it)
+// lists again unless a listing started at or after *fresh (its zero
+// value: after the get asked): the resolves a push brings forward share
+// one listing, and none is served tags read before the push was seen. A
+// failed listing is not kept.
+func (l *tagListing) get(ctx context.Context, now func() time.Time, maxAge time.Duration, fresh *time.Time, list func(context.Context) ([]string, error)) ([]string, error) {
 	asked := now()
-	l.once.Do(func() { l.turn = make(chan struct{}, 1) })
+	l.once.Do(func() {
+		l.turn = make(chan struct{}, 1)
+		if l.store == nil {
+			l.store = &keptListings{}
+		}
+	})
 	select {
 	case l.turn <- struct{}{}:
 		defer func() { <-l.turn }()
 	case <-ctx.Done():
 		return nil, fmt.Errorf("waiting for another listing of the tags: %w", ctx.Err())
 	}
-	kept, listed := l.kept()
+	kept, listed := l.store.get(l)
 	switch {
 	case listed.IsZero():
-	case fresh && listed.After(asked):
+	case fresh != nil && (listed.After(asked) || !fresh.IsZero() && !listed.Before(*fresh)):
 		return kept, nil
-	case !fresh && now().Sub(listed) < maxAge:
+	case fresh == nil && now().Sub(listed) < maxAge:
 		return kept, nil
 	}
 	started := now()
@@ -178,6 +187,6 @@ func (l *tagListing) get(ctx context.Context, now func() time.Time, maxAge time.
 	if err != nil {
 		return nil, err
 	}
-	l.keep(tags, started)
+	l.store.put(l, tags, started, now(), maxAge)
 	return tags, nil
 }

@@ -37,7 +37,7 @@ func TestAFreshListingStartsAfterItWasAskedFor(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if tags, err := l.get(context.Background(), now, time.Minute, false, before); err != nil || len(tags) != 1 {
+		if tags, err := l.get(context.Background(), now, time.Minute, nil, before); err != nil || len(tags) != 1 {
 			t.Errorf("the timer's get: %v, %v", tags, err)
 		}
 	}()
@@ -47,7 +47,7 @@ func TestAFreshListingStartsAfterItWasAskedFor(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tags, err := l.get(context.Background(), now, time.Minute, true, after)
+			tags, err := l.get(context.Background(), now, time.Minute, &time.Time{}, after)
 			if err != nil {
 				t.Errorf("fresh get %d: %v", i, err)
 			}
@@ -60,7 +60,7 @@ func TestAFreshListingStartsAfterItWasAskedFor(t *testing.T) {
 	// A get that waits beyond its own deadline gives up, the others wait on.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := l.get(ctx, now, time.Minute, true, after); !errors.Is(err, context.Canceled) {
+	if _, err := l.get(ctx, now, time.Minute, &time.Time{}, after); !errors.Is(err, context.Canceled) {
 		t.Errorf("a canceled get waiting for the listing: %v, want context.Canceled", err)
 	}
 	close(release)
@@ -76,45 +76,53 @@ func TestAFreshListingStartsAfterItWasAskedFor(t *testing.T) {
 }
 
 // The listings a Client keeps fit its budget: one that does not fit
-// serves its resolve and is listed again by the next, and a listing
-// dropped with its session, or replaced, gives its bytes back.
+// serves its resolve and is listed again by the next; listings older than
+// the max age (which serve no resolve) make room for a new one; a listing
+// replaced, or dropped with its session, gives its bytes back.
 func TestKeptListingsFitTheBudget(t *testing.T) {
-	now := func() time.Time { return time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC) }
-	budget := &tagBudget{max: 100}
+	clock := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { return clock }
+	store := &keptListings{max: 100}
 	small, large := []string{"1.0.0"}, []string{"1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0"} // 21 and 126 bytes
-	var a, b tagListing
-	a.budget, b.budget = budget, budget
+	a, b, c := &tagListing{store: store}, &tagListing{store: store}, &tagListing{store: store}
 	lists := 0
 	listing := func(tags []string) func(context.Context) ([]string, error) {
 		return func(context.Context) ([]string, error) { lists++; return tags, nil }
 	}
 	for range 2 {
-		if tags, err := a.get(context.Background(), now, time.Minute, false, listing(large)); err != nil || len(tags) != 6 {
+		if tags, err := a.get(context.Background(), now, time.Minute, nil, listing(large)); err != nil || len(tags) != 6 {
 			t.Fatalf("a listing over the budget: %v, %v; want it served", tags, err)
 		}
 	}
-	if lists != 2 || budget.used != 0 {
-		t.Errorf("a listing over the budget: %d listings, %d bytes kept; want 2 (not kept), 0", lists, budget.used)
+	if lists != 2 || store.used != 0 {
+		t.Errorf("a listing over the budget: %d listings, %d bytes kept; want 2 (not kept), 0", lists, store.used)
 	}
 	lists = 0
 	for range 2 {
-		if _, err := b.get(context.Background(), now, time.Minute, false, listing(small)); err != nil {
+		if _, err := b.get(context.Background(), now, time.Minute, nil, listing(small)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if lists != 1 || budget.used != tagsBytes(small) {
-		t.Errorf("a listing within the budget: %d listings, %d bytes kept; want 1 (kept), %d", lists, budget.used, tagsBytes(small))
+	if lists != 1 || store.used != tagsBytes(small) {
+		t.Errorf("a listing within the budget: %d listings, %d bytes kept; want 1 (kept), %d", lists, store.used, tagsBytes(small))
 	}
-	b.keep([]string{"2.0.0", "2.1.0"}, now())
-	if want := tagsBytes([]string{"2.0.0", "2.1.0"}); budget.used != want {
-		t.Errorf("a replaced listing: %d bytes kept, want %d", budget.used, want)
+	store.put(b, []string{"2.0.0", "2.1.0"}, clock, clock, time.Minute)
+	if want := tagsBytes([]string{"2.0.0", "2.1.0"}); store.used != want {
+		t.Errorf("a replaced listing: %d bytes kept, want %d", store.used, want)
 	}
-	b.drop()
-	b.keep(small, now())
-	if budget.used != 0 {
-		t.Errorf("after the session was dropped: %d bytes kept, want 0", budget.used)
+	// Past the max age, b's listing serves no resolve and makes room.
+	store.max = tagsBytes(small) + tagsBytes([]string{"2.0.0", "2.1.0"}) - 1
+	clock = clock.Add(2 * time.Minute)
+	store.put(c, small, clock, clock, time.Minute)
+	if tags, _ := store.get(c); len(tags) != 1 || store.used != tagsBytes(small) {
+		t.Errorf("a listing when only an expired one is kept: %v kept, %d bytes used; want it kept in the expired one's place", tags, store.used)
 	}
-	if tags, listed := b.kept(); tags != nil || !listed.IsZero() {
+	store.drop(c)
+	store.put(c, small, clock, clock, time.Minute)
+	if store.used != 0 {
+		t.Errorf("after the session was dropped: %d bytes kept, want 0", store.used)
+	}
+	if tags, listed := store.get(c); tags != nil || !listed.IsZero() {
 		t.Errorf("a dropped listing keeps %v (listed %v)", tags, listed)
 	}
 }
@@ -131,8 +139,9 @@ func TestADroppedSessionGivesItsListingBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first.tags.keep([]string{"1.0.0"}, time.Now())
-	if c.tagBytes.used == 0 {
+	now := time.Now()
+	c.listings.put(&first.tags, []string{"1.0.0"}, now, now, time.Minute)
+	if c.listings.used == 0 {
 		t.Fatal("a kept listing took no bytes")
 	}
 	for i := 1; i <= maxSessions; i++ { // the first session is the least recently used
@@ -140,7 +149,42 @@ func TestADroppedSessionGivesItsListingBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if c.tagBytes.used != 0 {
-		t.Errorf("%d bytes kept after the session was dropped, want 0", c.tagBytes.used)
+	if c.listings.used != 0 || len(c.listings.kept) != 0 {
+		t.Errorf("%d bytes, %d listings kept after the session was dropped, want none", c.listings.used, len(c.listings.kept))
+	}
+}
+
+// The fresh gets of the Apps one push woke share the first listing that
+// started after the push was seen, though each asks after it started; a
+// listing that started before the push was seen serves none of them.
+func TestFreshGetsOfOnePushShareAListing(t *testing.T) {
+	base := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	clock := base
+	now := func() time.Time { return clock }
+	var l tagListing
+	lists := 0
+	list := func(context.Context) ([]string, error) { lists++; return []string{"1.0.0"}, nil }
+	// A timer's listing before the push.
+	if _, err := l.get(context.Background(), now, time.Minute, nil, list); err != nil {
+		t.Fatal(err)
+	}
+	seen := base.Add(time.Second) // the push's sync requests were seen
+	for i := range 5 {
+		clock = seen.Add(time.Duration(i+1) * time.Second) // each App's tick asks later
+		if _, err := l.get(context.Background(), now, time.Minute, &seen, list); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lists != 2 {
+		t.Errorf("%d listings, want 2: the timer's, and one that the five Apps the push woke share", lists)
+	}
+	// A push seen later is not served that listing.
+	later := clock.Add(time.Second)
+	clock = later.Add(time.Second)
+	if _, err := l.get(context.Background(), now, time.Minute, &later, list); err != nil {
+		t.Fatal(err)
+	}
+	if lists != 3 {
+		t.Errorf("%d listings, want 3: a later push lists again", lists)
 	}
 }

@@ -573,7 +573,7 @@ type HelmSource struct {
 	// +optional
 	Insecure bool `json:"insecure,omitempty"`
 
-	// Verify checks the chart's signature before any of it is read: a
+	// Verify checks the chart's signature before any of it is rendered: a
 	// cosign signature for a chart in an OCI registry, its provenance file
 	// (helm package --sign) for one of an HTTP repository. A version that
 	// no trusted key signed is never applied, and the last verified one

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -60,6 +62,15 @@ func TestDiffAtARevisionOfAnOCIApp(t *testing.T) {
 		if r := w.plumb("diff", "web", "-n", ns, "--revision", tc.rev, "--allow-insecure-registries"); r.code != 2 || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("--revision %q: %s\nwant exit 2 and %q", tc.rev, r, tc.want)
 		}
+	}
+	// A working copy reads nothing of the registry: no account is needed.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "configmap.yaml"), []byte(configMap(ns, "web", map[string]string{"greeting": "hallo"})), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if report, r := w.diffJSON("web", "--path", dir, "--allow-insecure-registries"); r.code != 1 ||
+		!cmp.Equal(changed(report), map[string]string{"ConfigMap/web": "update .data.greeting"}) || report.Revision != "working-copy" {
+		t.Errorf("--path of an OCI App with an account: %s\nwant exit 1, web's greeting, at working-copy", r)
 	}
 	// As a controller without --allow-insecure-registries would tick.
 	if r := w.plumb("diff", "web", "-n", ns); r.code != 2 || !strings.Contains(r.stderr, "--allow-insecure-registries") {

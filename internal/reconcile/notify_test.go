@@ -158,3 +158,29 @@ func TestAVanishedAppsOpenDriftIsResolved(t *testing.T) {
 		t.Errorf("told %d events, want the one resolve", len(n.events))
 	}
 }
+
+// Only a Git revision names a commit: events of an OCI, Helm or bucket
+// source carry their source and revision but no commit, so no commit
+// status is posted for them (notify posts one only on a 40-hex commit).
+func TestOnlyGitRevisionsNameACommit(t *testing.T) {
+	r := &Reconciler{}
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	commit := strings.Repeat("c", 40)
+	for _, tc := range []struct {
+		source             plumbv1.Source
+		revision, location string
+		commit             string
+	}{
+		{plumbv1.Source{Git: &plumbv1.GitSource{URL: "https://github.com/org/repo"}}, "main@sha1:" + commit, "https://github.com/org/repo", commit},
+		{plumbv1.Source{OCI: &plumbv1.OCISource{URL: "oci://ghcr.io/org/app"}}, "v1@" + digest, "oci://ghcr.io/org/app", ""},
+		{plumbv1.Source{Helm: &plumbv1.HelmSource{Repository: "https://charts.example.com", Chart: "web"}}, "1.2.0@" + digest, "https://charts.example.com", ""},
+		{plumbv1.Source{Bucket: &plumbv1.BucketSource{Endpoint: "s3.example.com", Bucket: "deploy"}}, digest, "s3://s3.example.com/deploy", ""},
+	} {
+		app := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}, Spec: plumbv1.AppSpec{Source: tc.source}}
+		e := r.event(app, plumbv1.EventRevisionSucceeded, tc.revision)
+		if e.Commit != tc.commit || e.Source != tc.location || e.Revision != tc.revision {
+			t.Errorf("%s source: event source %q, revision %q, commit %q; want %q, %q, %q",
+				tc.source.Kind(), e.Source, e.Revision, e.Commit, tc.location, tc.revision, tc.commit)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -211,24 +212,11 @@ func missingDependencies(t *tree.Tree, dir string) ([]dependency, error) {
 			}
 		}
 	}
-	vendored := map[string]bool{}
-	if names, err := t.ReadDir(path.Join(dir, "charts")); err == nil {
-		for _, n := range names {
-			vendored[n] = true
-		}
+	vendored, err := vendoredCharts(t, dir, declared)
+	if err != nil {
+		return nil, err
 	}
-	isVendored := func(name string) bool {
-		if vendored[name] && t.Exists(path.Join(dir, "charts", name, "Chart.yaml")) {
-			return true
-		}
-		for n := range vendored {
-			version, ok := strings.CutPrefix(strings.TrimSuffix(n, ".tgz"), name+"-")
-			if _, err := semver.NewVersion(version); ok && strings.HasSuffix(n, ".tgz") && err == nil {
-				return true // <name>-<version>.tgz, not <name>-<other>-<version>.tgz
-			}
-		}
-		return false
-	}
+	isVendored := func(name string) bool { return vendored[name] }
 	var out []dependency
 	seen := map[string]bool{}
 	for _, d := range declared {
@@ -257,6 +245,66 @@ func readYAML(t *tree.Tree, file string, into any) error {
 		return fmt.Errorf("%s: %w", file, err)
 	}
 	return nil
+}
+
+// vendoredCharts names the charts vendored under dir's charts/ as Helm
+// loads them: each folder with a Chart.yaml and each .tgz, by the name in
+// its Chart.yaml. An archive named <name>-<semver>.tgz for a declared
+// dependency is taken to be that chart without being opened; another is
+// opened (within t's limits) to read its name, so that charts/pg.tgz
+// holding postgresql is not fetched again.
+func vendoredCharts(t *tree.Tree, dir string, declared []*chart.Dependency) (map[string]bool, error) {
+	names, err := t.ReadDir(path.Join(dir, "charts"))
+	if err != nil {
+		return nil, nil // no charts/ folder
+	}
+	vendored := map[string]bool{}
+	named := func(file string) (string, bool) {
+		for _, d := range declared {
+			if d == nil {
+				continue
+			}
+			version, ok := strings.CutPrefix(strings.TrimSuffix(file, ".tgz"), d.Name+"-")
+			if _, err := semver.NewVersion(version); ok && err == nil {
+				return d.Name, true // <name>-<version>.tgz, not <name>-<other>-<version>.tgz
+			}
+		}
+		return "", false
+	}
+	for _, n := range names {
+		file := path.Join(dir, "charts", n)
+		var meta chart.Metadata
+		switch {
+		case t.Exists(path.Join(file, "Chart.yaml")):
+			if err := readYAML(t, path.Join(file, "Chart.yaml"), &meta); err != nil {
+				return nil, err
+			}
+		case strings.HasSuffix(n, ".tgz"):
+			if name, ok := named(n); ok {
+				vendored[name] = true
+				continue
+			}
+			data, err := t.ReadFile(file)
+			if err != nil {
+				return nil, err
+			}
+			archive, err := tree.FromTarGzip(bytes.NewReader(data), t.Limits())
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", file, err)
+			}
+			top, err := archive.ReadDir("")
+			if err != nil || len(top) != 1 {
+				return nil, fmt.Errorf("%s: not a chart archive (one folder with a Chart.yaml)", file)
+			}
+			if err := readYAML(archive, path.Join(top[0], "Chart.yaml"), &meta); err != nil {
+				return nil, fmt.Errorf("%s: %w", file, err)
+			}
+		default:
+			continue
+		}
+		vendored[meta.Name] = true
+	}
+	return vendored, nil
 }
 
 // checkDependencyRepository refuses a dependency's repository that plumb

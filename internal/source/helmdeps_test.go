@@ -261,3 +261,29 @@ func TestADependencyRenderIsCachedPerSetOfAccounts(t *testing.T) {
 		}
 	}
 }
+
+// A dependency vendored under charts/ is found as Helm finds it, by the
+// name in its Chart.yaml, whatever its folder or archive is called: it is
+// not fetched (its repository here does not exist) and renders once.
+func TestADependencyVendoredUnderAnotherNameIsNotFetched(t *testing.T) {
+	_, _, url := repo(t, map[string]string{
+		"shop/Chart.yaml": "apiVersion: v2\nname: shop\nversion: 0.1.0\ndependencies:\n" +
+			"- {name: postgresql, version: ^12.0.0, repository: 'https://charts.invalid'}\n" +
+			"- {name: redis, version: ^17.0.0, repository: 'https://charts.invalid'}\n",
+		"shop/charts/pg.tgz":                  string(testenv.Chart(t, "postgresql", "12.1.0", dependencyChart("postgresql", "12.1.0"))),
+		"shop/charts/cache/Chart.yaml":        "apiVersion: v2\nname: redis\nversion: 17.0.1\n",
+		"shop/charts/cache/templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: redis\n",
+	})
+	r, err := source.NewReader(source.Options{CacheDir: t.TempDir(), Limits: source.DefaultLimits(), RefsTTL: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Read(context.Background(), source.Request{URL: url, Ref: git.Ref{Branch: "main"}, Path: "shop", Auth: auth,
+		Render: render.Options{Helm: render.HelmOptions{ReleaseName: "shop", Namespace: "default"}}})
+	if err != nil {
+		t.Fatalf("a chart whose dependencies are vendored under other names: %v", err)
+	}
+	if got, want := names(res), []string{"ConfigMap/postgresql-12-1-0", "ConfigMap/redis"}; !cmp.Equal(got, want) {
+		t.Errorf("rendered %v, want %v", got, want)
+	}
+}

@@ -110,8 +110,9 @@ func renderHelm(ctx context.Context, t *tree.Tree, dir string, opts HelmOptions)
 }
 
 // vendoredDependencies fails when Chart.yaml lists a dependency that is not
-// in charts/ (the Read phase fetched those with a repository).
-// Subcharts are checked in turn, as deep as they go.
+// in charts/ (the Read phase fetched those with a repository). As Helm's
+// install and template do, only the chart's own are checked: Helm leaves
+// out a subchart's dependency that is missing.
 func vendoredDependencies(c *chart.Chart) error {
 	have := map[string]bool{}
 	for _, dep := range c.Dependencies() {
@@ -119,16 +120,7 @@ func vendoredDependencies(c *chart.Chart) error {
 	}
 	for _, dep := range c.Metadata.Dependencies {
 		if !have[dep.Name] {
-			where := ""
-			if c.Parent() != nil {
-				where = " of " + c.ChartFullPath()
-			}
-			return fmt.Errorf("dependency %q%s is not in charts/: vendor it there or give its repository", dep.Name, where)
-		}
-	}
-	for _, sub := range c.Dependencies() {
-		if err := vendoredDependencies(sub); err != nil {
-			return err
+			return fmt.Errorf("dependency %q is not in charts/: vendor it there or give its repository", dep.Name)
 		}
 	}
 	return nil

@@ -227,16 +227,6 @@ func TestRenderErrors(t *testing.T) {
 		wantAs: new(*Error),
 		want:   `helm build of c: dependency "redis" is not in charts/`,
 	}, {
-		name: "helm dependency of a dependency not vendored",
-		files: map[string]string{
-			"c/Chart.yaml":            "apiVersion: v2\nname: c\nversion: 1.0.0\ndependencies:\n- name: db\n  version: 1.x\n",
-			"c/charts/db/Chart.yaml":  "apiVersion: v2\nname: db\nversion: 1.0.0\ndependencies:\n- name: redis\n  version: 1.x\n  repository: https://charts.example\n",
-			"c/charts/db/values.yaml": "",
-		},
-		dir:    "c",
-		wantAs: new(*Error),
-		want:   `helm build of c: dependency "redis" of c/charts/db is not in charts/`,
-	}, {
 		name: "helm template error",
 		files: map[string]string{
 			"c/Chart.yaml":        "apiVersion: v2\nname: c\nversion: 1.0.0\n",
@@ -283,3 +273,27 @@ func TestPlainFolderWithoutManifestsRendersNothing(t *testing.T) {
 		t.Errorf("Render(docs) = %s, %d objects, %v; want plain, none, no error", engine, len(objects), err)
 	}
 }
+
+// As Helm does (its install and template check the chart's own
+// dependencies only), a dependency of a dependency that is not vendored
+// is left out, not an error: published charts list optional ones they
+// ship without.
+func TestAMissingDependencyOfADependencyIsLeftOut(t *testing.T) {
+	files := map[string]string{
+		"c/Chart.yaml":                "apiVersion: v2\nname: c\nversion: 1.0.0\ndependencies:\n- name: db\n  version: 1.x\n",
+		"c/charts/db/Chart.yaml":      "apiVersion: v2\nname: db\nversion: 1.0.0\ndependencies:\n- name: redis\n  version: 1.x\n  repository: https://charts.example\n  condition: redis.enabled\n",
+		"c/charts/db/templates/a.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: db\n",
+	}
+	for _, mode := range renderModes() {
+		t.Run(mode.name, func(t *testing.T) {
+			_, objects, err := Render(context.Background(), treeOf(t, files), "c", Options{Isolation: mode.isolation})
+			if err != nil {
+				t.Fatalf("a chart whose dependency lists a dependency it ships without: %v", err)
+			}
+			if len(objects) != 1 || objects[0].GetName() != "db" {
+				t.Errorf("rendered %d objects, want db's ConfigMap", len(objects))
+			}
+		})
+	}
+}
+

@@ -349,7 +349,7 @@ func (r *Reader) helmDependency(ctx context.Context, req *Request, d dependency)
 	repos := r.helmRepos
 	if strings.HasPrefix(d.repository, "http://") {
 		if r.insecureHelmRepos == nil {
-			return resolvedDependency{}, &Error{Reason: ReasonInvalidSpec, Err: ErrInsecureHelmRepository}
+			return resolvedDependency{}, &Error{Reason: ReasonInvalidManifest, Err: ErrInsecureHelmRepository} // the chart names it
 		}
 		repos = r.insecureHelmRepos
 	}
@@ -361,11 +361,11 @@ func (r *Reader) helmDependency(ctx context.Context, req *Request, d dependency)
 	}
 	index, err := repos.Index(ctx, d.repository, auth, req.Refresh)
 	if err != nil {
-		return resolvedDependency{}, classifyHelm("", err)
+		return resolvedDependency{}, chartsMistake(classifyHelm("", err))
 	}
 	cv, err := index.Index.Resolve(d.name, d.version)
 	if err != nil {
-		return resolvedDependency{}, classifyHelm("", err)
+		return resolvedDependency{}, chartsMistake(classifyHelm("", err))
 	}
 	digest := helmrepo.NormalDigest(cv.Digest)
 	if digest == "" {
@@ -381,6 +381,18 @@ func (r *Reader) helmDependency(ctx context.Context, req *Request, d dependency)
 			return chartFolder(pulled.Tree, limits)
 		},
 	}, nil
+}
+
+// chartsMistake is err, a dependency's, with what would be a malformed
+// spec for a source (a URL or a range that cannot be read) told as the
+// chart's mistake: a commit mends it, not the App's spec, and the App is
+// not stalled.
+func chartsMistake(err error) error {
+	var readErr *Error
+	if errors.As(err, &readErr) && readErr.Reason == ReasonInvalidSpec {
+		return &Error{Reason: ReasonInvalidManifest, Revision: readErr.Revision, Err: readErr.Err}
+	}
+	return err
 }
 
 // ociDependency resolves a dependency's Helm chart in an OCI registry:
@@ -403,7 +415,7 @@ func (r *Reader) ociDependency(ctx context.Context, req *Request, d dependency) 
 	}
 	rev, err := resolve(ctx, u, ref, account.OCI)
 	if err != nil {
-		return resolvedDependency{}, classifyOCI("", err)
+		return resolvedDependency{}, chartsMistake(classifyOCI("", err))
 	}
 	return resolvedDependency{
 		id: strings.Join([]string{"oci", u, rev.String(), fmt.Sprint(account.Insecure)}, "\x00"),

@@ -149,6 +149,8 @@ func TestAChartsDependenciesFailClearly(t *testing.T) {
 		{"credentials in an OCI URL that does not parse", "- {name: db, version: 1.0.0, repository: 'oci://robot:hunter2%t@ghcr.io/org/charts'}", source.ReasonInvalidManifest, "holds credentials"},
 		{"credentials before a port that is none", "- {name: db, version: 1.0.0, repository: 'oci://u:ab/hunter2@host.io/charts'}", source.ReasonInvalidManifest, "holds credentials"},
 		{"out of the repository", "- {name: db, version: 1.0.0, repository: 'file://../../../etc'}", source.ReasonInvalidManifest, "leaves the repository root"},
+		{"a plain-HTTP repository the controller refuses", "- {name: db, version: 1.0.0, repository: 'http://charts.invalid'}", source.ReasonInvalidManifest, "plain HTTP"},
+		{"an OCI repository that is no name", "- {name: db, version: 1.0.0, repository: 'oci://Not_A_Host/charts'}", source.ReasonInvalidManifest, "invalid OCI reference"},
 		{"too many", strings.TrimPrefix(many, "apiVersion: v2\nname: c\nversion: 0.1.0\ndependencies:\n"), source.ReasonLimitExceeded, "chart dependencies to fetch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

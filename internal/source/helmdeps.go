@@ -1,10 +1,13 @@
 package source
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"path"
 	"sort"
@@ -247,64 +250,118 @@ func readYAML(t *tree.Tree, file string, into any) error {
 	return nil
 }
 
-// vendoredCharts names the charts vendored under dir's charts/ as Helm
-// loads them: each folder with a Chart.yaml and each .tgz, by the name in
-// its Chart.yaml. An archive named <name>-<semver>.tgz for a declared
-// dependency is taken to be that chart without being opened; another is
-// opened (within t's limits) to read its name, so that charts/pg.tgz
-// holding postgresql is not fetched again.
+// Bounds on reading the archives under a chart's charts/ for their names:
+// a Chart.yaml comes first in what `helm package` writes.
+const (
+	maxVendoredArchives     = 32      // archives opened for one chart
+	maxVendoredScanBytes    = 1 << 20 // unpacked bytes read of one archive
+	maxVendoredChartYAMLLen = 64 << 10
+)
+
+// vendoredCharts says which of the declared dependencies that have a
+// repository are vendored under dir's charts/, found as Helm finds them:
+// a folder or a .tgz whose Chart.yaml names the dependency. Cheap signs
+// are looked at first (a folder charts/<name>/ with a Chart.yaml, an
+// archive <name>-<semver>.tgz); only for dependencies still not found are
+// the folders' Chart.yaml files read, and then the other archives opened:
+// streamed, at most maxVendoredArchives of them, each until its
+// Chart.yaml and no further than maxVendoredScanBytes. So charts/pg.tgz
+// holding postgresql is not fetched again, and a chart that needs no
+// fetch opens nothing.
 func vendoredCharts(t *tree.Tree, dir string, declared []*chart.Dependency) (map[string]bool, error) {
-	names, err := t.ReadDir(path.Join(dir, "charts"))
-	if err != nil {
-		return nil, nil // no charts/ folder
-	}
 	vendored := map[string]bool{}
-	named := func(file string) (string, bool) {
-		for _, d := range declared {
-			if d == nil {
-				continue
-			}
-			version, ok := strings.CutPrefix(strings.TrimSuffix(file, ".tgz"), d.Name+"-")
-			if _, err := semver.NewVersion(version); ok && err == nil {
-				return d.Name, true // <name>-<version>.tgz, not <name>-<other>-<version>.tgz
-			}
-		}
-		return "", false
+	entries, err := t.ReadDir(path.Join(dir, "charts"))
+	if err != nil {
+		return vendored, nil // no charts/ folder
 	}
-	for _, n := range names {
-		file := path.Join(dir, "charts", n)
-		var meta chart.Metadata
-		switch {
-		case t.Exists(path.Join(file, "Chart.yaml")):
-			if err := readYAML(t, path.Join(file, "Chart.yaml"), &meta); err != nil {
-				return nil, err
-			}
-		case strings.HasSuffix(n, ".tgz"):
-			if name, ok := named(n); ok {
-				vendored[name] = true
-				continue
-			}
-			data, err := t.ReadFile(file)
-			if err != nil {
-				return nil, err
-			}
-			archive, err := tree.FromTarGzip(bytes.NewReader(data), t.Limits())
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", file, err)
-			}
-			top, err := archive.ReadDir("")
-			if err != nil || len(top) != 1 {
-				return nil, fmt.Errorf("%s: not a chart archive (one folder with a Chart.yaml)", file)
-			}
-			if err := readYAML(archive, path.Join(top[0], "Chart.yaml"), &meta); err != nil {
-				return nil, fmt.Errorf("%s: %w", file, err)
-			}
-		default:
+	missing := map[string]bool{}
+	for _, d := range declared {
+		if d == nil || d.Repository == "" {
 			continue
 		}
-		vendored[meta.Name] = true
+		if t.Exists(path.Join(dir, "charts", d.Name, "Chart.yaml")) {
+			vendored[d.Name] = true
+			continue
+		}
+		for _, n := range entries {
+			version, ok := strings.CutPrefix(strings.TrimSuffix(n, ".tgz"), d.Name+"-")
+			if _, err := semver.NewVersion(version); ok && strings.HasSuffix(n, ".tgz") && err == nil {
+				vendored[d.Name] = true // <name>-<version>.tgz, not <name>-<other>-<version>.tgz
+			}
+		}
+		if !vendored[d.Name] {
+			missing[d.Name] = true
+		}
+	}
+	found := func(name string) {
+		if missing[name] {
+			vendored[name] = true
+			delete(missing, name)
+		}
+	}
+	for _, n := range entries {
+		if len(missing) == 0 {
+			return vendored, nil
+		}
+		if file := path.Join(dir, "charts", n, "Chart.yaml"); t.Exists(file) {
+			var meta chart.Metadata
+			if err := readYAML(t, file, &meta); err != nil {
+				return nil, err
+			}
+			found(meta.Name)
+		}
+	}
+	opened := 0
+	for _, n := range entries {
+		if len(missing) == 0 || opened == maxVendoredArchives {
+			break
+		}
+		if !strings.HasSuffix(n, ".tgz") {
+			continue
+		}
+		opened++
+		file := path.Join(dir, "charts", n)
+		data, err := t.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		if name, ok := archiveChartName(data); ok {
+			found(name)
+		}
 	}
 	return vendored, nil
+}
+
+// archiveChartName is the name in the Chart.yaml of a chart archive (its
+// first folder's, "./" or not, as Helm reads archives), if one is found
+// within maxVendoredScanBytes of unpacked bytes.
+func archiveChartName(data []byte) (string, bool) {
+	gz, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return "", false
+	}
+	defer gz.Close()
+	budget := &io.LimitedReader{R: gz, N: maxVendoredScanBytes}
+	tr := tar.NewReader(budget)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return "", false
+		}
+		parts := strings.Split(h.Name, "/") // Helm drops the first part, whatever it is ("." too)
+		if len(parts) != 2 || parts[1] != "Chart.yaml" || h.Typeflag != tar.TypeReg {
+			continue
+		}
+		raw, err := io.ReadAll(io.LimitReader(tr, maxVendoredChartYAMLLen))
+		if err != nil {
+			return "", false
+		}
+		var meta chart.Metadata
+		if err := yaml.Unmarshal(raw, &meta); err != nil || meta.Name == "" {
+			return "", false
+		}
+		return meta.Name, true
+	}
 }
 
 // checkDependencyRepository refuses a dependency's repository that plumb

@@ -280,8 +280,8 @@ func TestPlainFolderWithoutManifestsRendersNothing(t *testing.T) {
 // ship without.
 func TestAMissingDependencyOfADependencyIsLeftOut(t *testing.T) {
 	files := map[string]string{
-		"c/Chart.yaml":                "apiVersion: v2\nname: c\nversion: 1.0.0\ndependencies:\n- name: db\n  version: 1.x\n",
-		"c/charts/db/Chart.yaml":      "apiVersion: v2\nname: db\nversion: 1.0.0\ndependencies:\n- name: redis\n  version: 1.x\n  repository: https://charts.example\n  condition: redis.enabled\n",
+		"c/Chart.yaml":                 "apiVersion: v2\nname: c\nversion: 1.0.0\ndependencies:\n- name: db\n  version: 1.x\n",
+		"c/charts/db/Chart.yaml":       "apiVersion: v2\nname: db\nversion: 1.0.0\ndependencies:\n- name: redis\n  version: 1.x\n  repository: https://charts.example\n  condition: redis.enabled\n",
 		"c/charts/db/templates/a.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: db\n",
 	}
 	for _, mode := range renderModes() {
@@ -296,4 +296,3 @@ func TestAMissingDependencyOfADependencyIsLeftOut(t *testing.T) {
 		})
 	}
 }
-

@@ -224,8 +224,8 @@ func appEvents(enqueue func(types.NamespacedName), seen func(key types.Namespace
 			}
 			request := n.Annotations[plumbv1.AnnotationSyncRequestedAt]
 			newRequest := o.Annotations[plumbv1.AnnotationSyncRequestedAt] != request
-			if newRequest && request != "" {
-				seen(client.ObjectKeyFromObject(n), request)
+			if newRequest {
+				seen(client.ObjectKeyFromObject(n), request) // "" too: a request that comes back is new
 			}
 			if o.Generation != n.Generation || !n.DeletionTimestamp.IsZero() || newRequest {
 				enqueue(client.ObjectKeyFromObject(n))

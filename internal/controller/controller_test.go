@@ -35,7 +35,8 @@ func TestAppEventsTellNewSyncRequestsAndEnqueue(t *testing.T) {
 		{"an App created without one", func() { handler.OnAdd(app(1, ""), false) }, []string{"enqueue web"}},
 		{"a new request", func() { handler.OnUpdate(app(1, "t1"), app(1, "t2")) }, []string{"seen web t2", "enqueue web"}},
 		{"a status write", func() { handler.OnUpdate(app(1, "t2"), app(1, "t2")) }, nil},
-		{"the request removed", func() { handler.OnUpdate(app(1, "t2"), app(1, "")) }, []string{"enqueue web"}},
+		{"the request removed", func() { handler.OnUpdate(app(1, "t2"), app(1, "")) }, []string{"seen web ", "enqueue web"}},
+		{"the same request again", func() { handler.OnUpdate(app(1, ""), app(1, "t2")) }, []string{"seen web t2", "enqueue web"}},
 		{"a spec change", func() { handler.OnUpdate(app(1, "t2"), app(2, "t2")) }, []string{"enqueue web"}},
 		{"a deletion", func() { handler.OnDelete(app(2, "t2")) }, []string{"gone web", "enqueue web"}},
 	} {

@@ -63,12 +63,12 @@ func (m *memory) readAt(key types.NamespacedName, generation int64) *source.Resu
 	})
 }
 
-// sawSyncRequest records when the App's sync request was first seen.
+// sawSyncRequest records when the App's sync request was seen (the
+// informer tells each change of it, "" when it was removed: a request that
+// comes back later is seen anew).
 func (m *memory) sawSyncRequest(key types.NamespacedName, request string, at time.Time) {
 	m.updateApp(key, func(a *appMemory) {
-		if a.reads.syncRequest != request {
-			a.reads.syncRequest, a.reads.syncSeen = request, at
-		}
+		a.reads.syncRequest, a.reads.syncSeen = request, at
 	})
 }
 

@@ -156,10 +156,10 @@ type tagListing struct {
 
 // get returns the listing if it is younger than maxAge, and lists again
 // otherwise. A fresh get (fresh non-nil: a push webhook asked for it)
-// lists again unless a listing started at or after *fresh (its zero
-// value: after the get asked): the resolves a push brings forward share
-// one listing, and none is served tags read before the push was seen. A
-// failed listing is not kept.
+// lists again unless a listing started after it asked, or at or after
+// *fresh (when set) and younger than maxAge: the resolves a push brings
+// forward share one listing, and none is served tags read before the push
+// was seen. A failed listing is not kept.
 func (l *tagListing) get(ctx context.Context, now func() time.Time, maxAge time.Duration, fresh *time.Time, list func(context.Context) ([]string, error)) ([]string, error) {
 	asked := now()
 	l.once.Do(func() {
@@ -177,7 +177,7 @@ func (l *tagListing) get(ctx context.Context, now func() time.Time, maxAge time.
 	kept, listed := l.store.get(l)
 	switch {
 	case listed.IsZero():
-	case fresh != nil && (listed.After(asked) || !fresh.IsZero() && !listed.Before(*fresh)):
+	case fresh != nil && (listed.After(asked) || !fresh.IsZero() && !listed.Before(*fresh) && now().Sub(listed) < maxAge):
 		return kept, nil
 	case fresh == nil && now().Sub(listed) < maxAge:
 		return kept, nil

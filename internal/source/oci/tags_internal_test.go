@@ -178,13 +178,21 @@ func TestFreshGetsOfOnePushShareAListing(t *testing.T) {
 	if lists != 2 {
 		t.Errorf("%d listings, want 2: the timer's, and one that the five Apps the push woke share", lists)
 	}
+	// An App the push woke whose tick comes past the max age lists again.
+	clock = seen.Add(10 * time.Minute)
+	if _, err := l.get(context.Background(), now, time.Minute, &seen, list); err != nil {
+		t.Fatal(err)
+	}
+	if lists != 3 {
+		t.Errorf("%d listings, want 3: a listing past the max age serves no fresh get", lists)
+	}
 	// A push seen later is not served that listing.
 	later := clock.Add(time.Second)
 	clock = later.Add(time.Second)
 	if _, err := l.get(context.Background(), now, time.Minute, &later, list); err != nil {
 		t.Fatal(err)
 	}
-	if lists != 3 {
-		t.Errorf("%d listings, want 3: a later push lists again", lists)
+	if lists != 4 {
+		t.Errorf("%d listings, want 4: a later push lists again", lists)
 	}
 }

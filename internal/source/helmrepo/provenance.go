@@ -39,7 +39,11 @@ func (c *Client) Provenance(ctx context.Context, repoURL string, cv ChartVersion
 	if answered(err, http.StatusNotFound, http.StatusForbidden) {
 		var status *statusError
 		errors.As(err, &status)
-		return nil, fmt.Errorf("%w: version %s has no provenance file (%s.prov: HTTP %d)", ErrNotVerified, cv.Version, redactURL(archiveURL), status.code)
+		why := "no provenance file"
+		if status.code == http.StatusForbidden {
+			why = "no provenance file that the account may read (missing, or forbidden to it)"
+		}
+		return nil, fmt.Errorf("%w: version %s has %s (%s.prov: HTTP %d)", ErrNotVerified, cv.Version, why, redactURL(archiveURL), status.code)
 	}
 	if err != nil {
 		return nil, err
@@ -167,7 +171,7 @@ func readKeyRing(data []byte) (openpgp.EntityList, error) {
 			return nil, err
 		}
 		if block.Type != openpgp.PublicKeyType {
-			return nil, fmt.Errorf("a %s block, not a %s", block.Type, openpgp.PublicKeyType)
+			continue // a signature, say, kept beside the keys
 		}
 		keys, err := openpgp.ReadKeyRing(block.Body)
 		if err != nil {
@@ -176,7 +180,7 @@ func readKeyRing(data []byte) (openpgp.EntityList, error) {
 		ring = append(ring, keys...)
 	}
 	if len(ring) == 0 {
-		return nil, errors.New("no public key in it")
+		return nil, fmt.Errorf("no %s in it", openpgp.PublicKeyType)
 	}
 	return ring, nil
 }

@@ -791,7 +791,116 @@ type AppStatus struct {
 	// +listType=atomic
 	// +optional
 	RecentTicks []TickRecord `json:"recentTicks,omitempty"`
+
+	// Sync is the App's last ordered sync: a sync of a revision whose
+	// objects have hooks or more than one wave, run phase by phase and wave
+	// by wave over as many ticks as its waits take. A tick that changes
+	// nothing starts none.
+	// +optional
+	Sync *SyncStatus `json:"sync,omitempty"`
 }
+
+// SyncStatus is an ordered sync of a revision: its PreSync hooks, its
+// waves of objects (and Sync hooks), its PostSync hooks, or on a failure
+// its SyncFail hooks.
+type SyncStatus struct {
+	// Revision is the revision synced.
+	Revision string `json:"revision"`
+
+	// Phase is the phase under way (PreSync, Sync, PostSync or SyncFail),
+	// or how the sync ended (Succeeded or Failed).
+	// +kubebuilder:validation:Enum=PreSync;Sync;PostSync;SyncFail;Succeeded;Failed
+	Phase string `json:"phase"`
+
+	// Wave is the wave of the phase under way: being applied, or waited
+	// for until its objects are healthy and its hooks done.
+	// +optional
+	Wave *int32 `json:"wave,omitempty"`
+
+	// Install says the sync is the App's first, when Helm's pre-install
+	// and post-install hooks run (its pre-upgrade and post-upgrade ones run
+	// on the later syncs).
+	// +optional
+	Install bool `json:"install,omitempty"`
+
+	// StartedAt is when the sync started; FinishedAt when it ended.
+	StartedAt metav1.Time `json:"startedAt"`
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+
+	// Message says what the sync waits for, or why it failed.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Message string `json:"message,omitempty"`
+
+	// WaitingSince is when the sync began to wait for the objects of the
+	// wave under way to be healthy; past the App's healthTimeout the sync
+	// fails, rather than wait for ever.
+	// +optional
+	WaitingSince *metav1.Time `json:"waitingSince,omitempty"`
+
+	// Hooks are the hooks the sync ran or runs, in the order it met them,
+	// each once: a restart goes on from here and runs none twice.
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=atomic
+	// +optional
+	Hooks []HookStatus `json:"hooks,omitempty"`
+}
+
+// The phases of a SyncStatus, and how it ends.
+const (
+	SyncPhasePreSync   = "PreSync"
+	SyncPhaseSync      = "Sync"
+	SyncPhasePostSync  = "PostSync"
+	SyncPhaseSyncFail  = "SyncFail"
+	SyncPhaseSucceeded = "Succeeded"
+	SyncPhaseFailed    = "Failed"
+)
+
+// Done says the sync ended.
+func (s *SyncStatus) Done() bool {
+	return s != nil && (s.Phase == SyncPhaseSucceeded || s.Phase == SyncPhaseFailed)
+}
+
+// HookStatus is one hook of a sync.
+type HookStatus struct {
+	// ObjectRef names the hook as created (a generateName hook by the name
+	// the API server gave it).
+	ObjectRef `json:",inline"`
+
+	// GenerateName is the hook's generateName in Git, for a hook that
+	// gives none of its own.
+	// +optional
+	GenerateName string `json:"generateName,omitempty"`
+
+	// Phase is the sync phase it ran in.
+	Phase string `json:"phase"`
+
+	// Wave is its wave in that phase.
+	// +optional
+	Wave int32 `json:"wave,omitempty"`
+
+	// Status is Running, Succeeded or Failed.
+	// +kubebuilder:validation:Enum=Running;Succeeded;Failed
+	Status string `json:"status"`
+
+	// Message says why it failed, or what it waits for.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Message string `json:"message,omitempty"`
+
+	// StartedAt is when plumb created it; FinishedAt when it ended.
+	StartedAt metav1.Time `json:"startedAt"`
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+}
+
+// The outcomes of a HookStatus.
+const (
+	HookRunning   = "Running"
+	HookSucceeded = "Succeeded"
+	HookFailed    = "Failed"
+)
 
 // MaxRecentTicks is how many ticks status.recentTicks keeps.
 const MaxRecentTicks = 10
@@ -946,6 +1055,11 @@ type InventoryEntry struct {
 	// knows the object is as plumb left it without asking the API server.
 	// +optional
 	AppliedFields string `json:"appliedFields,omitempty"`
+
+	// Wave is the sync wave the object was applied in: a prune deletes
+	// the higher waves first.
+	// +optional
+	Wave int32 `json:"wave,omitempty"`
 }
 
 // ObjectRef identifies one Kubernetes object.
@@ -1175,4 +1289,9 @@ const (
 	ReasonVerified = "Verified"
 	// ReasonVerificationFailed: no signature of the revision verified.
 	ReasonVerificationFailed = "VerificationFailed"
+	// ReasonSyncStarted, ReasonSyncSucceeded and ReasonSyncFailed are the
+	// Events of an ordered sync (status.sync).
+	ReasonSyncStarted   = "SyncStarted"
+	ReasonSyncSucceeded = "SyncSucceeded"
+	ReasonSyncFailed    = "SyncFailed"
 )

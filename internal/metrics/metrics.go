@@ -4,6 +4,7 @@
 package metrics
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -38,8 +39,16 @@ type Metrics struct {
 	commitApplied prometheus.Histogram
 	notifications *prometheus.CounterVec
 	notifyRetries *prometheus.CounterVec
+	hooks         *prometheus.CounterVec
+	hookDuration  *prometheus.HistogramVec
 	workqueue     *workqueueMetrics
 }
+
+// hookPhases and hookResults are the label values of the hook series.
+var (
+	hookPhases  = []string{"PreSync", "Sync", "PostSync", "SyncFail"}
+	hookResults = []string{"Succeeded", "Failed"}
+)
 
 // Triggers are the values of plumb_syncs_total's trigger label (the
 // reconcile package's triggers).
@@ -129,10 +138,19 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "plumb_notification_attempt_failures_total",
 			Help: "Failed attempts to deliver a notification, by sink type (each is retried with backoff until it is given up).",
 		}, []string{"sink"}),
+		hooks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plumb_hooks_total",
+			Help: "Hooks of ordered syncs that ended, by sync phase and result (Succeeded or Failed).",
+		}, []string{"phase", "result"}),
+		hookDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "plumb_hook_duration_seconds",
+			Help:    "How long hooks of ordered syncs ran, from their creation to their end, by sync phase.",
+			Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1800},
+		}, []string{"phase"}),
 		workqueue: newWorkqueueMetrics(),
 	}
 	for _, c := range append([]prometheus.Collector{m.ticks, m.phaseFailures, m.tickDuration, m.phaseDuration, m.changes, m.webhooks, m.matched, m.apiRequests, m.syncs, m.commitApplied,
-		m.notifications, m.notifyRetries},
+		m.notifications, m.notifyRetries, m.hooks, m.hookDuration},
 		m.workqueue.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -156,6 +174,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m.apiRequests.WithLabelValues("apply", "true")
 	for _, trigger := range triggers {
 		m.syncs.WithLabelValues(trigger)
+	}
+	for _, phase := range hookPhases {
+		m.hookDuration.WithLabelValues(phase)
+		for _, result := range hookResults {
+			m.hooks.WithLabelValues(phase, result)
+		}
 	}
 	for _, sink := range sinks {
 		for _, result := range []string{"delivered", "failed", "dropped"} {
@@ -210,6 +234,16 @@ func (m *Metrics) ObserveNotification(sink, result string) {
 // ObserveNotificationAttemptFailure counts a failed delivery attempt.
 func (m *Metrics) ObserveNotificationAttemptFailure(sink string) {
 	m.notifyRetries.WithLabelValues(sink).Inc()
+}
+
+// ObserveHook records a hook that ended. A phase or result outside the
+// fixed sets is not recorded (the label sets stay fixed).
+func (m *Metrics) ObserveHook(phase, result string, d time.Duration) {
+	if !slices.Contains(hookPhases, phase) || !slices.Contains(hookResults, result) {
+		return
+	}
+	m.hooks.WithLabelValues(phase, result).Inc()
+	m.hookDuration.WithLabelValues(phase).Observe(max(d, 0).Seconds())
 }
 
 // ObservePhase records how long a phase took.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,30 +44,39 @@ func (s *pass) apply(ctx context.Context) (*fluxssa.ChangeSet, error) {
 			return changes, err
 		}
 	}
-	if err := s.applyObjects(ctx, changes, log); err != nil {
-		return changes, err
+	if s.order.ordered() {
+		return changes, s.applyOrdered(ctx, changes, log)
+	}
+	return changes, s.applyAll(ctx, changes, log)
+}
+
+// applyAll applies every object of the plan at once, then prunes: an
+// unordered revision's Apply phase, and an ordered one's heal.
+func (s *pass) applyAll(ctx context.Context, changes *fluxssa.ChangeSet, log *zap.Logger) error {
+	if err := s.applyObjects(ctx, changes, s.planned.apply, log); err != nil {
+		return err
 	}
 	if err := s.removeAdditions(ctx, changes); err != nil {
-		return changes, err
+		return err
 	}
 	kept, err := s.prune(ctx, changes, log)
 	if err != nil {
-		return changes, err
+		return err
 	}
 	s.recordApplied(kept)
-	return changes, nil
+	return nil
 }
 
-// applyObjects applies the plan's objects with server-side apply, and
+// applyObjects applies objects of the plan with server-side apply, and
 // remembers what each became. When the apply fails, the inventory gains
 // what exists now (applied before, or by this tick), never an object that
 // was refused: a later tick could not prune it, nor the finalizer.
-func (s *pass) applyObjects(ctx context.Context, changes *fluxssa.ChangeSet, log *zap.Logger) error {
-	r, app, key, p, desired, live := s.r, s.app, s.key, s.planned, s.desired, s.live
-	if len(p.apply) == 0 {
+func (s *pass) applyObjects(ctx context.Context, changes *fluxssa.ChangeSet, objects []*unstructured.Unstructured, log *zap.Logger) error {
+	r, app, key, desired, live := s.r, s.app, s.key, s.desired, s.live
+	if len(objects) == 0 {
 		return nil
 	}
-	applied, cs, err := s.applier.ApplyDirect(ctx, p.apply, ssa.DirectOptions{
+	applied, cs, err := s.applier.ApplyDirect(ctx, objects, ssa.DirectOptions{
 		Force:  app.Spec.Force,
 		Exists: func(o *unstructured.Unstructured) bool { return live[idOf(o)] != nil },
 		Wait:   fluxssa.WaitOptions{Interval: 500 * time.Millisecond, Timeout: time.Minute},
@@ -96,10 +106,10 @@ func (s *pass) applyObjects(ctx context.Context, changes *fluxssa.ChangeSet, log
 				refs = append(refs, refOf(d))
 			}
 		}
-		setInventory(app, mergeRefs(app.Status.Inventory, refs), r.appliedFields(key, desired))
+		setInventory(app, mergeRefs(app.Status.Inventory, refs), r.appliedFields(key, desired), s.inventoryWave)
 		return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
 	}
-	log.Info("Applied objects", zap.Int("changed", len(p.apply)))
+	log.Info("Applied objects", zap.Int("changed", len(objects)))
 	return nil
 }
 
@@ -127,6 +137,27 @@ func (s *pass) removeAdditions(ctx context.Context, changes *fluxssa.ChangeSet) 
 	return nil
 }
 
+// inventoryWave is the wave an object of the inventory was applied in:
+// the revision's for a desired object, else what the inventory said.
+func (s *pass) inventoryWave(id objectID) int32 {
+	if s.order != nil {
+		if w, ok := s.order.waves[id]; ok {
+			return int32(w)
+		}
+	}
+	if s.lastWaves == nil {
+		s.lastWaves = map[objectID]int32{}
+		if inv := s.app.Status.Inventory; inv != nil {
+			for _, e := range inv.Entries {
+				if e.Wave != 0 {
+					s.lastWaves[idOfRef(e.ObjectRef)] = e.Wave
+				}
+			}
+		}
+	}
+	return s.lastWaves[id]
+}
+
 // recordApplied sets the inventory to the desired objects and those pruning
 // kept, and forgets what the memory held of objects that left Git.
 func (s *pass) recordApplied(kept []plumbv1.KeptObject) {
@@ -135,7 +166,7 @@ func (s *pass) recordApplied(kept []plumbv1.KeptObject) {
 	for _, k := range kept {
 		refs = append(refs, k.ObjectRef)
 	}
-	setInventory(app, refs, r.appliedFields(key, desired))
+	setInventory(app, refs, r.appliedFields(key, desired), s.inventoryWave)
 	app.Status.Kept = kept
 	ids := map[objectID]bool{}
 	for _, d := range desired {
@@ -166,8 +197,10 @@ func (s *pass) prune(ctx context.Context, changes *fluxssa.ChangeSet, log *zap.L
 		}
 		stale = append(stale, obj)
 	}
-	if len(stale) > 0 {
-		cs, guarded, err := applier.Prune(ctx, stale, owner)
+	// Higher waves first (all in one call when the App has no waves); a
+	// wave that fails leaves the lower ones.
+	for _, wave := range s.byWaveDescending(stale) {
+		cs, guarded, err := applier.Prune(ctx, wave, owner)
 		if cs != nil {
 			changes.Append(cs.Entries)
 			r.reportUnserved(app, cs)
@@ -178,10 +211,34 @@ func (s *pass) prune(ctx context.Context, changes *fluxssa.ChangeSet, log *zap.L
 		if err != nil {
 			return nil, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonPruneFailed, Err: err}
 		}
-		log.Info("Pruned objects", zap.Int("stale", len(stale)), zap.Int("kept", len(guarded)))
+		log.Info("Pruned objects", zap.Int("stale", len(wave)), zap.Int("kept", len(guarded)))
 	}
 	r.reportKept(app, kept)
 	return kept, nil
+}
+
+// byWaveDescending groups stale objects by the wave they were applied in,
+// the highest first.
+func (s *pass) byWaveDescending(stale []*unstructured.Unstructured) [][]*unstructured.Unstructured {
+	if len(stale) == 0 {
+		return nil
+	}
+	groups := map[int32][]*unstructured.Unstructured{}
+	var waves []int32
+	for _, obj := range stale {
+		w := s.inventoryWave(idOf(obj))
+		if _, ok := groups[w]; !ok {
+			waves = append(waves, w)
+		}
+		groups[w] = append(groups[w], obj)
+	}
+	slices.Sort(waves)
+	slices.Reverse(waves)
+	out := make([][]*unstructured.Unstructured, 0, len(waves))
+	for _, w := range waves {
+		out = append(out, groups[w])
+	}
+	return out
 }
 
 // keptInCache reports whether the informer cache shows obj, still the

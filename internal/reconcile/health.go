@@ -201,34 +201,38 @@ func (r *Reconciler) assess(app *plumbv1.App) *plumbv1.HealthStatus {
 		kept[idOfRef(k.ObjectRef)] = true
 	}
 	for _, e := range app.Status.Inventory.Entries {
-		id := idOfRef(e.ObjectRef)
-		if kept[id] {
+		if kept[idOfRef(e.ObjectRef)] {
 			continue
 		}
-		gvk := schema.GroupVersionKind{Group: e.Group, Version: e.Version, Kind: e.Kind}
-		cached, err := r.Observer.Get(gvk, e.Namespace, e.Name)
-		rv, written := r.memory.written(key, id)
-		var result health.Result
-		known := rv != "" && written != (health.Result{})
-		switch {
-		case known && errors.Is(err, informers.ErrNotStarted):
-			// Of a kind whose CRD came with this very apply: watched from
-			// the next tick on.
-			result = written
-		case known && err == nil && cached != nil && olderThan(cached.GetResourceVersion(), rv):
-			result = written // changed by plumb; the cache has not caught up yet
-		case known && err == nil && cached == nil && !r.seen(gvk, e.Namespace, rv):
-			result = written // created by plumb; the cache has not caught up yet
-		case err != nil:
-			result = health.Result{Status: health.Unknown, Message: "not observed: " + err.Error()}
-		case cached == nil:
-			result = health.Result{Status: health.NotFound, Message: "not in the informer cache"}
-		default:
-			result = cached.Health()
-		}
-		summary.Add(e.ObjectRef, result)
+		summary.Add(e.ObjectRef, r.objectHealth(key, e.ObjectRef))
 	}
 	return summary.Status()
+}
+
+// objectHealth is one of the App's objects' health: from the informer
+// cache, or as plumb's own last write left it while the cache has not
+// caught up with that write.
+func (r *Reconciler) objectHealth(key types.NamespacedName, ref plumbv1.ObjectRef) health.Result {
+	id := idOfRef(ref)
+	gvk := schema.GroupVersionKind{Group: ref.Group, Version: ref.Version, Kind: ref.Kind}
+	cached, err := r.Observer.Get(gvk, ref.Namespace, ref.Name)
+	rv, written := r.memory.written(key, id)
+	known := rv != "" && written != (health.Result{})
+	switch {
+	case known && errors.Is(err, informers.ErrNotStarted):
+		// Of a kind whose CRD came with this very apply: watched from
+		// the next tick on.
+		return written
+	case known && err == nil && cached != nil && olderThan(cached.GetResourceVersion(), rv):
+		return written // changed by plumb; the cache has not caught up yet
+	case known && err == nil && cached == nil && !r.seen(gvk, ref.Namespace, rv):
+		return written // created by plumb; the cache has not caught up yet
+	case err != nil:
+		return health.Result{Status: health.Unknown, Message: "not observed: " + err.Error()}
+	case cached == nil:
+		return health.Result{Status: health.NotFound, Message: "not in the informer cache"}
+	}
+	return cached.Health()
 }
 
 // seen reports whether the informer of gvk in namespace has caught up with

@@ -46,6 +46,10 @@ type Applier interface {
 	Prune(ctx context.Context, stale []*unstructured.Unstructured, owner ssa.Owner) (*fluxssa.ChangeSet, []ssa.Kept, error)
 	Disown(ctx context.Context, obj *unstructured.Unstructured, owner ssa.Owner) error
 	Denied(ctx context.Context, user string, accesses []ssa.Access) ([]string, error)
+	// CreateHook, GetHook and DeleteHook run an ordered sync's hooks.
+	CreateHook(ctx context.Context, obj *unstructured.Unstructured) (*unstructured.Unstructured, error)
+	GetHook(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, error)
+	DeleteHook(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) error
 }
 
 // Credentials serves the Secrets Apps name for their source's credentials
@@ -88,6 +92,9 @@ type MetricsRecorder interface {
 	// ObserveCommitToApplied records how long after its commit a revision
 	// became live.
 	ObserveCommitToApplied(d time.Duration)
+	// ObserveHook records how a hook of an ordered sync ended (result
+	// Succeeded or Failed) in its phase, and how long it ran.
+	ObserveHook(phase, result string, d time.Duration)
 }
 
 // noMetrics records nothing.
@@ -99,3 +106,4 @@ func (noMetrics) ObservePhaseFailure(string, string)        {}
 func (noMetrics) ObserveChange(string, int)                 {}
 func (noMetrics) ObserveSync(string)                        {}
 func (noMetrics) ObserveCommitToApplied(time.Duration)      {}
+func (noMetrics) ObserveHook(string, string, time.Duration) {}

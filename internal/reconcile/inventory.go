@@ -82,12 +82,12 @@ func mergeRefs(inv *plumbv1.Inventory, refs []plumbv1.ObjectRef) []plumbv1.Objec
 // setInventory stores refs in a stable order, each with the digest of the
 // fields plumb owned after its last write of it (appliedFields; "" when
 // none is known).
-func setInventory(app *plumbv1.App, refs []plumbv1.ObjectRef, appliedFields func(objectID) string) {
+func setInventory(app *plumbv1.App, refs []plumbv1.ObjectRef, appliedFields func(objectID) string, wave func(objectID) int32) {
 	entries := make([]plumbv1.InventoryEntry, len(refs))
 	keys := make(map[objectID]string, len(refs))
 	for i, ref := range refs {
 		id := idOfRef(ref)
-		entries[i] = plumbv1.InventoryEntry{ObjectRef: ref, AppliedFields: appliedFields(id)}
+		entries[i] = plumbv1.InventoryEntry{ObjectRef: ref, AppliedFields: appliedFields(id), Wave: wave(id)}
 		keys[id] = ref.Group + "/" + ref.Kind + "/" + ref.Namespace + "/" + ref.Name
 	}
 	sort.Slice(entries, func(i, j int) bool {

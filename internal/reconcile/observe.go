@@ -18,6 +18,7 @@ import (
 	"github.com/plumb-dev/plumb/informers/compact"
 	"github.com/plumb-dev/plumb/internal/diff"
 	"github.com/plumb-dev/plumb/internal/source"
+	"github.com/plumb-dev/plumb/internal/syncorder"
 	"github.com/plumb-dev/plumb/ssa"
 )
 
@@ -75,8 +76,13 @@ func (k *tickKinds) isPending(gvk schema.GroupVersionKind) bool {
 // hash. The hash of an object prepared from the very rendered object of
 // the last tick, at the same generation (and so the same namespace, which
 // its ID holds), is not computed again: an unchanged tick hashes nothing.
-func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstructured.Unstructured, *tickKinds, error) {
+func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstructured.Unstructured, *tickKinds, *ordering, error) {
 	key := types.NamespacedName{Namespace: app.Namespace, Name: app.Name}
+	revision := result.Revision.String()
+	order := &ordering{waves: map[objectID]int{}, install: app.Status.LastAppliedRevision == ""}
+	if sync := app.Status.Sync; sync != nil && sync.Revision == revision {
+		order.install = sync.Install // the sync under way keeps what it began with
+	}
 	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 	defaultNamespace := app.Namespace
 	if app.Spec.TargetNamespace != "" {
@@ -84,7 +90,7 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 	}
 	defined, crds, err := definedKinds(result)
 	if err != nil {
-		return nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+		return nil, nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 	}
 	kinds := newTickKinds(r.Mapper)
 	desired := make([]*unstructured.Unstructured, 0, len(result.Objects))
@@ -92,7 +98,7 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 		obj, decoded := crds[o]
 		if !decoded {
 			if obj, err = o.Decode(); err != nil {
-				return nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+				return nil, nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 			}
 		}
 		diff.Normalize(obj)
@@ -109,7 +115,7 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 			}
 		}
 		if err != nil {
-			return nil, nil, &PhaseError{Phase: PhaseObserve, Reason: plumbv1.ReasonObserveFailed, Detail: "UnknownKind",
+			return nil, nil, nil, &PhaseError{Phase: PhaseObserve, Reason: plumbv1.ReasonObserveFailed, Detail: "UnknownKind",
 				Err: fmt.Errorf("%s (from %s): %w", gvk, o.Source, err)}
 		}
 		switch {
@@ -118,15 +124,36 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 		case obj.GetNamespace() == "":
 			obj.SetNamespace(defaultNamespace)
 		}
+		place, applied, err := syncorder.Place(obj, order.install)
+		if err != nil {
+			return nil, nil, nil, &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: string(source.ReasonInvalidManifest),
+				Err: fmt.Errorf("%s (from %s): %w", revision, o.Source, err)}
+		}
+		if !applied {
+			continue // a Skip hook, or a Helm hook of events plumb never runs
+		}
+		if place.Hook {
+			labels := obj.GetLabels()
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			for k, v := range owner.Labels() { // its events reach the App's informers, and so the sync waiting for it
+				labels[k] = v
+			}
+			obj.SetLabels(labels)
+			order.hooks = append(order.hooks, hookObject{obj: obj, place: place})
+			continue
+		}
 		ignoreFor(app, obj).Strip(obj)
 		id := idOf(obj)
+		order.waves[id] = place.Wave
 		last := r.memory.stampOf(key, id)
 		if last.from != o || last.generation != app.Generation {
 			last = stamp{from: o, generation: app.Generation}
 		}
 		hash, err := ssa.StampContent(obj, owner, last.hash)
 		if err != nil {
-			return nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+			return nil, nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 		}
 		if last.hash != hash {
 			last.hash = hash
@@ -134,7 +161,7 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 		}
 		desired = append(desired, obj)
 	}
-	return desired, kinds, nil
+	return desired, kinds, order, nil
 }
 
 // ignoreFor collects the App's ignore rules that select obj.
@@ -187,7 +214,7 @@ const catchUpTimeout = 5 * time.Second
 // waits for the informer to catch up, so that a lagging cache is not taken
 // for a deletion or a change by someone else.
 func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app *plumbv1.App, desired []*unstructured.Unstructured,
-	tk *tickKinds, log *zap.Logger) (map[objectID]*compact.Object, error) {
+	hooks []hookObject, tk *tickKinds, log *zap.Logger) (map[objectID]*compact.Object, error) {
 	fail := func(detail string, err error) error {
 		return &PhaseError{Phase: PhaseObserve, Reason: plumbv1.ReasonObserveFailed, Detail: detail, Err: err}
 	}
@@ -197,6 +224,12 @@ func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app 
 		if !tk.isPending(obj.GroupVersionKind()) {
 			kinds[obj.GroupVersionKind()] = true
 			namespaces[obj.GetNamespace()] = true
+		}
+	}
+	for _, h := range hooks { // watched, so that a hook's end brings the sync forward
+		if gvk := h.obj.GroupVersionKind(); !tk.isPending(gvk) {
+			kinds[gvk] = true
+			namespaces[h.obj.GetNamespace()] = true
 		}
 	}
 	if app.Status.Inventory != nil {

@@ -42,7 +42,15 @@ type pass struct {
 	applier  Applier
 	live     map[objectID]*compact.Object
 	planned  *plan
-	waiting  string // why the tick would wait for its dependsOn (a preview's)
+	// order places the revision's objects in an ordered sync (hooks and
+	// waves); syncRequested says the tick answers a new sync request, which
+	// syncs a revision whose sync failed again; syncWaiting says what the
+	// sync under way waits for when the tick ends.
+	order         *ordering
+	syncRequested bool
+	syncWaiting   string
+	lastWaves     map[objectID]int32 // the inventory's waves, read once (inventoryWave)
+	waiting       string             // why the tick would wait for its dependsOn (a preview's)
 	// held ends a tick's plan early, and well: it waits for its dependsOn.
 	held *dependencyWait
 }
@@ -112,7 +120,7 @@ func (s *pass) admit(ctx context.Context) error {
 			s.waiting = c.Reason + ": " + c.Message
 		}
 	}
-	if err := s.guard(func() (err error) { s.desired, s.kinds, err = s.r.prepare(s.app, s.result); return err }); err != nil {
+	if err := s.guard(func() (err error) { s.desired, s.kinds, s.order, err = s.r.prepare(s.app, s.result); return err }); err != nil {
 		return err
 	}
 	if err := s.r.checkNamespaces(s.app, s.desired, s.revision); err != nil {
@@ -151,7 +159,11 @@ func (s *pass) failedAhead(err error, at time.Time) {
 func (s *pass) observe(ctx context.Context) error {
 	s.next(PhaseObserve)
 	var err error
-	if s.live, err = s.r.observe(ctx, s.key, s.app, s.desired, s.kinds, s.log.With(zap.String("phase", string(PhaseObserve)))); err != nil {
+	var hooks []hookObject
+	if s.order != nil {
+		hooks = s.order.hooks
+	}
+	if s.live, err = s.r.observe(ctx, s.key, s.app, s.desired, hooks, s.kinds, s.log.With(zap.String("phase", string(PhaseObserve)))); err != nil {
 		return err
 	}
 	markSuccess(s.app, PhaseObserve, s.r.now())

@@ -17,6 +17,7 @@ import (
 	"github.com/plumb-dev/plumb/internal/impersonation"
 	"github.com/plumb-dev/plumb/internal/repourl"
 	"github.com/plumb-dev/plumb/internal/source/git"
+	"github.com/plumb-dev/plumb/internal/syncorder"
 	"github.com/plumb-dev/plumb/ssa"
 )
 
@@ -191,6 +192,21 @@ func (s *pass) authorize(ctx context.Context, serviceAccount string) error {
 	for id, d := range p.drifted {
 		if !p.left[id] && len(d.additions) > 0 && d.live != nil {
 			writes = append(writes, ssa.Access{Verb: "patch", Object: d.live.Identity()})
+		}
+	}
+	if s.runsHooks() {
+		// Hooks are created, read and deleted as the ServiceAccount too.
+		for _, h := range s.order.hooks {
+			verbs := []string{"create", "get"}
+			if h.obj.GetName() != "" {
+				verbs = append(verbs, "patch")
+			}
+			if h.obj.GetName() != "" && h.place.Has(syncorder.BeforeHookCreation) || h.place.Has(syncorder.HookSucceeded) || h.place.Has(syncorder.HookFailed) {
+				verbs = append(verbs, "delete")
+			}
+			for _, verb := range verbs {
+				writes = append(writes, ssa.Access{Verb: verb, Object: h.obj})
+			}
 		}
 	}
 	if app.Spec.PruneEnabled() {

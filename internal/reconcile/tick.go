@@ -259,7 +259,7 @@ func (r *Reconciler) skip(t *tick) (queue.Outcome, bool) {
 		t.log.Debug("Skipped suspended App", zap.String("phase", "start"), zap.String("revision", app.Status.LastAppliedRevision))
 		return queue.Every(t.interval), true
 	}
-	if healthOnly(t.wake, t.cause, t.marks) {
+	if healthOnly(t.wake, t.cause, t.marks) && !syncUnderWay(app) {
 		t.onlyIfChanged = true
 		r.reassess(app, t.log)
 		return queue.Kept(t.interval), true
@@ -307,6 +307,9 @@ func (r *Reconciler) finish(t *tick, changes *fluxssa.ChangeSet, err error, star
 		verdict, _ = r.settleHealth(app, outcome, newWait)
 		r.metrics().ObservePhase(string(PhaseHealth), r.now().Sub(healthStart))
 	}
+	if syncUnderWay(app) {
+		r.reportSyncUnderWay(app)
+	}
 	r.notifyOutcome(app, err)
 	var phaseErr *PhaseError
 	took := r.now().Sub(start)
@@ -325,6 +328,11 @@ func (r *Reconciler) finish(t *tick, changes *fluxssa.ChangeSet, err error, star
 	}
 	if last := app.Status.LastSuccessfulTickTime; err == nil && last != nil {
 		r.memory.succeeded(t.key, last.Time)
+	}
+	if syncUnderWay(app) && err == nil {
+		// Its objects' and hooks' events bring the next tick forward; this
+		// is the net under them.
+		return queue.Every(min(t.interval, syncPollInterval)), nil
 	}
 	return queue.Every(t.interval), err
 }
@@ -401,6 +409,8 @@ func (r *Reconciler) now() time.Time {
 // tick before Observe.
 func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, wake queue.Wake, timer *phaseTimer, log *zap.Logger) (*fluxssa.ChangeSet, *dependencyWait, error) {
 	s := r.newPass(app, log, timer)
+	request := app.Annotations[plumbv1.AnnotationSyncRequestedAt]
+	s.syncRequested = request != "" && request != app.Status.LastHandledSyncRequest
 	if err := s.plan(ctx, func(ctx context.Context) (*source.Result, error) { return r.readPhase(ctx, app, wake) }); err != nil || s.held != nil {
 		return nil, s.held, err
 	}
@@ -414,7 +424,7 @@ func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, wake queue.Wake,
 	markSuccess(app, PhaseApply, r.now())
 	s.next("")
 	r.countChanges(changes)
-	if len(s.planned.left) == 0 {
+	if len(s.planned.left) == 0 && s.syncWaiting == "" {
 		// A revision that follows an earlier one went live: how long after
 		// its commit (an App's first revision measures its creation, not a
 		// delivery, and is not counted).

@@ -143,6 +143,21 @@ func Place(obj *unstructured.Unstructured, install bool) (p Placement, applied b
 	return p, true, nil
 }
 
+// IsHook reports whether annotations make an object a hook (which, unlike
+// an ordinary object, may be named by a generateName): an Argo CD hook or
+// its alias (Skip alone aside), or a Helm hook (crd-install aside).
+func IsHook(annotations map[string]string) bool {
+	hook, err := annotation(annotations, AnnotationHook)
+	if err != nil {
+		return true // Place names the disagreement
+	}
+	if hook != "" {
+		return strings.TrimSpace(hook) != skip
+	}
+	helm := strings.TrimSpace(annotations[HelmHook])
+	return helm != "" && helm != "crd-install"
+}
+
 // annotation is the value of an Argo CD annotation, or of its plumb.dev/
 // alias; both set to different values is an error.
 func annotation(annotations map[string]string, name string) (string, error) {

@@ -16,6 +16,8 @@ import (
 	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/plumb-dev/plumb/internal/syncorder"
 )
 
 // Source is where an object was written.
@@ -188,10 +190,15 @@ func validate(u *unstructured.Unstructured) error {
 		return fmt.Errorf("%s has no metadata", kind)
 	}
 	if name, ok := meta["name"].(string); !ok || name == "" {
-		if _, hasGenerate := meta["generateName"]; hasGenerate {
-			return fmt.Errorf("%s uses metadata.generateName, which GitOps cannot track: set metadata.name", kind)
+		generate, hasGenerate := meta["generateName"].(string)
+		switch {
+		case hasGenerate && generate != "" && syncorder.IsHook(u.GetAnnotations()):
+			// A hook is created anew each sync, not tracked: it may.
+		case hasGenerate:
+			return fmt.Errorf("%s uses metadata.generateName, which GitOps cannot track: set metadata.name (only a hook, argocd.argoproj.io/hook, may use generateName)", kind)
+		default:
+			return fmt.Errorf("%s has no metadata.name", kind)
 		}
-		return fmt.Errorf("%s has no metadata.name", kind)
 	}
 	if ns, present := meta["namespace"]; present {
 		if _, ok := ns.(string); !ok {
@@ -298,6 +305,9 @@ func Duplicates(objects []Object) error {
 	seen := make(map[ID]Source, len(objects))
 	var msgs []string
 	for _, o := range objects {
+		if o.GetName() == "" {
+			continue // a hook named by generateName: each is created anew
+		}
 		id := IDOf(o.Unstructured)
 		if first, dup := seen[id]; dup {
 			msgs = append(msgs, fmt.Sprintf("%s is defined twice: in %s and in %s", id, first, o.Source))

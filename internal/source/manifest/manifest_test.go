@@ -261,3 +261,22 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A hook may be named by a generateName, since each sync creates it anew;
+// an ordinary object, or one that is never applied (Skip), may not.
+func TestOnlyAHookMayUseGenerateName(t *testing.T) {
+	for annotations, ok := range map[string]bool{
+		`{argocd.argoproj.io/hook: PreSync}`:  true,
+		`{plumb.dev/hook: PostSync}`:          true,
+		`{helm.sh/hook: pre-install}`:         true,
+		`{argocd.argoproj.io/hook: Skip}`:     false,
+		`{helm.sh/hook: crd-install}`:         false,
+		`{argocd.argoproj.io/sync-wave: "1"}`: false,
+	} {
+		data := "apiVersion: batch/v1\nkind: Job\nmetadata:\n  generateName: migrate-\n  annotations: " + annotations + "\n"
+		_, err := Parse("job.yaml", []byte(data))
+		if (err == nil) != ok {
+			t.Errorf("a Job named by generateName with annotations %s: %v, want accepted %v", annotations, err, ok)
+		}
+	}
+}

@@ -1,0 +1,348 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/queue"
+)
+
+// This package's control plane runs no Job controller: the tests end the
+// hook Jobs themselves, by writing the status the Job controller would
+// (e2e/ordered_test.go runs them on a real one).
+
+// waveConfigMap is a ConfigMap in a sync wave.
+func waveConfigMap(name string, wave int) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  annotations:\n    argocd.argoproj.io/sync-wave: %q\n", name, strconv.Itoa(wave))
+}
+
+// hookJob is a Job hook of phases, named or (generate) named by a prefix.
+func hookJob(name, phases, policy string, generate bool) string {
+	field := "name"
+	if generate {
+		field = "generateName"
+	}
+	out := fmt.Sprintf("apiVersion: batch/v1\nkind: Job\nmetadata:\n  %s: %s\n  annotations:\n    argocd.argoproj.io/hook: %s\n", field, name, phases)
+	if policy != "" {
+		out += "    argocd.argoproj.io/hook-delete-policy: " + policy + "\n"
+	}
+	return out + "spec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: run\n        image: busybox\n"
+}
+
+// hookConfigMap is a passive hook: done once it exists.
+func hookConfigMap(name, phases string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  annotations:\n    argocd.argoproj.io/hook: %s\n", name, phases)
+}
+
+// endJob writes the status the Job controller would write when the Job
+// ends: Complete, or Failed with a reason.
+func endJob(t *testing.T, namespace, name string, ok bool) {
+	t.Helper()
+	ctx := context.Background()
+	job := &batchv1.Job{}
+	if err := admin(t).Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, job); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	conditions := []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+	if ok {
+		job.Status.Succeeded = 1
+		job.Status.CompletionTime = &now
+		conditions = append([]batchv1.JobCondition{{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now}}, conditions...)
+	} else {
+		job.Status.Failed = 1
+		conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now},
+			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now},
+		}
+	}
+	job.Status.StartTime = &now
+	job.Status.Conditions = conditions
+	if err := admin(t).Status().Update(ctx, job); err != nil {
+		t.Fatalf("ending Job %s: %v", name, err)
+	}
+}
+
+// jobsOf lists the hook Jobs of an App's namespace.
+func jobsOf(t *testing.T, namespace string) []batchv1.Job {
+	t.Helper()
+	var jobs batchv1.JobList
+	if err := admin(t).List(context.Background(), &jobs, client.InNamespace(namespace)); err != nil {
+		t.Fatal(err)
+	}
+	return jobs.Items
+}
+
+// rvOf is the resourceVersion of a ConfigMap of the namespace, as a
+// number: the API server's order of writes.
+func rvOf(t *testing.T, namespace, name string) int {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: namespace, Name: name}, cm); err != nil {
+		t.Fatalf("ConfigMap %s: %v", name, err)
+	}
+	rv, err := strconv.Atoi(cm.ResourceVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rv
+}
+
+// An ordered sync runs its PreSync hook, then its waves lowest first,
+// then its PostSync Job, waited for over ticks; only then is the revision
+// applied. The hooks run once: a later tick that changes nothing starts
+// no sync and asks the API server nothing about hooks.
+func TestAnOrderedSyncRunsHooksAndWavesInOrder(t *testing.T) {
+	_, repo := newRepo(t, map[string]string{
+		"deploy/presync.yaml":  hookConfigMap("schema", "PreSync"),
+		"deploy/first.yaml":    waveConfigMap("first", -1),
+		"deploy/second.yaml":   waveConfigMap("second", 0),
+		"deploy/third.yaml":    waveConfigMap("third", 5),
+		"deploy/postsync.yaml": hookJob("smoke-", "PostSync", "HookSucceeded", true),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+
+	got := h.tick(t, key, queue.WakeTimer)
+	sync := got.Status.Sync
+	if sync == nil || sync.Phase != plumbv1.SyncPhasePostSync || !sync.Install {
+		t.Fatalf("status.sync = %+v, want the install sync waiting in PostSync", sync)
+	}
+	if got.Status.LastAppliedRevision != "" {
+		t.Errorf("the revision is applied (%s) while its PostSync hook runs", got.Status.LastAppliedRevision)
+	}
+	if ready := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionReady); ready == nil || ready.Status != metav1.ConditionUnknown ||
+		!strings.Contains(ready.Message, "PostSync hook Job/"+app.Namespace+"/smoke-") {
+		t.Errorf("Ready = %+v, want Unknown saying the PostSync hook runs", ready)
+	}
+	schema, first, second, third := rvOf(t, app.Namespace, "schema"), rvOf(t, app.Namespace, "first"), rvOf(t, app.Namespace, "second"), rvOf(t, app.Namespace, "third")
+	if !(schema < first && first < second && second < third) {
+		t.Errorf("written in the order PreSync %d, wave -1 %d, wave 0 %d, wave 5 %d; want that order", schema, first, second, third)
+	}
+	jobs := jobsOf(t, app.Namespace)
+	if len(jobs) != 1 || !strings.HasPrefix(jobs[0].Name, "smoke-") || jobs[0].Labels[plumbv1.LabelAppName] != app.Name {
+		t.Fatalf("hook Jobs %v, want one smoke-* with the App's labels", jobs)
+	}
+	if rv, _ := strconv.Atoi(jobs[0].ResourceVersion); rv < third {
+		t.Errorf("the PostSync Job (%d) was created before the last wave (%d)", rv, third)
+	}
+	for _, e := range got.Status.Inventory.Entries {
+		if e.Name == "schema" || e.Kind == "Job" {
+			t.Errorf("hook %s/%s is in the inventory", e.Kind, e.Name)
+		}
+	}
+
+	// Still running: the next tick waits, and creates nothing more.
+	got = h.tick(t, key, queue.WakeEvent)
+	if got.Status.Sync.Phase != plumbv1.SyncPhasePostSync || len(jobsOf(t, app.Namespace)) != 1 {
+		t.Errorf("a tick while the hook runs: phase %s, %d Jobs; want PostSync, 1", got.Status.Sync.Phase, len(jobsOf(t, app.Namespace)))
+	}
+
+	endJob(t, app.Namespace, jobs[0].Name, true)
+	got = h.tick(t, key, queue.WakeEvent)
+	ready(t, got)
+	if got.Status.Sync.Phase != plumbv1.SyncPhaseSucceeded || got.Status.LastAppliedRevision != got.Status.Sync.Revision {
+		t.Fatalf("after the hook ended: sync %+v, applied %s; want Succeeded and the revision applied", got.Status.Sync, got.Status.LastAppliedRevision)
+	}
+	waitGone(t, admin(t), &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: jobs[0].Name}})
+	hooks := got.Status.Sync.Hooks
+	if len(hooks) != 2 || hooks[0].Name != "schema" || hooks[0].Status != plumbv1.HookSucceeded ||
+		hooks[1].Name != jobs[0].Name || hooks[1].GenerateName != "smoke-" || hooks[1].Status != plumbv1.HookSucceeded {
+		t.Errorf("status.sync.hooks = %+v, want schema and the Job, both Succeeded", hooks)
+	}
+
+	// Nothing changes: no sync, no hook, no request about one.
+	h.counter.Reset()
+	got = h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	if n := len(jobsOf(t, app.Namespace)); n != 0 {
+		t.Errorf("an unchanged tick made %d hook Jobs", n)
+	}
+	if reqs := append(h.counter.Matching("/jobs"), h.counter.Matching("POST")...); len(reqs) != 0 {
+		t.Errorf("an unchanged tick asked %v", reqs)
+	}
+}
+
+// A PreSync hook that fails stops the sync: no object of its waves is
+// applied, the SyncFail hook runs, the Apply phase fails naming the hook,
+// and later ticks do not try again (nor run its hooks) until a sync is
+// asked for.
+func TestAFailedPreSyncHookRunsSyncFailAndAppliesNothing(t *testing.T) {
+	_, repo := newRepo(t, map[string]string{
+		"deploy/migrate.yaml": hookJob("migrate", "PreSync", "", false),
+		"deploy/app.yaml":     waveConfigMap("app", 0),
+		"deploy/later.yaml":   waveConfigMap("later", 1),
+		"deploy/cleanup.yaml": hookConfigMap("cleanup", "SyncFail"),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+
+	got := h.tick(t, key, queue.WakeTimer)
+	if got.Status.Sync == nil || got.Status.Sync.Phase != plumbv1.SyncPhasePreSync {
+		t.Fatalf("status.sync = %+v, want PreSync waiting for migrate", got.Status.Sync)
+	}
+	endJob(t, app.Namespace, "migrate", false)
+	got = h.tick(t, key, queue.WakeEvent)
+	msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, "SyncFailed")
+	if !strings.Contains(msg, "PreSync hook Job/"+app.Namespace+"/migrate failed: the Job failed: BackoffLimitExceeded") {
+		t.Errorf("the Apply phase's error %q does not name the failed hook and why", msg)
+	}
+	if got.Status.Sync.Phase != plumbv1.SyncPhaseFailed {
+		t.Errorf("sync phase %s, want Failed", got.Status.Sync.Phase)
+	}
+	for _, name := range []string{"app", "later"} {
+		if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: name}, &corev1.ConfigMap{}); err == nil {
+			t.Errorf("ConfigMap %s was applied after its PreSync hook failed", name)
+		}
+	}
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "cleanup"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("the SyncFail hook did not run: %v", err)
+	}
+
+	// Later ticks fail the same way and run nothing again.
+	migrate := &batchv1.Job{}
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "migrate"}, migrate); err != nil {
+		t.Fatal(err)
+	}
+	got = h.tick(t, key, queue.WakeTimer)
+	failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, "SyncFailed")
+	again := &batchv1.Job{}
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "migrate"}, again); err != nil || again.UID != migrate.UID {
+		t.Errorf("a tick after the failed sync ran the hook again (%v)", err)
+	}
+
+	// A sync request syncs again: the hook is created anew (BeforeHookCreation).
+	updateApp(t, h, key, func(a *plumbv1.App) {
+		a.Annotations = map[string]string{plumbv1.AnnotationSyncRequestedAt: "2026-12-07T08:00:00Z"}
+	})
+	got = h.tick(t, key, queue.WakeEvent) // the last run is deleted first (BeforeHookCreation)
+	if !strings.Contains(got.Status.Sync.Message, "its last run is being deleted") {
+		t.Errorf("after a sync request: %+v, want the last run of migrate being deleted", got.Status.Sync)
+	}
+	waitGone(t, admin(t), &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "migrate"}})
+	got = h.tick(t, key, queue.WakeEvent) // then made again
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "migrate"}, again); err != nil || again.UID == migrate.UID {
+		t.Errorf("after a sync request: Job migrate %v (%v), want it created again", again.UID, err)
+	}
+	if got.Status.Sync.Phase != plumbv1.SyncPhasePreSync {
+		t.Errorf("after a sync request: phase %s (%s), want PreSync running the hook again", got.Status.Sync.Phase, got.Status.Sync.Message)
+	}
+}
+
+// A wave whose objects are not healthy holds back the next: here a
+// Deployment (no controller makes it available in this control plane),
+// until the test writes the status a controller would.
+func TestAWaveWaitsUntilTheLastIsHealthy(t *testing.T) {
+	deployment := "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: db\n  annotations:\n    argocd.argoproj.io/sync-wave: \"0\"\n" +
+		"spec:\n  replicas: 1\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}}\n    spec:\n      containers: [{name: db, image: postgres}]\n"
+	_, repo := newRepo(t, map[string]string{
+		"deploy/db.yaml":  deployment,
+		"deploy/app.yaml": waveConfigMap("app", 1),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+
+	got := h.tick(t, key, queue.WakeTimer)
+	if got.Status.Sync == nil || got.Status.Sync.Wave == nil || *got.Status.Sync.Wave != 0 ||
+		!strings.Contains(got.Status.Sync.Message, "Deployment") {
+		t.Fatalf("status.sync = %+v, want waiting in wave 0 for the Deployment", got.Status.Sync)
+	}
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "app"}, &corev1.ConfigMap{}); err == nil {
+		t.Fatal("wave 1 was applied before wave 0 was healthy")
+	}
+	markAvailable(t, h, app.Namespace, "db")
+	got = h.tick(t, key, queue.WakeEvent)
+	if got.Status.Sync.Phase != plumbv1.SyncPhaseSucceeded {
+		t.Fatalf("after the Deployment became available: sync %+v, want Succeeded", got.Status.Sync)
+	}
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "app"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("wave 1 after wave 0 became healthy: %v", err)
+	}
+}
+
+// markAvailable writes the status the Deployment controller writes for a
+// rolled-out Deployment, and waits for the informer to see it.
+func markAvailable(t *testing.T, h *harness, namespace, name string) {
+	t.Helper()
+	ctx := context.Background()
+	d := &appsv1.Deployment{}
+	if err := admin(t).Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, d); err != nil {
+		t.Fatal(err)
+	}
+	d.Status.ObservedGeneration = d.Generation
+	d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.ReadyReplicas, d.Status.AvailableReplicas = 1, 1, 1, 1
+	d.Status.Conditions = []appsv1.DeploymentCondition{{Type: "Available", Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"},
+		{Type: "Progressing", Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable"}}
+	if err := admin(t).Status().Update(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	waitCached(t, h, d)
+}
+
+// Objects that left Git are pruned in reverse wave order: the highest
+// wave first.
+func TestPruneGoesFromTheHighestWaveDown(t *testing.T) {
+	w, repo := newRepo(t, map[string]string{
+		"deploy/a.yaml":    waveConfigMap("a", 0),
+		"deploy/b.yaml":    waveConfigMap("b", 1),
+		"deploy/c.yaml":    waveConfigMap("c", 2),
+		"deploy/stay.yaml": waveConfigMap("stay", 3),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	ready(t, h.tick(t, key, queue.WakeTimer))
+	pushed(t, w, map[string]string{"deploy/a.yaml": "", "deploy/b.yaml": "", "deploy/c.yaml": ""})
+	h.counter.Reset()
+	got := h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	var order []string
+	for _, req := range h.counter.Matching("DELETE") {
+		order = append(order, req[strings.LastIndex(req, "/")+1:strings.Index(req, "?")])
+	}
+	if strings.Join(order, ",") != "c,b,a" {
+		t.Errorf("pruned in the order %v, want c, b, a (the highest wave first)", order)
+	}
+}
+
+// Hooks are created as the App's ServiceAccount, and the pre-flight asks
+// about them with the objects: a ServiceAccount that may not create Jobs
+// fails the tick before anything is applied, its hook or its objects.
+func TestHooksNeedTheServiceAccountsRights(t *testing.T) {
+	_, repo := newRepo(t, map[string]string{
+		"deploy/migrate.yaml": hookJob("migrate-", "PreSync", "", true),
+		"deploy/app.yaml":     waveConfigMap("app", 0),
+	})
+	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.ServiceAccountName = "deployer"; noWait(a) })
+	key := client.ObjectKeyFromObject(app)
+	serviceAccount(t, app.Namespace, "deployer", allVerbs...) // ConfigMaps, Secrets, Deployments: no Jobs
+	h := newHarnessAs(t, restrictedController(t), Policy{})
+	got := h.tick(t, key, queue.WakeTimer)
+	msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, plumbv1.ReasonApplyFailed)
+	for _, want := range []string{"jobs", "system:serviceaccount:" + app.Namespace + ":deployer", "nothing was applied or pruned"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Ready message %q does not name %q", msg, want)
+		}
+	}
+	if n := len(jobsOf(t, app.Namespace)); n != 0 {
+		t.Errorf("%d hook Jobs created", n)
+	}
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "app"}, &corev1.ConfigMap{}); err == nil {
+		t.Error("ConfigMap app was applied")
+	}
+}

@@ -139,8 +139,18 @@ type Kept struct {
 // annotated enabled (deleting them deletes what is in them, or every
 // object of their kind).
 func PruneGuard(obj *unstructured.Unstructured) (Guard, bool) {
-	return pruneGuard(obj.GroupVersionKind(), obj.GetAnnotations()[plumbv1.AnnotationPrune])
+	annotations := obj.GetAnnotations()
+	if annotations[HelmResourcePolicy] == "keep" && annotations[plumbv1.AnnotationPrune] != "enabled" {
+		return Guard{Reason: "ResourcePolicyKeep", Message: "annotated " + HelmResourcePolicy + ": keep, which Helm never deletes; remove the annotation (or annotate " +
+			plumbv1.AnnotationPrune + ": enabled) to let plumb prune it"}, true
+	}
+	return pruneGuard(obj.GroupVersionKind(), annotations[plumbv1.AnnotationPrune])
 }
+
+// HelmResourcePolicy is Helm's annotation that, set to keep, keeps an
+// object that leaves the chart; the prune guard reads it from the live
+// object (a cached one does not hold it: Prune reads it whole).
+const HelmResourcePolicy = "helm.sh/resource-policy"
 
 // PruneGuardLive is PruneGuard for a cached live object.
 func PruneGuardLive(obj *compact.Object) (Guard, bool) {

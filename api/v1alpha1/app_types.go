@@ -804,8 +804,11 @@ type AppStatus struct {
 // waves of objects (and Sync hooks), its PostSync hooks, or on a failure
 // its SyncFail hooks.
 type SyncStatus struct {
-	// Revision is the revision synced.
+	// Revision is the revision synced, and Generation the App's spec:
+	// another of either is another sync.
 	Revision string `json:"revision"`
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
 
 	// Phase is the phase under way (PreSync, Sync, PostSync or SyncFail),
 	// or how the sync ended (Succeeded or Failed).
@@ -828,10 +831,16 @@ type SyncStatus struct {
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 
-	// Message says what the sync waits for, or why it failed.
+	// Message says what the sync waits for, or how it ended.
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Message string `json:"message,omitempty"`
+
+	// Failure says what failed the sync: kept while its SyncFail hooks
+	// run, and after.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Failure string `json:"failure,omitempty"`
 
 	// WaitingSince is when the sync began to wait for the objects of the
 	// wave under way to be healthy; past the App's healthTimeout the sync

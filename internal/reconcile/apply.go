@@ -47,6 +47,7 @@ func (s *pass) apply(ctx context.Context) (*fluxssa.ChangeSet, error) {
 	if s.order.ordered() {
 		return changes, s.applyOrdered(ctx, changes, log)
 	}
+	s.app.Status.Sync = nil // status.sync is an ordered revision's
 	return changes, s.applyAll(ctx, changes, log)
 }
 
@@ -182,14 +183,14 @@ func (s *pass) recordApplied(kept []plumbv1.KeptObject) {
 // kept is read from the informer cache (it still carries the App's labels):
 // an unchanged tick asks the API server nothing about it.
 func (s *pass) prune(ctx context.Context, changes *fluxssa.ChangeSet, log *zap.Logger) ([]plumbv1.KeptObject, error) {
-	r, app, applier, desired, kinds := s.r, s.app, s.applier, s.desired, s.kinds
+	r, app, applier := s.r, s.app, s.applier
 	if !app.Spec.PruneEnabled() {
 		return nil, nil
 	}
 	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 	var kept []plumbv1.KeptObject
 	var stale []*unstructured.Unstructured
-	for _, obj := range r.staleObjects(app.Status.Inventory, desired, kinds) {
+	for _, obj := range s.stale() {
 		if guard, ok := r.keptInCache(obj, owner); ok {
 			kept = append(kept, keptObject(obj, guard))
 			changes.Add(fluxssa.ChangeSetEntry{Subject: idOf(obj).String(), Action: ssa.KeptAction})
@@ -300,6 +301,21 @@ func (r *Reconciler) reportUnserved(app *plumbv1.App, cs *fluxssa.ChangeSet) {
 // scope its kind has (the server's, or the scope a CRD in the render
 // declares): an object that is desired under any spelling of its ID (a
 // cluster-scoped one recorded with a namespace, say) is never stale.
+func (s *pass) stale() []*unstructured.Unstructured {
+	stale := s.r.staleObjects(s.app.Status.Inventory, s.desired, s.kinds)
+	if s.order == nil || len(s.order.hookIDs) == 0 {
+		return stale
+	}
+	out := stale[:0:0]
+	for _, obj := range stale {
+		if !s.order.hookIDs[idOf(obj)] {
+			out = append(out, obj)
+		}
+	}
+	return out
+}
+
+// staleObjects are the objects of the inventory that are not desired.
 func (r *Reconciler) staleObjects(inv *plumbv1.Inventory, desired []*unstructured.Unstructured, kinds *tickKinds) []*unstructured.Unstructured {
 	if inv == nil {
 		return nil

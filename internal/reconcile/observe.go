@@ -79,10 +79,11 @@ func (k *tickKinds) isPending(gvk schema.GroupVersionKind) bool {
 func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstructured.Unstructured, *tickKinds, *ordering, error) {
 	key := types.NamespacedName{Namespace: app.Namespace, Name: app.Name}
 	revision := result.Revision.String()
-	order := &ordering{waves: map[objectID]int{}, install: app.Status.LastAppliedRevision == ""}
-	if sync := app.Status.Sync; sync != nil && sync.Revision == revision {
+	order := &ordering{waves: map[objectID]int{}, hookIDs: map[objectID]bool{}, install: app.Status.LastAppliedRevision == ""}
+	if sync := app.Status.Sync; sync != nil && sync.Revision == revision && sync.Generation == app.Generation {
 		order.install = sync.Install // the sync under way keeps what it began with
 	}
+	runs := 0 // the hooks' runs of a sync (one per phase): status.sync.hooks holds them all
 	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 	defaultNamespace := app.Namespace
 	if app.Spec.TargetNamespace != "" {
@@ -133,6 +134,16 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 			continue // a Skip hook, or a Helm hook of events plumb never runs
 		}
 		if place.Hook {
+			if obj.GetName() != "" {
+				order.hookIDs[idOf(obj)] = true // never pruned, though an older plumb applied it as an object
+			}
+			if !place.In(syncorder.PreSync) && !place.In(syncorder.Sync) && !place.In(syncorder.PostSync) && !place.In(syncorder.SyncFail) {
+				continue // not run by this sync (Helm's pre-install on an upgrade; delete hooks)
+			}
+			if runs += len(place.Phases); runs > maxHookRuns {
+				return nil, nil, nil, &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: string(source.ReasonLimitExceeded),
+					Err: fmt.Errorf("%s: more than %d hook runs in one sync (a hook counts once per phase)", revision, maxHookRuns)}
+			}
 			labels := obj.GetLabels()
 			if labels == nil {
 				labels = map[string]string{}
@@ -141,7 +152,13 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 				labels[k] = v
 			}
 			obj.SetLabels(labels)
-			order.hooks = append(order.hooks, hookObject{obj: obj, place: place})
+			h := hookObject{obj: obj, place: place}
+			for _, other := range order.hooks { // hooks of one generateName are told apart by their order
+				if other.obj.GetName() == "" && other.obj.GetGenerateName() == obj.GetGenerateName() && idOf(other.obj) == idOf(obj) {
+					h.ordinal++
+				}
+			}
+			order.hooks = append(order.hooks, h)
 			continue
 		}
 		ignoreFor(app, obj).Strip(obj)

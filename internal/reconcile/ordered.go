@@ -11,12 +11,15 @@ import (
 	fluxssa "github.com/fluxcd/pkg/ssa"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/internal/health"
 	"github.com/plumb-dev/plumb/internal/syncorder"
+	"github.com/plumb-dev/plumb/ssa"
 )
 
 // An ordered sync is the Apply phase of a revision whose objects have
@@ -32,12 +35,19 @@ import (
 // whose objects are ordered but that changes nothing starts no sync, and
 // runs no hook.
 
+// maxHookRuns bounds the hooks' runs of one sync (status.sync.hooks
+// holds each).
+const maxHookRuns = 100
+
 // ordering is the placement of a revision's objects.
 type ordering struct {
 	// waves of the ordinary objects, by ID (absent: wave 0).
 	waves map[objectID]int
-	// hooks are the revision's hooks, in the order Git lists them.
+	// hooks are the hooks this sync runs, in the order Git lists them.
 	hooks []hookObject
+	// hookIDs are every named hook of the revision, run or not: none is
+	// pruned, though an older plumb applied hooks as ordinary objects.
+	hookIDs map[objectID]bool
 	// install says the sync is the App's first (Helm's pre-install).
 	install bool
 }
@@ -47,6 +57,9 @@ type ordering struct {
 type hookObject struct {
 	obj   *unstructured.Unstructured
 	place syncorder.Placement
+	// ordinal tells apart hooks of one kind, namespace and generateName:
+	// the n-th such hook of Git is the n-th such run of the sync.
+	ordinal int
 }
 
 // ordered says the revision needs an ordered sync: a hook, or objects in
@@ -68,6 +81,15 @@ func (o *ordering) ordered() bool {
 	return false
 }
 
+// hookObjects are the hooks' objects.
+func (o *ordering) hookObjects() []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, 0, len(o.hooks))
+	for _, h := range o.hooks {
+		out = append(out, h.obj)
+	}
+	return out
+}
+
 // waveOf is an ordinary object's wave.
 func (o *ordering) waveOf(obj *unstructured.Unstructured) int {
 	if o == nil {
@@ -80,29 +102,71 @@ func (o *ordering) waveOf(obj *unstructured.Unstructured) int {
 // of its objects or hooks comes: a safety net, not its pace.
 const syncPollInterval = 15 * time.Second
 
-// applyOrdered runs the Apply phase of an ordered revision: it starts a
-// sync of the revision when the plan changes something and no sync of it
-// ran, goes on with the one under way, and heals a revision whose sync
-// succeeded as an unordered one is (no hook runs for a heal). A sync that
-// failed is not tried again until a new revision or a sync request.
+// applyOrdered runs the Apply phase of an ordered revision. A sync is of
+// a revision and a spec (generation): the one under way goes on; one that
+// succeeded has its drift healed as an unordered revision's is (no hook
+// runs for a heal); one that failed is not tried again until a sync
+// request. Another revision or spec starts a new sync when the plan
+// changes something, once the running hooks of the sync before it ended
+// (a migration is never cut short, nor run twice at once); when it changes
+// nothing, it is recorded as synced, and no hook runs.
 func (s *pass) applyOrdered(ctx context.Context, changes *fluxssa.ChangeSet, log *zap.Logger) error {
 	app := s.app
 	sync := app.Status.Sync
+	same := sync != nil && sync.Revision == s.revision && sync.Generation == app.Generation
+	retry := same && sync.Phase == plumbv1.SyncPhaseFailed && s.syncRequested
 	switch {
-	case sync == nil || sync.Revision != s.revision || (sync.Phase == plumbv1.SyncPhaseFailed && s.syncRequested):
-		if !s.changesAnything() {
-			return nil
-		}
-		sync = &plumbv1.SyncStatus{Revision: s.revision, Phase: plumbv1.SyncPhasePreSync, Install: s.order.install, StartedAt: metav1.NewTime(s.r.now())}
-		app.Status.Sync = sync
-		s.r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonSyncStarted, "ordered sync of revision %s started", s.revision)
-	case sync.Phase == plumbv1.SyncPhaseSucceeded:
+	case same && !sync.Done():
+		return s.runSync(ctx, sync, changes, log)
+	case same && sync.Phase == plumbv1.SyncPhaseSucceeded:
 		return s.applyAll(ctx, changes, log)
-	case sync.Phase == plumbv1.SyncPhaseFailed:
+	case same && !retry:
 		return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Detail: "SyncFailed",
-			Err: fmt.Errorf("the sync of revision %s failed: %s (a new revision or `plumb sync` syncs again)", sync.Revision, sync.Message)}
+			Err: fmt.Errorf("the sync of revision %s failed: %s (a new revision or `plumb sync` syncs again)", sync.Revision, sync.Failure)}
 	}
-	return s.runSync(ctx, sync, changes, log)
+	if sync != nil && !sync.Done() {
+		if waiting, err := s.letHooksEnd(ctx, sync); err != nil || waiting != "" {
+			s.syncWaiting = waiting
+			return err
+		}
+	}
+	now := metav1.NewTime(s.r.now())
+	next := &plumbv1.SyncStatus{Revision: s.revision, Generation: app.Generation, Phase: plumbv1.SyncPhasePreSync, Install: s.order.install, StartedAt: now}
+	if !s.changesAnything() && !retry {
+		next.Phase, next.FinishedAt, next.Message = plumbv1.SyncPhaseSucceeded, &now, "nothing to change: no hook ran"
+		app.Status.Sync = next
+		return nil
+	}
+	app.Status.Sync = next
+	s.r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonSyncStarted, "ordered sync of revision %s started", s.revision)
+	return s.runSync(ctx, next, changes, log)
+}
+
+// letHooksEnd reads the hooks still running of a sync that a new one
+// replaces, and says which one the new sync waits for.
+func (s *pass) letHooksEnd(ctx context.Context, sync *plumbv1.SyncStatus) (string, error) {
+	for i := range sync.Hooks {
+		st := &sync.Hooks[i]
+		if st.Status != plumbv1.HookRunning {
+			continue
+		}
+		gvk := schema.GroupVersionKind{Group: st.Group, Version: st.Version, Kind: st.Kind}
+		live, err := s.applier.GetHook(ctx, gvk, st.Namespace, st.Name)
+		if err != nil {
+			return "", applyFailed(err)
+		}
+		status, message := hookOutcome(live)
+		if status == plumbv1.HookRunning && s.r.now().Sub(st.StartedAt.Time) > s.hookTimeout() {
+			status, message = plumbv1.HookFailed, fmt.Sprintf("did not end within %s (the App's timeout)", s.hookTimeout())
+		}
+		if status == plumbv1.HookRunning {
+			sync.Message = fmt.Sprintf("revision %s waits for %s hook %s of revision %s to end", s.revision, st.Phase, hookName(st), sync.Revision)
+			return sync.Message, nil
+		}
+		finished := metav1.NewTime(s.r.now())
+		st.Status, st.Message, st.FinishedAt = status, truncate(message, 512), &finished
+	}
+	return "", nil
 }
 
 // runsHooks says this tick's Apply phase may run hooks: a sync of the
@@ -112,13 +176,16 @@ func (s *pass) runsHooks() bool {
 		return false
 	}
 	sync := s.app.Status.Sync
+	same := sync != nil && sync.Revision == s.revision && sync.Generation == s.app.Generation
 	switch {
-	case sync != nil && sync.Revision == s.revision && !sync.Done():
+	case same && !sync.Done():
 		return true
-	case sync == nil || sync.Revision != s.revision || sync.Phase == plumbv1.SyncPhaseFailed && s.syncRequested:
-		return s.changesAnything()
+	case same && sync.Phase == plumbv1.SyncPhaseFailed:
+		return s.syncRequested
+	case same:
+		return false
 	}
-	return false
+	return s.changesAnything()
 }
 
 // changesAnything says the plan applies or prunes something.
@@ -126,12 +193,15 @@ func (s *pass) changesAnything() bool {
 	if len(s.planned.apply) > 0 {
 		return true
 	}
-	return s.app.Spec.PruneEnabled() && len(s.r.staleObjects(s.app.Status.Inventory, s.desired, s.kinds)) > 0
+	return s.app.Spec.PruneEnabled() && len(s.stale()) > 0
 }
 
 // runSync goes on with the sync from its phase, as far as it can without
 // waiting. It ends the tick with the sync waiting (s.syncWaiting), done,
-// or failed (an error naming what failed).
+// or failed (an error naming what failed). A refusal of the API server
+// (an object it finds invalid or forbidden) fails the sync as a failed
+// hook does; any other error (the API server unreachable) ends the tick
+// with the sync where it was, to go on at the retry.
 func (s *pass) runSync(ctx context.Context, sync *plumbv1.SyncStatus, changes *fluxssa.ChangeSet, log *zap.Logger) error {
 	for range 8 { // each round moves to a later phase; SyncFail is the last
 		var (
@@ -151,7 +221,10 @@ func (s *pass) runSync(ctx context.Context, sync *plumbv1.SyncStatus, changes *f
 			return nil
 		}
 		if err != nil {
-			return err
+			if !refused(err) || sync.Phase == plumbv1.SyncPhaseSyncFail {
+				return err
+			}
+			failed = err.Error()
 		}
 		if waiting != "" {
 			sync.Message = waiting
@@ -159,7 +232,7 @@ func (s *pass) runSync(ctx context.Context, sync *plumbv1.SyncStatus, changes *f
 			return nil
 		}
 		if failed != "" && sync.Phase != plumbv1.SyncPhaseSyncFail {
-			sync.Message = failed
+			sync.Failure = truncate(failed, 1024)
 			sync.Wave, sync.WaitingSince = nil, nil
 			s.r.Events.Eventf(s.app, corev1.EventTypeWarning, plumbv1.ReasonSyncFailed, "revision %s: %s", sync.Revision, truncate(failed, 1000))
 			sync.Phase = plumbv1.SyncPhaseSyncFail
@@ -177,10 +250,17 @@ func (s *pass) runSync(ctx context.Context, sync *plumbv1.SyncStatus, changes *f
 		case plumbv1.SyncPhaseSyncFail:
 			s.endSync(sync, plumbv1.SyncPhaseFailed, failed)
 			return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Detail: "SyncFailed",
-				Err: fmt.Errorf("the sync of revision %s failed: %s", sync.Revision, sync.Message)}
+				Err: fmt.Errorf("the sync of revision %s failed: %s", sync.Revision, sync.Failure)}
 		}
 	}
 	return nil
+}
+
+// refused says the API server refused a write for good (the object is
+// invalid, forbidden, or conflicts), as opposed to not answering.
+func refused(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) ||
+		apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err)
 }
 
 // endSync records how the sync ended. A SyncFail hook's own failure is
@@ -190,10 +270,10 @@ func (s *pass) endSync(sync *plumbv1.SyncStatus, phase, syncFailHook string) {
 	sync.Phase, sync.FinishedAt = phase, &now
 	sync.Wave, sync.WaitingSince = nil, nil
 	if syncFailHook != "" {
-		sync.Message = truncate(sync.Message+"; then "+syncFailHook, 1024)
+		sync.Failure = truncate(sync.Failure+"; then "+syncFailHook, 1024)
 	}
+	sync.Message = ""
 	if phase == plumbv1.SyncPhaseSucceeded {
-		sync.Message = ""
 		s.r.Events.Eventf(s.app, corev1.EventTypeNormal, plumbv1.ReasonSyncSucceeded, "ordered sync of revision %s succeeded", sync.Revision)
 	}
 }
@@ -273,20 +353,33 @@ func (s *pass) runHookWave(ctx context.Context, sync *plumbv1.SyncStatus, phase 
 func (s *pass) hookTimeout() time.Duration { return s.app.Spec.TimeoutOrDefault() }
 
 // stepHook moves one hook on: it creates a hook that has not run in this
-// sync (a named one with BeforeHookCreation after its last run is gone),
-// reads one that runs, and deletes one that ended by its delete policy.
-// wait says what it waits for before it can be created.
+// sync, reads one that runs, and deletes one that ended by its delete
+// policy. A named hook is made only where no object of that name is, or
+// where the App's own hook of that name is (with BeforeHookCreation, that
+// last run is deleted first and waited for): it never takes over, nor
+// deletes, an object of another App or of someone else. wait says what
+// it waits for before it can be created.
 func (s *pass) stepHook(ctx context.Context, sync *plumbv1.SyncStatus, h hookObject, phase syncorder.Phase, log *zap.Logger) (*plumbv1.HookStatus, string, error) {
 	now := s.r.now()
 	st := findHook(sync, h, phase)
 	if st == nil {
-		gvk := h.obj.GroupVersionKind()
-		if name := h.obj.GetName(); name != "" && h.place.Has(syncorder.BeforeHookCreation) {
+		if name := h.obj.GetName(); name != "" {
+			gvk := h.obj.GroupVersionKind()
 			live, err := s.applier.GetHook(ctx, gvk, h.obj.GetNamespace(), name)
 			if err != nil {
 				return nil, "", applyFailed(err)
 			}
-			if live != nil {
+			owner := ssa.Owner{Name: s.app.Name, Namespace: s.app.Namespace}
+			switch {
+			case live != nil && !owner.Owns(live):
+				return s.failHook(sync, h, phase, fmt.Sprintf("%s %s/%s exists and is not this App's: rename the hook, or remove that object", gvk.Kind, h.obj.GetNamespace(), name)), "", nil
+			case live != nil && h.place.Has(syncorder.BeforeHookCreation):
+				if sync.WaitingSince == nil {
+					since := metav1.NewTime(now)
+					sync.WaitingSince = &since
+				} else if now.Sub(sync.WaitingSince.Time) > s.hookTimeout() {
+					return s.failHook(sync, h, phase, fmt.Sprintf("its last run was not deleted within %s", s.hookTimeout())), "", nil
+				}
 				if live.GetDeletionTimestamp() == nil {
 					if err := s.applier.DeleteHook(ctx, gvk, h.obj.GetNamespace(), name); err != nil {
 						return nil, "", applyFailed(err)
@@ -295,19 +388,18 @@ func (s *pass) stepHook(ctx context.Context, sync *plumbv1.SyncStatus, h hookObj
 				return nil, fmt.Sprintf("%s hook %s %s/%s: its last run is being deleted before it is created again", phase, gvk.Kind, h.obj.GetNamespace(), name), nil
 			}
 		}
+		sync.WaitingSince = nil
 		created, err := s.applier.CreateHook(ctx, h.obj)
-		hook := plumbv1.HookStatus{ObjectRef: refOf(h.obj), GenerateName: h.obj.GetGenerateName(), Phase: string(phase),
-			Wave: int32(h.place.Wave), Status: plumbv1.HookRunning, StartedAt: metav1.NewTime(now)}
 		if err != nil {
-			finished := metav1.NewTime(now)
-			hook.Status, hook.Message, hook.FinishedAt = plumbv1.HookFailed, truncate(err.Error(), 512), &finished
-			sync.Hooks = append(sync.Hooks, hook)
-			return &sync.Hooks[len(sync.Hooks)-1], "", nil
+			if !refused(err) {
+				return nil, "", applyFailed(err)
+			}
+			return s.failHook(sync, h, phase, err.Error()), "", nil
 		}
-		hook.ObjectRef = refOf(created)
-		sync.Hooks = append(sync.Hooks, hook)
-		log.Info("Created hook", zap.String("hook", hookName(&hook)), zap.String("syncPhase", string(phase)), zap.Int("wave", h.place.Wave))
+		sync.Hooks = append(sync.Hooks, plumbv1.HookStatus{ObjectRef: refOf(created), GenerateName: h.obj.GetGenerateName(), Phase: string(phase),
+			Wave: int32(h.place.Wave), Status: plumbv1.HookRunning, StartedAt: metav1.NewTime(now)})
 		st = &sync.Hooks[len(sync.Hooks)-1]
+		log.Info("Created hook", zap.String("hook", hookName(st)), zap.String("syncPhase", string(phase)), zap.Int("wave", h.place.Wave))
 		if isPassive(created) {
 			s.endHook(ctx, st, h, plumbv1.HookSucceeded, "")
 			return st, "", nil
@@ -316,8 +408,7 @@ func (s *pass) stepHook(ctx context.Context, sync *plumbv1.SyncStatus, h hookObj
 	if st.Status != plumbv1.HookRunning {
 		return st, "", nil
 	}
-	gvk := h.obj.GroupVersionKind()
-	live, err := s.applier.GetHook(ctx, gvk, st.Namespace, st.Name)
+	live, err := s.applier.GetHook(ctx, h.obj.GroupVersionKind(), st.Namespace, st.Name)
 	if err != nil {
 		return nil, "", applyFailed(err)
 	}
@@ -330,6 +421,20 @@ func (s *pass) stepHook(ctx context.Context, sync *plumbv1.SyncStatus, h hookObj
 		s.endHook(ctx, st, h, status, message)
 	}
 	return st, "", nil
+}
+
+// failHook records a hook that could not be created as failed.
+func (s *pass) failHook(sync *plumbv1.SyncStatus, h hookObject, phase syncorder.Phase, message string) *plumbv1.HookStatus {
+	now := metav1.NewTime(s.r.now())
+	sync.WaitingSince = nil
+	sync.Hooks = append(sync.Hooks, plumbv1.HookStatus{ObjectRef: refOf(h.obj), GenerateName: h.obj.GetGenerateName(), Phase: string(phase),
+		Wave: int32(h.place.Wave), Status: plumbv1.HookFailed, Message: truncate(message, 512), StartedAt: now, FinishedAt: &now})
+	st := &sync.Hooks[len(sync.Hooks)-1]
+	if st.Name == "" {
+		st.Name = h.obj.GetGenerateName() + "*"
+	}
+	s.r.metrics().ObserveHook(st.Phase, plumbv1.HookFailed, 0)
+	return st
 }
 
 // endHook records how a hook ended and deletes it if its delete policy
@@ -345,17 +450,24 @@ func (s *pass) endHook(ctx context.Context, st *plumbv1.HookStatus, h hookObject
 	s.r.metrics().ObserveHook(st.Phase, status, finished.Sub(st.StartedAt.Time))
 }
 
-// findHook is the status of h in phase p of this sync, if it ran.
+// findHook is the status of h in phase p of this sync, if it ran: of a
+// hook named by a generateName, the ordinal-th run of that generateName.
 func findHook(sync *plumbv1.SyncStatus, h hookObject, phase syncorder.Phase) *plumbv1.HookStatus {
 	gvk := h.obj.GroupVersionKind()
+	seen := 0
 	for i := range sync.Hooks {
 		st := &sync.Hooks[i]
 		if st.Phase != string(phase) || st.Kind != gvk.Kind || st.Group != gvk.Group || st.Namespace != h.obj.GetNamespace() {
 			continue
 		}
-		if name := h.obj.GetName(); name != "" && st.Name == name && st.GenerateName == "" ||
-			name == "" && st.GenerateName == h.obj.GetGenerateName() {
+		switch name := h.obj.GetName(); {
+		case name != "" && st.Name == name && st.GenerateName == "":
 			return st
+		case name == "" && st.GenerateName == h.obj.GetGenerateName():
+			if seen == h.ordinal {
+				return st
+			}
+			seen++
 		}
 	}
 	return nil
@@ -432,6 +544,12 @@ func (s *pass) runWaves(ctx context.Context, sync *plumbv1.SyncStatus, changes *
 		}
 		if err := s.applyObjects(ctx, changes, batch, log); err != nil {
 			return "", "", err
+		}
+		if len(batch) > 0 {
+			// In the inventory from now on: a sync that fails or is
+			// replaced before its end leaves nothing that no prune, nor the
+			// finalizer, would find.
+			setInventory(s.app, mergeRefs(s.app.Status.Inventory, refsOf(batch)), s.r.appliedFields(s.key, s.desired), s.inventoryWave)
 		}
 		if waiting, failed, err = s.runHookWave(ctx, sync, syncorder.Sync, w, log); failed != "" || err != nil {
 			return "", failed, err

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -13,6 +14,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -164,15 +166,16 @@ func TestAnOrderedSyncRunsHooksAndWavesInOrder(t *testing.T) {
 		t.Errorf("status.sync.hooks = %+v, want schema and the Job, both Succeeded", hooks)
 	}
 
-	// Nothing changes: no sync, no hook, no request about one.
+	// Nothing changes: no sync, no hook, no request at all.
+	got = h.tick(t, key, queue.WakeTimer) // the status write of the last one
 	h.counter.Reset()
-	got = h.tick(t, key, queue.WakeTimer)
+	got = h.tick(t, key, queue.WakeEvent)
 	ready(t, got)
 	if n := len(jobsOf(t, app.Namespace)); n != 0 {
 		t.Errorf("an unchanged tick made %d hook Jobs", n)
 	}
-	if reqs := append(h.counter.Matching("/jobs"), h.counter.Matching("POST")...); len(reqs) != 0 {
-		t.Errorf("an unchanged tick asked %v", reqs)
+	if reqs := h.counter.Take(); len(reqs) != 0 {
+		t.Errorf("an unchanged tick made requests: %v", reqs)
 	}
 }
 
@@ -185,7 +188,7 @@ func TestAFailedPreSyncHookRunsSyncFailAndAppliesNothing(t *testing.T) {
 		"deploy/migrate.yaml": hookJob("migrate", "PreSync", "", false),
 		"deploy/app.yaml":     waveConfigMap("app", 0),
 		"deploy/later.yaml":   waveConfigMap("later", 1),
-		"deploy/cleanup.yaml": hookConfigMap("cleanup", "SyncFail"),
+		"deploy/cleanup.yaml": hookJob("cleanup", "SyncFail", "", false),
 	})
 	app := newApp(t, repo, noWait)
 	key := client.ObjectKeyFromObject(app)
@@ -196,6 +199,11 @@ func TestAFailedPreSyncHookRunsSyncFailAndAppliesNothing(t *testing.T) {
 		t.Fatalf("status.sync = %+v, want PreSync waiting for migrate", got.Status.Sync)
 	}
 	endJob(t, app.Namespace, "migrate", false)
+	got = h.tick(t, key, queue.WakeEvent)
+	if got.Status.Sync.Phase != plumbv1.SyncPhaseSyncFail || !strings.Contains(got.Status.Sync.Failure, "migrate failed") {
+		t.Fatalf("status.sync = %+v, want SyncFail running its hook, the failure kept", got.Status.Sync)
+	}
+	endJob(t, app.Namespace, "cleanup", true)
 	got = h.tick(t, key, queue.WakeEvent)
 	msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, "SyncFailed")
 	if !strings.Contains(msg, "PreSync hook Job/"+app.Namespace+"/migrate failed: the Job failed: BackoffLimitExceeded") {
@@ -209,7 +217,7 @@ func TestAFailedPreSyncHookRunsSyncFailAndAppliesNothing(t *testing.T) {
 			t.Errorf("ConfigMap %s was applied after its PreSync hook failed", name)
 		}
 	}
-	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "cleanup"}, &corev1.ConfigMap{}); err != nil {
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "cleanup"}, &batchv1.Job{}); err != nil {
 		t.Errorf("the SyncFail hook did not run: %v", err)
 	}
 
@@ -344,5 +352,278 @@ func TestHooksNeedTheServiceAccountsRights(t *testing.T) {
 	}
 	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "app"}, &corev1.ConfigMap{}); err == nil {
 		t.Error("ConfigMap app was applied")
+	}
+}
+
+// helm.sh/resource-policy: keep is plumb's prune guard: an object so
+// annotated that leaves Git is kept, and said to be.
+func TestHelmsKeepPolicyKeepsAnObjectFromPruning(t *testing.T) {
+	w, repo := newRepo(t, map[string]string{
+		"deploy/data.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: data\n  annotations:\n    helm.sh/resource-policy: keep\n",
+		"deploy/tmp.yaml":  configMapYAML("tmp"),
+		"deploy/stay.yaml": configMapYAML("stay"),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	ready(t, h.tick(t, key, queue.WakeTimer))
+	pushed(t, w, map[string]string{"deploy/data.yaml": "", "deploy/tmp.yaml": ""})
+	got := h.tick(t, key, queue.WakeTimer)
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "data"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("the kept ConfigMap was pruned: %v", err)
+	}
+	waitGone(t, admin(t), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "tmp"}})
+	if len(got.Status.Kept) != 1 || got.Status.Kept[0].Name != "data" || got.Status.Kept[0].Reason != "ResourcePolicyKeep" {
+		t.Errorf("status.kept = %+v, want data kept (ResourcePolicyKeep)", got.Status.Kept)
+	}
+}
+
+// A revision pushed while a sync's hook runs waits for it: the running
+// Job is neither deleted nor run twice at once; once it ended, the new
+// revision's sync starts.
+func TestANewRevisionWaitsForTheRunningHooks(t *testing.T) {
+	w, repo := newRepo(t, map[string]string{
+		"deploy/migrate.yaml": hookJob("migrate", "PreSync", "", false),
+		"deploy/app.yaml":     waveConfigMap("app", 0),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	first := h.tick(t, key, queue.WakeTimer)
+	running := &batchv1.Job{}
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "migrate"}, running); err != nil {
+		t.Fatal(err)
+	}
+	pushed(t, w, map[string]string{"deploy/app.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata: {v: \"2\"}\n"})
+	got := h.tick(t, key, queue.WakeTimer)
+	if got.Status.Sync.Revision != first.Status.Sync.Revision || !strings.Contains(got.Status.Sync.Message, "waits for PreSync hook Job/"+app.Namespace+"/migrate") {
+		t.Errorf("status.sync = %+v, want the new revision waiting for the running hook", got.Status.Sync)
+	}
+	still := &batchv1.Job{}
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "migrate"}, still); err != nil || still.UID != running.UID {
+		t.Fatalf("the running hook Job: %v (%v), want it left running", still.UID, err)
+	}
+	endJob(t, app.Namespace, "migrate", true)
+	got = h.tick(t, key, queue.WakeEvent)
+	if got.Status.Sync.Revision == first.Status.Sync.Revision {
+		t.Errorf("after the hook ended: status.sync = %+v, want the new revision's sync", got.Status.Sync)
+	}
+}
+
+// A revision that changes none of the App's objects is synced as it is,
+// without hooks; a drift after it is healed without them too.
+func TestARevisionThatChangesNothingRunsNoHook(t *testing.T) {
+	w, repo := newRepo(t, map[string]string{
+		"deploy/schema.yaml": hookConfigMap("schema", "PreSync"),
+		"deploy/app.yaml":    waveConfigMap("app", 0),
+		"deploy/more.yaml":   waveConfigMap("more", 1),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	ready(t, h.tick(t, key, queue.WakeTimer))
+	schema := rvOf(t, app.Namespace, "schema")
+	next := pushed(t, w, map[string]string{"README.md": "not deployed\n"})
+	got := h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	if !strings.HasSuffix(got.Status.Sync.Revision, next) || got.Status.Sync.Phase != plumbv1.SyncPhaseSucceeded || len(got.Status.Sync.Hooks) != 0 {
+		t.Errorf("status.sync = %+v, want the new revision synced without hooks", got.Status.Sync)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "app"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data = map[string]string{"drifted": "yes"}
+	if err := admin(t).Update(context.Background(), cm, client.FieldOwner("kubectl-edit")); err != nil {
+		t.Fatal(err)
+	}
+	waitCached(t, h, cm)
+	ready(t, h.tick(t, key, queue.WakeEvent))
+	if got := rvOf(t, app.Namespace, "schema"); got != schema {
+		t.Errorf("the PreSync hook was written again (%d, was %d) by a no-op revision or a heal", got, schema)
+	}
+}
+
+// A controller restarted in the middle of a wave goes on from status.sync:
+// the PreSync hook that ended is not run again.
+func TestARestartedControllerGoesOnWithoutRunningAHookTwice(t *testing.T) {
+	deployment := "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: db\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: db}}\n" +
+		"  template:\n    metadata: {labels: {app: db}}\n    spec:\n      containers: [{name: db, image: postgres}]\n"
+	_, repo := newRepo(t, map[string]string{
+		"deploy/migrate.yaml": hookJob("migrate-", "PreSync", "", true),
+		"deploy/db.yaml":      deployment,
+		"deploy/app.yaml":     waveConfigMap("app", 1),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	h.tick(t, key, queue.WakeTimer)
+	jobs := jobsOf(t, app.Namespace)
+	if len(jobs) != 1 {
+		t.Fatalf("%d Jobs, want the PreSync one", len(jobs))
+	}
+	endJob(t, app.Namespace, jobs[0].Name, true)
+	got := h.tick(t, key, queue.WakeEvent)
+	if got.Status.Sync.Phase != plumbv1.SyncPhaseSync || got.Status.Sync.Wave == nil || *got.Status.Sync.Wave != 0 {
+		t.Fatalf("status.sync = %+v, want waiting in wave 0", got.Status.Sync)
+	}
+	restarted := newHarness(t) // nothing remembered but the App's status
+	if got = restarted.tick(t, key, queue.WakeTimer); got.Status.Sync.Phase != plumbv1.SyncPhaseSync {
+		t.Fatalf("the restarted controller's first tick: status.sync = %+v, want still waiting in wave 0", got.Status.Sync)
+	}
+	markAvailable(t, restarted, app.Namespace, "db")
+	got = restarted.tick(t, key, queue.WakeEvent)
+	if got.Status.Sync.Phase != plumbv1.SyncPhaseSucceeded {
+		t.Fatalf("after the restart: status.sync = %+v, want Succeeded", got.Status.Sync)
+	}
+	if n := len(jobsOf(t, app.Namespace)); n != 1 {
+		t.Errorf("%d hook Jobs after the restart, want the one that ran", n)
+	}
+}
+
+// Hooks of one generateName are as many runs; a named hook never takes
+// over an object that is not the App's, nor a hook goes where the
+// controller's policy keeps objects from going.
+func TestHooksAreToldApartAndKeepToTheirOwn(t *testing.T) {
+	t.Run("two hooks of one generateName run twice", func(t *testing.T) {
+		gen := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  generateName: seed-\n  annotations:\n    argocd.argoproj.io/hook: PreSync\n"
+		_, repo := newRepo(t, map[string]string{"deploy/a.yaml": gen, "deploy/b.yaml": gen, "deploy/app.yaml": waveConfigMap("app", 0)})
+		app := newApp(t, repo, noWait)
+		h := newHarness(t)
+		ready(t, h.tick(t, client.ObjectKeyFromObject(app), queue.WakeTimer))
+		var cms corev1.ConfigMapList
+		if err := admin(t).List(context.Background(), &cms, client.InNamespace(app.Namespace)); err != nil {
+			t.Fatal(err)
+		}
+		seeds := 0
+		for _, cm := range cms.Items {
+			if strings.HasPrefix(cm.Name, "seed-") {
+				seeds++
+			}
+		}
+		if seeds != 2 {
+			t.Errorf("%d seed-* hooks, want 2", seeds)
+		}
+	})
+	t.Run("a named hook does not take over another's object", func(t *testing.T) {
+		_, repo := newRepo(t, map[string]string{"deploy/schema.yaml": hookConfigMap("schema", "PreSync"), "deploy/app.yaml": waveConfigMap("app", 0)})
+		app := newApp(t, repo, noWait)
+		theirs := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "schema", Labels: map[string]string{plumbv1.LabelAppName: "other", plumbv1.LabelAppNamespace: app.Namespace}}}
+		if err := admin(t).Create(context.Background(), theirs); err != nil {
+			t.Fatal(err)
+		}
+		h := newHarness(t)
+		got := h.tick(t, client.ObjectKeyFromObject(app), queue.WakeTimer)
+		msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, "SyncFailed")
+		if !strings.Contains(msg, "ConfigMap "+app.Namespace+"/schema exists and is not this App's") {
+			t.Errorf("Ready message %q does not say the hook's name is taken", msg)
+		}
+		after := &corev1.ConfigMap{}
+		if err := admin(t).Get(context.Background(), client.ObjectKeyFromObject(theirs), after); err != nil || after.UID != theirs.UID || after.Labels[plumbv1.LabelAppName] != "other" {
+			t.Errorf("the other App's ConfigMap: %v %v (%v), want it as it was", after.UID, after.Labels, err)
+		}
+	})
+	t.Run("a hook in another namespace is refused by --no-cross-namespace", func(t *testing.T) {
+		other := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: elsewhere\n  namespace: kube-system\n  annotations:\n    argocd.argoproj.io/hook: PreSync\n"
+		_, repo := newRepo(t, map[string]string{"deploy/hook.yaml": other, "deploy/app.yaml": waveConfigMap("app", 0)})
+		app := newApp(t, repo, noWait)
+		h := newHarnessAs(t, cluster.Config, Policy{NoCrossNamespace: true})
+		got := h.tick(t, client.ObjectKeyFromObject(app), queue.WakeTimer)
+		if cond := apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionReady); cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, "kube-system") {
+			t.Errorf("Ready = %+v, want False naming the hook's namespace", cond)
+		}
+		if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: "kube-system", Name: "elsewhere"}, &corev1.ConfigMap{}); err == nil {
+			t.Error("the hook was created in kube-system")
+		}
+	})
+}
+
+// An object an older plumb applied as an ordinary object, and that is a
+// hook now (Helm's pre-install, which a later sync does not run), is left
+// where it is, not pruned; a Helm test hook in plain YAML is not applied.
+func TestAnObjectThatBecameAHookIsNotPruned(t *testing.T) {
+	w, repo := newRepo(t, map[string]string{
+		"deploy/password.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: password\n",
+		"deploy/app.yaml":      configMapYAML("app"),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	ready(t, h.tick(t, key, queue.WakeTimer))
+	pushed(t, w, map[string]string{
+		"deploy/password.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: password\n  annotations:\n    helm.sh/hook: pre-install\n",
+		"deploy/test.yaml":     "apiVersion: v1\nkind: Pod\nmetadata:\n  name: test\n  annotations:\n    helm.sh/hook: test\nspec:\n  containers: [{name: t, image: busybox}]\n",
+	})
+	got := h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "password"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("the object that became a pre-install hook was pruned: %v", err)
+	}
+	for _, e := range got.Status.Inventory.Entries {
+		if e.Name == "password" || e.Name == "test" {
+			t.Errorf("%s/%s is in the inventory", e.Kind, e.Name)
+		}
+	}
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "test"}, &corev1.Pod{}); err == nil {
+		t.Error("the Helm test hook was applied")
+	}
+}
+
+// Nothing waits for ever: a wave not healthy within healthTimeout, and a
+// hook still running after the App's timeout, fail the sync (the clock is
+// the test's).
+func TestAnOrderedSyncGivesUpOnAWaveOrAHook(t *testing.T) {
+	deployment := "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: db\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: db}}\n" +
+		"  template:\n    metadata: {labels: {app: db}}\n    spec:\n      containers: [{name: db, image: postgres}]\n"
+	t.Run("a wave", func(t *testing.T) {
+		_, repo := newRepo(t, map[string]string{"deploy/db.yaml": deployment, "deploy/app.yaml": waveConfigMap("app", 1)})
+		app := newApp(t, repo, func(a *plumbv1.App) { noWait(a); a.Spec.HealthTimeout = &metav1.Duration{Duration: time.Minute} })
+		key := client.ObjectKeyFromObject(app)
+		h := newHarness(t)
+		clock := clocktesting.NewFakePassiveClock(time.Now())
+		h.r.Clock = clock
+		if got := h.tick(t, key, queue.WakeTimer); got.Status.Sync.WaitingSince == nil {
+			t.Fatalf("status.sync = %+v, want waiting for wave 0 since now", got.Status.Sync)
+		}
+		clock.SetTime(clock.Now().Add(2 * time.Minute))
+		got := h.tick(t, key, queue.WakeTimer)
+		msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, "SyncFailed")
+		if !strings.Contains(msg, "wave 0 was not healthy within 1m0s (healthTimeout)") || !strings.Contains(msg, "Deployment") {
+			t.Errorf("Ready message %q does not say wave 0 timed out on the Deployment", msg)
+		}
+	})
+	t.Run("a hook", func(t *testing.T) {
+		_, repo := newRepo(t, map[string]string{"deploy/migrate.yaml": hookJob("migrate", "PreSync", "", false), "deploy/app.yaml": waveConfigMap("app", 0)})
+		app := newApp(t, repo, func(a *plumbv1.App) { noWait(a); a.Spec.Timeout = &metav1.Duration{Duration: time.Minute} })
+		key := client.ObjectKeyFromObject(app)
+		h := newHarness(t)
+		clock := clocktesting.NewFakePassiveClock(time.Now())
+		h.r.Clock = clock
+		h.tick(t, key, queue.WakeTimer)
+		clock.SetTime(clock.Now().Add(2 * time.Minute))
+		got := h.tick(t, key, queue.WakeTimer)
+		msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, "SyncFailed")
+		if !strings.Contains(msg, "PreSync hook Job/"+app.Namespace+"/migrate failed: did not end within 1m0s") {
+			t.Errorf("Ready message %q does not say the hook timed out", msg)
+		}
+	})
+}
+
+// A revision of more hook runs than status.sync holds fails the Read
+// phase, before anything runs.
+func TestAtMostAHundredHookRuns(t *testing.T) {
+	files := map[string]string{"deploy/app.yaml": configMapYAML("app")}
+	for i := range 51 {
+		files[fmt.Sprintf("deploy/hook-%d.yaml", i)] = hookConfigMap(fmt.Sprintf("hook-%d", i), "PreSync,PostSync")
+	}
+	_, repo := newRepo(t, files)
+	app := newApp(t, repo, noWait)
+	h := newHarness(t)
+	got := h.tick(t, client.ObjectKeyFromObject(app), queue.WakeTimer)
+	if msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "LimitExceeded"); !strings.Contains(msg, "more than 100 hook runs") {
+		t.Errorf("Ready message %q does not say there are too many hook runs", msg)
+	}
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "hook-0"}, &corev1.ConfigMap{}); err == nil {
+		t.Error("a hook ran")
 	}
 }

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -123,7 +124,11 @@ func (s *pass) admit(ctx context.Context) error {
 	if err := s.guard(func() (err error) { s.desired, s.kinds, s.order, err = s.r.prepare(s.app, s.result); return err }); err != nil {
 		return err
 	}
-	if err := s.r.checkNamespaces(s.app, s.desired, s.revision); err != nil {
+	placed := s.desired
+	if s.order != nil && len(s.order.hooks) > 0 {
+		placed = append(slices.Clip(s.desired), s.order.hookObjects()...) // a hook may go no farther than an object
+	}
+	if err := s.r.checkNamespaces(s.app, placed, s.revision); err != nil {
 		return err
 	}
 	markSuccess(s.app, PhaseRead, s.r.now())

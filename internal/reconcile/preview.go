@@ -115,7 +115,7 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 		return nil, err
 	}
 	preview.Objects = objects
-	stale, err := r.previewPrune(ctx, app, s.desired, s.kinds)
+	stale, err := r.previewPrune(ctx, app, s.stale())
 	if err != nil {
 		return nil, err
 	}
@@ -252,13 +252,13 @@ func (r *Reconciler) previewChange(ctx context.Context, applier Applier, obj *un
 // previewPrune lists the objects that left Git and that a prune would
 // delete (read whole) or the prune guard keeps, as Prune decides from the
 // API server.
-func (r *Reconciler) previewPrune(ctx context.Context, app *plumbv1.App, desired []*unstructured.Unstructured, kinds *tickKinds) ([]PreviewObject, error) {
+func (r *Reconciler) previewPrune(ctx context.Context, app *plumbv1.App, stale []*unstructured.Unstructured) ([]PreviewObject, error) {
 	if !app.Spec.PruneEnabled() {
 		return nil, nil
 	}
 	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 	var out []PreviewObject
-	for _, obj := range r.staleObjects(app.Status.Inventory, desired, kinds) {
+	for _, obj := range stale {
 		whole, err := r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
 		if err != nil {
 			return nil, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonPruneFailed, Err: fmt.Errorf("reading %s before pruning it: %w", idOf(obj), err)}

@@ -307,7 +307,7 @@ func (r *Reconciler) finish(t *tick, changes *fluxssa.ChangeSet, err error, star
 		verdict, _ = r.settleHealth(app, outcome, newWait)
 		r.metrics().ObservePhase(string(PhaseHealth), r.now().Sub(healthStart))
 	}
-	if syncUnderWay(app) {
+	if syncUnderWay(app) && err == nil {
 		r.reportSyncUnderWay(app)
 	}
 	r.notifyOutcome(app, err)

@@ -201,7 +201,8 @@ func argoPhases(value string) (phases []Phase, onlySkip bool, err error) {
 // pre-upgrade to PreSync, post-install and post-upgrade to PostSync (each
 // only on the App's first sync, or only after it), pre-delete and
 // post-delete to PreDelete and PostDelete. known is false when the events
-// are only ones plumb never runs (pre-rollback, post-rollback). An event
+// are only ones plumb never runs (pre-rollback, post-rollback, and the
+// test events, as in `helm template` output committed to Git). An event
 // Helm does not know is an error.
 func helmPhases(value string, install bool) (phases []Phase, known bool, err error) {
 	add := func(p Phase) {
@@ -227,7 +228,8 @@ func helmPhases(value string, install bool) (phases []Phase, known bool, err err
 		case "post-delete":
 			known = true
 			add(PostDelete)
-		case "pre-rollback", "post-rollback":
+		case "pre-rollback", "post-rollback", "test", "test-success", "test-failure":
+			// never run: plumb neither rolls back nor runs helm test
 		default:
 			return nil, false, fmt.Errorf("%s %q: %q is no Helm hook event plumb knows", HelmHook, value, v)
 		}

@@ -49,6 +49,7 @@ func TestPlace(t *testing.T) {
 		{"Helm post-install,post-upgrade", map[string]string{HelmHook: "post-install, post-upgrade"}, true, hook(0, PostSync), true},
 		{"Helm delete hooks", map[string]string{HelmHook: "pre-delete,post-delete"}, false, hook(0, PreDelete, PostDelete), true},
 		{"Helm rollback hooks never run", map[string]string{HelmHook: "pre-rollback"}, false, Placement{}, false},
+		{"Helm test hooks never run", map[string]string{HelmHook: "test"}, false, Placement{}, false},
 		{"Helm 2's crd-install is an ordinary object", map[string]string{HelmHook: "crd-install"}, false, Placement{}, true},
 		{"an Argo hook wins over Helm's", map[string]string{AnnotationHook: "PostSync", HelmHook: "pre-install"}, true, hook(0, PostSync), true},
 		{"the sync wave wins over Helm's weight", map[string]string{HelmHook: "pre-upgrade", HelmHookWeight: "1", AnnotationSyncWave: "2"}, false, hook(2, PreSync), true},

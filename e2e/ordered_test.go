@@ -1,0 +1,124 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/testenv"
+)
+
+// presyncJob is a PreSync hook Job whose Pod kwok runs to completion.
+const presyncJob = `apiVersion: batch/v1
+kind: Job
+metadata:
+  generateName: migrate-
+  annotations:
+    argocd.argoproj.io/hook: PreSync
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: migrate
+        image: registry.invalid/migrate:1
+`
+
+// waitSync waits until the App's ordered sync ends.
+func waitSync(t *testing.T, ns, name string) *plumbv1.App {
+	t.Helper()
+	var app *plumbv1.App
+	eventually(t, 120*time.Second, "the ordered sync of "+name+" to end", func() (bool, string) {
+		app = getApp(t, ns, name)
+		if app.Status.Sync == nil {
+			return false, "no status.sync"
+		}
+		return app.Status.Sync.Done(), app.Status.Sync.Phase + ": " + app.Status.Sync.Message
+	})
+	return app
+}
+
+// On a control plane with a Job controller, a scheduler and kwok: the
+// PreSync Job runs to completion before the Deployment is created, the
+// Deployment is waited for until Available before the next wave, and
+// the revision is applied when the PostSync hook is done.
+func TestAnOrderedSyncWaitsForItsPreSyncJobAndItsWaves(t *testing.T) {
+	setUp(t)
+	ns := newNamespace(t)
+	ctx := context.Background()
+	web := strings.Replace(testenv.Fixture(t, "web-deployment.yaml"), "metadata:\n", "metadata:\n  annotations:\n    argocd.argoproj.io/sync-wave: \"0\"\n", 1)
+	_, url, commit := gitRepo(t, map[string]string{
+		"deploy/migrate.yaml": presyncJob,
+		"deploy/web.yaml":     web,
+		"deploy/after.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: after\n  annotations:\n    argocd.argoproj.io/sync-wave: \"1\"\n",
+		"deploy/smoke.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: smoke\n  annotations:\n    argocd.argoproj.io/hook: PostSync\n",
+	})
+	createApp(t, ns, "ordered", url, nil)
+	app := waitSync(t, ns, "ordered")
+	if app.Status.Sync.Phase != plumbv1.SyncPhaseSucceeded || !strings.HasSuffix(app.Status.LastAppliedRevision, commit) {
+		t.Fatalf("sync %+v, applied %s; want Succeeded at %s", app.Status.Sync, app.Status.LastAppliedRevision, commit)
+	}
+	var jobs batchv1.JobList
+	if err := k8s.List(ctx, &jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 1 {
+		t.Fatalf("hook Jobs: %v, %v; want the one migrate-*", jobs.Items, err)
+	}
+	job := jobs.Items[0]
+	d := &appsv1.Deployment{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, d); err != nil {
+		t.Fatal(err)
+	}
+	if job.Status.CompletionTime == nil || d.CreationTimestamp.Before(job.Status.CompletionTime) {
+		t.Errorf("the Deployment was created at %s, the PreSync Job completed at %v: want the Job first", d.CreationTimestamp, job.Status.CompletionTime)
+	}
+	after := &corev1.ConfigMap{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "after"}, after); err != nil {
+		t.Fatal(err)
+	}
+	if d.Status.AvailableReplicas == 0 {
+		t.Errorf("wave 1 was applied, and the Deployment of wave 0 has no replica available")
+	}
+	hooks := app.Status.Sync.Hooks
+	if len(hooks) != 2 || hooks[0].Name != job.Name || hooks[0].Status != plumbv1.HookSucceeded || hooks[1].Name != "smoke" || hooks[1].Status != plumbv1.HookSucceeded {
+		t.Errorf("status.sync.hooks = %+v, want the Job and smoke, Succeeded", hooks)
+	}
+	if !hooks[0].FinishedAt.Time.After(hooks[0].StartedAt.Time.Add(-time.Second)) {
+		t.Errorf("the Job hook's times: %+v", hooks[0])
+	}
+}
+
+// A PreSync Job that fails stops the sync before any object is applied:
+// the Apply phase fails naming it, and the SyncFail hook runs.
+func TestAFailingPreSyncJobStopsTheSync(t *testing.T) {
+	setUp(t)
+	ns := newNamespace(t)
+	failing := strings.Replace(failingJob, "metadata:\n  name: migrate\n", "metadata:\n  name: migrate\n  annotations:\n    argocd.argoproj.io/hook: PreSync\n", 1)
+	_, url, _ := gitRepo(t, map[string]string{
+		"deploy/migrate.yaml": failing,
+		"deploy/web.yaml":     testenv.Fixture(t, "web-deployment.yaml"),
+		"deploy/page.yaml":    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: page\n  annotations:\n    argocd.argoproj.io/hook: SyncFail\n",
+	})
+	createApp(t, ns, "failing", url, nil)
+	app := waitSync(t, ns, "failing")
+	if app.Status.Sync.Phase != plumbv1.SyncPhaseFailed {
+		t.Fatalf("sync %+v, want Failed", app.Status.Sync)
+	}
+	ready := findCondition(app, plumbv1.ConditionReady)
+	if ready.Status != metav1.ConditionFalse || !strings.Contains(ready.Message, "PreSync hook Job/"+ns+"/migrate failed") {
+		t.Errorf("Ready=%s %s: %s; want False naming the PreSync hook", ready.Status, ready.Reason, ready.Message)
+	}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "web"}, &appsv1.Deployment{}); err == nil {
+		t.Error("the Deployment was created after its PreSync hook failed")
+	}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "page"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("the SyncFail hook did not run: %v", err)
+	}
+}

@@ -140,24 +140,19 @@ type Kept struct {
 // object of their kind).
 func PruneGuard(obj *unstructured.Unstructured) (Guard, bool) {
 	annotations := obj.GetAnnotations()
-	if annotations[HelmResourcePolicy] == "keep" && annotations[plumbv1.AnnotationPrune] != "enabled" {
-		return Guard{Reason: "ResourcePolicyKeep", Message: "annotated " + HelmResourcePolicy + ": keep, which Helm never deletes; remove the annotation (or annotate " +
-			plumbv1.AnnotationPrune + ": enabled) to let plumb prune it"}, true
-	}
-	return pruneGuard(obj.GroupVersionKind(), annotations[plumbv1.AnnotationPrune])
+	return pruneGuard(obj.GroupVersionKind(), annotations[plumbv1.AnnotationPrune], annotations[plumbv1.AnnotationHelmResourcePolicy])
 }
-
-// HelmResourcePolicy is Helm's annotation that, set to keep, keeps an
-// object that leaves the chart; the prune guard reads it from the live
-// object (a cached one does not hold it: Prune reads it whole).
-const HelmResourcePolicy = "helm.sh/resource-policy"
 
 // PruneGuardLive is PruneGuard for a cached live object.
 func PruneGuardLive(obj *compact.Object) (Guard, bool) {
-	return pruneGuard(obj.GroupVersionKind(), obj.Annotation(plumbv1.AnnotationPrune))
+	return pruneGuard(obj.GroupVersionKind(), obj.Annotation(plumbv1.AnnotationPrune), obj.Annotation(plumbv1.AnnotationHelmResourcePolicy))
 }
 
-func pruneGuard(gvk schema.GroupVersionKind, annotation string) (Guard, bool) {
+func pruneGuard(gvk schema.GroupVersionKind, annotation, helmPolicy string) (Guard, bool) {
+	if strings.EqualFold(strings.TrimSpace(helmPolicy), "keep") && annotation != "enabled" { // as Helm reads it
+		return Guard{Reason: "ResourcePolicyKeep", Message: "annotated " + plumbv1.AnnotationHelmResourcePolicy + ": keep, which Helm never deletes; remove the annotation (or annotate " +
+			plumbv1.AnnotationPrune + ": enabled) to let plumb prune it"}, true
+	}
 	switch annotation {
 	case "disabled":
 		return Guard{Reason: "PruneDisabled", Message: "annotated " + plumbv1.AnnotationPrune + ": disabled; remove the annotation to let plumb prune it"}, true

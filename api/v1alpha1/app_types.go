@@ -804,11 +804,17 @@ type AppStatus struct {
 // waves of objects (and Sync hooks), its PostSync hooks, or on a failure
 // its SyncFail hooks.
 type SyncStatus struct {
-	// Revision is the revision synced, and Generation the App's spec:
-	// another of either is another sync.
+	// Revision is the revision synced (the last one read of the same
+	// content).
 	Revision string `json:"revision"`
+
+	// Content is a digest of what the sync applies: its objects, hooks
+	// and waves as rendered. Another content (a commit that changes the
+	// App's folder, a spec that changes the render) is another sync; the
+	// same content of a later revision (a commit elsewhere in the
+	// repository) is the same sync.
 	// +optional
-	Generation int64 `json:"generation,omitempty"`
+	Content string `json:"content,omitempty"`
 
 	// Phase is the phase under way (PreSync, Sync, PostSync or SyncFail),
 	// or how the sync ended (Succeeded or Failed).

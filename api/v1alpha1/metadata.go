@@ -22,6 +22,10 @@ const (
 	// AnnotationPrune set to "disabled" keeps an object when it leaves Git;
 	// set to "enabled" it lets a Namespace or CRD be pruned.
 	AnnotationPrune = "plumb.dev/prune"
+	// AnnotationHelmResourcePolicy is Helm's annotation that, set to keep,
+	// keeps an object that leaves the chart: plumb's prune guard honours it
+	// as it does AnnotationPrune: disabled.
+	AnnotationHelmResourcePolicy = "helm.sh/resource-policy"
 	// AnnotationForce set to "enabled" lets plumb delete and recreate the
 	// object when Git changes one of its immutable fields.
 	AnnotationForce = "plumb.dev/force"

@@ -113,8 +113,8 @@ func Of(u *unstructured.Unstructured) (*Object, error) {
 	for _, field := range [2]string{"labels", "annotations"} {
 		values, _ := metadata[field].(map[string]any)
 		for k, v := range values {
-			if !strings.HasPrefix(k, ownPrefix) {
-				continue
+			if !strings.HasPrefix(k, ownPrefix) && (field != "annotations" || k != plumbv1.AnnotationHelmResourcePolicy) {
+				continue // kept: plumb's own, and Helm's keep policy (the prune guard's)
 			}
 			s, ok := v.(string)
 			if !ok {

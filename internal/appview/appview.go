@@ -277,6 +277,10 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 		b.WriteString("Last change set: none yet\n")
 	}
 	b.WriteString("\n")
+	if sync := app.Status.Sync; sync != nil {
+		b.WriteString(SyncOf(sync))
+		b.WriteString("\n")
+	}
 	if d := app.Status.Drift; d != nil && d.Count > 0 {
 		fmt.Fprintf(&b, "Drift: %s drifted from Git (last detected %s ago)\n", Count(int(d.Count), "object"), Age(d.LastDetectedTime, now))
 		for _, o := range d.Objects {
@@ -317,6 +321,38 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// SyncOf describes an ordered sync (status.sync): its revision, where it
+// is or how it ended, and each hook it ran.
+func SyncOf(sync *plumbv1.SyncStatus) string {
+	var b strings.Builder
+	at := sync.Phase
+	if sync.Wave != nil && !sync.Done() {
+		at = fmt.Sprintf("%s, wave %d", sync.Phase, *sync.Wave)
+	}
+	fmt.Fprintf(&b, "Ordered sync: %s, %s\n", sync.Revision, at)
+	if sync.Message != "" {
+		fmt.Fprintf(&b, "  %s\n", OneLine(sync.Message))
+	}
+	if sync.Failure != "" {
+		fmt.Fprintf(&b, "  failed: %s\n", OneLine(sync.Failure))
+	}
+	for _, h := range sync.Hooks {
+		line := fmt.Sprintf("  %-9s wave %-3d %-9s %s", h.Phase, h.Wave, h.Status, hookRef(h))
+		if h.Message != "" {
+			line += "  " + OneLine(h.Message)
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String()
+}
+
+func hookRef(h plumbv1.HookStatus) string {
+	if h.Namespace == "" {
+		return h.Kind + "/" + Printable(h.Name)
+	}
+	return h.Kind + "/" + h.Namespace + "/" + Printable(h.Name)
 }
 
 // SortEvents orders events oldest first and keeps the newest n.

@@ -73,3 +73,29 @@ func TestDetailShowsTheSourcesVerification(t *testing.T) {
 		t.Errorf("a detail without the condition names it:\n%s", b.String())
 	}
 }
+
+// The detail shows the last ordered sync: where it is, what failed it,
+// and each hook's outcome.
+func TestDetailShowsTheOrderedSync(t *testing.T) {
+	wave := int32(2)
+	app := &plumbv1.App{Status: plumbv1.AppStatus{Sync: &plumbv1.SyncStatus{Revision: "main@sha1:" + strings.Repeat("a", 40), Phase: plumbv1.SyncPhaseSyncFail, Wave: &wave,
+		Message: "SyncFail hook Job/shop/page is running", Failure: "PreSync hook Job/shop/migrate failed: the Job failed: BackoffLimitExceeded",
+		Hooks: []plumbv1.HookStatus{
+			{ObjectRef: plumbv1.ObjectRef{Kind: "Job", Namespace: "shop", Name: "migrate"}, Phase: "PreSync", Status: plumbv1.HookFailed, Message: "the Job failed: BackoffLimitExceeded"},
+			{ObjectRef: plumbv1.ObjectRef{Kind: "Job", Namespace: "shop", Name: "page-x2v9"}, Phase: "SyncFail", Wave: 2, Status: plumbv1.HookRunning},
+		}}}}
+	var b strings.Builder
+	if err := Detail(&b, app, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Ordered sync: main@sha1:" + strings.Repeat("a", 40) + ", SyncFail, wave 2",
+		"failed: PreSync hook Job/shop/migrate failed",
+		"PreSync   wave 0   Failed    Job/shop/migrate  the Job failed: BackoffLimitExceeded",
+		"SyncFail  wave 2   Running   Job/shop/page-x2v9",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the detail lacks %q:\n%s", want, b.String())
+		}
+	}
+}

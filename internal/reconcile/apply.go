@@ -47,7 +47,13 @@ func (s *pass) apply(ctx context.Context) (*fluxssa.ChangeSet, error) {
 	if s.order.ordered() {
 		return changes, s.applyOrdered(ctx, changes, log)
 	}
-	s.app.Status.Sync = nil // status.sync is an ordered revision's
+	// status.sync is an ordered revision's: the hooks still running of the
+	// last one end first.
+	if waiting, err := s.letHooksEnd(ctx, s.app.Status.Sync); err != nil || waiting != "" {
+		s.syncWaiting = waiting
+		return changes, err
+	}
+	s.app.Status.Sync = nil
 	return changes, s.applyAll(ctx, changes, log)
 }
 

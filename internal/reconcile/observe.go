@@ -79,10 +79,9 @@ func (k *tickKinds) isPending(gvk schema.GroupVersionKind) bool {
 func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstructured.Unstructured, *tickKinds, *ordering, error) {
 	key := types.NamespacedName{Namespace: app.Namespace, Name: app.Name}
 	revision := result.Revision.String()
+	// Helm's install: until a revision of the App was applied (a failed
+	// install is installed again, as Helm does).
 	order := &ordering{waves: map[objectID]int{}, hookIDs: map[objectID]bool{}, install: app.Status.LastAppliedRevision == ""}
-	if sync := app.Status.Sync; sync != nil && sync.Revision == revision && sync.Generation == app.Generation {
-		order.install = sync.Install // the sync under way keeps what it began with
-	}
 	runs := 0 // the hooks' runs of a sync (one per phase): status.sync.hooks holds them all
 	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 	defaultNamespace := app.Namespace
@@ -130,13 +129,13 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 			return nil, nil, nil, &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: string(source.ReasonInvalidManifest),
 				Err: fmt.Errorf("%s (from %s): %w", revision, o.Source, err)}
 		}
+		if (place.Hook || !applied) && obj.GetName() != "" {
+			order.hookIDs[idOf(obj)] = true // never pruned, though an older plumb applied it as an object
+		}
 		if !applied {
 			continue // a Skip hook, or a Helm hook of events plumb never runs
 		}
 		if place.Hook {
-			if obj.GetName() != "" {
-				order.hookIDs[idOf(obj)] = true // never pruned, though an older plumb applied it as an object
-			}
 			if !place.In(syncorder.PreSync) && !place.In(syncorder.Sync) && !place.In(syncorder.PostSync) && !place.In(syncorder.SyncFail) {
 				continue // not run by this sync (Helm's pre-install on an upgrade; delete hooks)
 			}
@@ -152,13 +151,7 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 				labels[k] = v
 			}
 			obj.SetLabels(labels)
-			h := hookObject{obj: obj, place: place}
-			for _, other := range order.hooks { // hooks of one generateName are told apart by their order
-				if other.obj.GetName() == "" && other.obj.GetGenerateName() == obj.GetGenerateName() && idOf(other.obj) == idOf(obj) {
-					h.ordinal++
-				}
-			}
-			order.hooks = append(order.hooks, h)
+			order.hooks = append(order.hooks, hookObject{obj: obj, place: place, index: len(order.hooks)})
 			continue
 		}
 		ignoreFor(app, obj).Strip(obj)
@@ -177,6 +170,9 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 			r.memory.setStamp(key, id, last)
 		}
 		desired = append(desired, obj)
+	}
+	if order.content, err = contentOf(desired, order); err != nil {
+		return nil, nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 	}
 	return desired, kinds, order, nil
 }

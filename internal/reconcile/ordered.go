@@ -2,6 +2,8 @@ package reconcile
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"sort"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/diff"
 	"github.com/plumb-dev/plumb/internal/health"
 	"github.com/plumb-dev/plumb/internal/syncorder"
 	"github.com/plumb-dev/plumb/ssa"
@@ -50,6 +53,34 @@ type ordering struct {
 	hookIDs map[objectID]bool
 	// install says the sync is the App's first (Helm's pre-install).
 	install bool
+	// content is a digest of what a sync of the revision applies
+	// (SyncStatus.Content).
+	content string
+}
+
+// contentOf digests what a sync applies: each desired object's content
+// hash (prepare stamped it) and wave, and each hook as rendered with its
+// place.
+func contentOf(desired []*unstructured.Unstructured, order *ordering) (string, error) {
+	parts := make([]string, 0, len(desired)+len(order.hooks))
+	for _, d := range desired {
+		id := idOf(d)
+		parts = append(parts, fmt.Sprintf("o\x00%s\x00%s\x00%s\x00%s\x00%s\x00%d", id.Group, id.Kind, id.Namespace, id.Name,
+			d.GetAnnotations()[plumbv1.AnnotationContentHash], order.waves[id]))
+	}
+	sort.Strings(parts)
+	for _, h := range order.hooks {
+		hash, err := diff.Hash(h.obj)
+		if err != nil {
+			return "", err
+		}
+		parts = append(parts, fmt.Sprintf("h\x00%s\x00%v\x00%d\x00%v", hash, h.place.Phases, h.place.Wave, h.place.DeletePolicies))
+	}
+	sum := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(sum, "%d:%s", len(p), p)
+	}
+	return "sha256:" + hex.EncodeToString(sum.Sum(nil)), nil
 }
 
 // hookObject is a hook of the revision: its object, with its namespace
@@ -57,9 +88,8 @@ type ordering struct {
 type hookObject struct {
 	obj   *unstructured.Unstructured
 	place syncorder.Placement
-	// ordinal tells apart hooks of one kind, namespace and generateName:
-	// the n-th such hook of Git is the n-th such run of the sync.
-	ordinal int
+	// index is its place among the hooks, in the order Git lists them.
+	index int
 }
 
 // ordered says the revision needs an ordered sync: a hook, or objects in
@@ -103,36 +133,37 @@ func (o *ordering) waveOf(obj *unstructured.Unstructured) int {
 const syncPollInterval = 15 * time.Second
 
 // applyOrdered runs the Apply phase of an ordered revision. A sync is of
-// a revision and a spec (generation): the one under way goes on; one that
+// a content (the objects, hooks and waves as rendered), whatever the
+// revision that rendered them: the one under way goes on; one that
 // succeeded has its drift healed as an unordered revision's is (no hook
 // runs for a heal); one that failed is not tried again until a sync
-// request. Another revision or spec starts a new sync when the plan
-// changes something, once the running hooks of the sync before it ended
-// (a migration is never cut short, nor run twice at once); when it changes
-// nothing, it is recorded as synced, and no hook runs.
+// request. Another content starts a new sync once the running hooks of the
+// sync before it ended (a migration is never cut short, nor run twice at
+// once), unless the plan changes nothing after a sync that succeeded:
+// then it is recorded as synced, and no hook runs.
 func (s *pass) applyOrdered(ctx context.Context, changes *fluxssa.ChangeSet, log *zap.Logger) error {
 	app := s.app
 	sync := app.Status.Sync
-	same := sync != nil && sync.Revision == s.revision && sync.Generation == app.Generation
+	same := s.sameSync(sync)
 	retry := same && sync.Phase == plumbv1.SyncPhaseFailed && s.syncRequested
 	switch {
 	case same && !sync.Done():
+		sync.Revision = s.revision
 		return s.runSync(ctx, sync, changes, log)
 	case same && sync.Phase == plumbv1.SyncPhaseSucceeded:
+		sync.Revision = s.revision
 		return s.applyAll(ctx, changes, log)
 	case same && !retry:
 		return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Detail: "SyncFailed",
 			Err: fmt.Errorf("the sync of revision %s failed: %s (a new revision or `plumb sync` syncs again)", sync.Revision, sync.Failure)}
 	}
-	if sync != nil && !sync.Done() {
-		if waiting, err := s.letHooksEnd(ctx, sync); err != nil || waiting != "" {
-			s.syncWaiting = waiting
-			return err
-		}
+	if waiting, err := s.letHooksEnd(ctx, sync); err != nil || waiting != "" {
+		s.syncWaiting = waiting
+		return err
 	}
 	now := metav1.NewTime(s.r.now())
-	next := &plumbv1.SyncStatus{Revision: s.revision, Generation: app.Generation, Phase: plumbv1.SyncPhasePreSync, Install: s.order.install, StartedAt: now}
-	if !s.changesAnything() && !retry {
+	next := &plumbv1.SyncStatus{Revision: s.revision, Content: s.order.content, Phase: plumbv1.SyncPhasePreSync, Install: s.order.install, StartedAt: now}
+	if !s.changesAnything() && !retry && (sync == nil || sync.Phase == plumbv1.SyncPhaseSucceeded) {
 		next.Phase, next.FinishedAt, next.Message = plumbv1.SyncPhaseSucceeded, &now, "nothing to change: no hook ran"
 		app.Status.Sync = next
 		return nil
@@ -142,58 +173,89 @@ func (s *pass) applyOrdered(ctx context.Context, changes *fluxssa.ChangeSet, log
 	return s.runSync(ctx, next, changes, log)
 }
 
-// letHooksEnd reads the hooks still running of a sync that a new one
-// replaces, and says which one the new sync waits for.
+// sameSync says sync is of the content this tick read.
+func (s *pass) sameSync(sync *plumbv1.SyncStatus) bool {
+	return sync != nil && s.order != nil && sync.Content == s.order.content
+}
+
+// letHooksEnd reads the hooks still running of a sync that a new one (or
+// an unordered revision) replaces, and says which one it waits for. A
+// hook that cannot be read, or that runs past the App's timeout, is
+// given up (and a timed-out one deleted) rather than waited for ever.
 func (s *pass) letHooksEnd(ctx context.Context, sync *plumbv1.SyncStatus) (string, error) {
+	if sync == nil || sync.Done() {
+		return "", nil
+	}
 	for i := range sync.Hooks {
 		st := &sync.Hooks[i]
 		if st.Status != plumbv1.HookRunning {
 			continue
 		}
+		late := s.r.now().Sub(st.StartedAt.Time) > s.hookTimeout()
 		gvk := schema.GroupVersionKind{Group: st.Group, Version: st.Version, Kind: st.Kind}
 		live, err := s.applier.GetHook(ctx, gvk, st.Namespace, st.Name)
-		if err != nil {
+		if err != nil && !late {
 			return "", applyFailed(err)
 		}
 		status, message := hookOutcome(live)
-		if status == plumbv1.HookRunning && s.r.now().Sub(st.StartedAt.Time) > s.hookTimeout() {
-			status, message = plumbv1.HookFailed, fmt.Sprintf("did not end within %s (the App's timeout)", s.hookTimeout())
-		}
-		if status == plumbv1.HookRunning {
+		switch {
+		case err != nil:
+			status, message = plumbv1.HookFailed, "could not be read: "+err.Error()
+		case status == plumbv1.HookRunning && late:
+			status, message = plumbv1.HookFailed, fmt.Sprintf("did not end within %s (the App's timeout): deleted", s.hookTimeout())
+			if err := s.applier.DeleteHook(ctx, gvk, st.Namespace, st.Name); err != nil {
+				return "", applyFailed(err)
+			}
+		case status == plumbv1.HookRunning:
 			sync.Message = fmt.Sprintf("revision %s waits for %s hook %s of revision %s to end", s.revision, st.Phase, hookName(st), sync.Revision)
 			return sync.Message, nil
 		}
 		finished := metav1.NewTime(s.r.now())
 		st.Status, st.Message, st.FinishedAt = status, truncate(message, 512), &finished
+		s.r.metrics().ObserveHook(st.Phase, status, finished.Sub(st.StartedAt.Time))
 	}
 	return "", nil
 }
 
 // runsHooks says this tick's Apply phase may run hooks: a sync of the
-// revision is under way, or starts.
+// content is under way, or starts.
 func (s *pass) runsHooks() bool {
 	if !s.order.ordered() || len(s.order.hooks) == 0 {
 		return false
 	}
 	sync := s.app.Status.Sync
-	same := sync != nil && sync.Revision == s.revision && sync.Generation == s.app.Generation
-	switch {
+	switch same := s.sameSync(sync); {
 	case same && !sync.Done():
 		return true
 	case same && sync.Phase == plumbv1.SyncPhaseFailed:
 		return s.syncRequested
 	case same:
 		return false
+	case sync == nil || sync.Phase == plumbv1.SyncPhaseSucceeded:
+		return s.changesAnything()
 	}
-	return s.changesAnything()
+	return true
 }
 
-// changesAnything says the plan applies or prunes something.
+// changesAnything says the plan applies or prunes something: an object
+// that left Git and that the last tick found kept is no change.
 func (s *pass) changesAnything() bool {
 	if len(s.planned.apply) > 0 {
 		return true
 	}
-	return s.app.Spec.PruneEnabled() && len(s.stale()) > 0
+	if !s.app.Spec.PruneEnabled() {
+		return false
+	}
+	kept := map[objectID]bool{}
+	for _, k := range s.app.Status.Kept {
+		kept[idOfRef(k.ObjectRef)] = true
+	}
+	for _, obj := range s.stale() {
+		if !kept[idOf(obj)] {
+			return true
+		}
+	}
+	return false
 }
 
 // runSync goes on with the sync from its phase, as far as it can without
@@ -259,8 +321,12 @@ func (s *pass) runSync(ctx context.Context, sync *plumbv1.SyncStatus, changes *f
 // refused says the API server refused a write for good (the object is
 // invalid, forbidden, or conflicts), as opposed to not answering.
 func refused(err error) bool {
-	return apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) ||
-		apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err)
+	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsMethodNotSupported(err) {
+		return true
+	}
+	// An admission webhook's or policy's denial; not an exceeded quota or
+	// a namespace being deleted, which pass.
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "denied")
 }
 
 // endSync records how the sync ended. A SyncFail hook's own failure is
@@ -361,7 +427,7 @@ func (s *pass) hookTimeout() time.Duration { return s.app.Spec.TimeoutOrDefault(
 // it waits for before it can be created.
 func (s *pass) stepHook(ctx context.Context, sync *plumbv1.SyncStatus, h hookObject, phase syncorder.Phase, log *zap.Logger) (*plumbv1.HookStatus, string, error) {
 	now := s.r.now()
-	st := findHook(sync, h, phase)
+	st := s.findHook(sync, h, phase)
 	if st == nil {
 		if name := h.obj.GetName(); name != "" {
 			gvk := h.obj.GroupVersionKind()
@@ -373,7 +439,11 @@ func (s *pass) stepHook(ctx context.Context, sync *plumbv1.SyncStatus, h hookObj
 			switch {
 			case live != nil && !owner.Owns(live):
 				return s.failHook(sync, h, phase, fmt.Sprintf("%s %s/%s exists and is not this App's: rename the hook, or remove that object", gvk.Kind, h.obj.GetNamespace(), name)), "", nil
-			case live != nil && h.place.Has(syncorder.BeforeHookCreation):
+			case live != nil:
+				// The App's own last run of it (or an object an older plumb
+				// applied under its name): deleted first, whatever the
+				// delete policy, so that the hook runs anew (Argo CD
+				// applies over it, and takes its old outcome for the new).
 				if sync.WaitingSince == nil {
 					since := metav1.NewTime(now)
 					sync.WaitingSince = &since
@@ -414,7 +484,11 @@ func (s *pass) stepHook(ctx context.Context, sync *plumbv1.SyncStatus, h hookObj
 	}
 	status, message := hookOutcome(live)
 	if status == plumbv1.HookRunning && now.Sub(st.StartedAt.Time) > s.hookTimeout() {
-		status, message = plumbv1.HookFailed, fmt.Sprintf("did not end within %s (the App's timeout)", s.hookTimeout())
+		// Stopped, not left running beside a later sync's run of it.
+		status, message = plumbv1.HookFailed, fmt.Sprintf("did not end within %s (the App's timeout): deleted", s.hookTimeout())
+		if err := s.applier.DeleteHook(ctx, h.obj.GroupVersionKind(), st.Namespace, st.Name); err != nil {
+			return nil, "", applyFailed(err)
+		}
 	}
 	st.Message = truncate(message, 512)
 	if status != plumbv1.HookRunning {
@@ -450,10 +524,21 @@ func (s *pass) endHook(ctx context.Context, st *plumbv1.HookStatus, h hookObject
 	s.r.metrics().ObserveHook(st.Phase, status, finished.Sub(st.StartedAt.Time))
 }
 
-// findHook is the status of h in phase p of this sync, if it ran: of a
-// hook named by a generateName, the ordinal-th run of that generateName.
-func findHook(sync *plumbv1.SyncStatus, h hookObject, phase syncorder.Phase) *plumbv1.HookStatus {
+// findHook is the status of h in phase p of this sync, if it ran. Hooks
+// of one kind, namespace and generateName are told apart by the order the
+// phase runs them (wave, then Git's order), which is the order of their
+// runs in the status.
+func (s *pass) findHook(sync *plumbv1.SyncStatus, h hookObject, phase syncorder.Phase) *plumbv1.HookStatus {
 	gvk := h.obj.GroupVersionKind()
+	ordinal := 0
+	if h.obj.GetName() == "" {
+		for _, other := range s.order.hooks {
+			if other.obj.GetName() == "" && other.obj.GetGenerateName() == h.obj.GetGenerateName() && idOf(other.obj) == idOf(h.obj) &&
+				other.place.In(phase) && (other.place.Wave < h.place.Wave || other.place.Wave == h.place.Wave && other.index < h.index) {
+				ordinal++
+			}
+		}
+	}
 	seen := 0
 	for i := range sync.Hooks {
 		st := &sync.Hooks[i]
@@ -464,7 +549,7 @@ func findHook(sync *plumbv1.SyncStatus, h hookObject, phase syncorder.Phase) *pl
 		case name != "" && st.Name == name && st.GenerateName == "":
 			return st
 		case name == "" && st.GenerateName == h.obj.GetGenerateName():
-			if seen == h.ordinal {
+			if seen == ordinal {
 				return st
 			}
 			seen++
@@ -532,10 +617,10 @@ func hookOutcome(live *unstructured.Unstructured) (status, message string) {
 func (s *pass) runWaves(ctx context.Context, sync *plumbv1.SyncStatus, changes *fluxssa.ChangeSet, log *zap.Logger) (waiting, failed string, err error) {
 	for _, w := range s.waves(syncorder.Sync) {
 		wave := int32(w)
-		if sync.Wave == nil || *sync.Wave != wave {
-			sync.WaitingSince = nil
+		if sync.Wave == nil || *sync.Wave < wave {
+			// A wave met for the first time: the wait (if any) is its own.
+			sync.Wave, sync.WaitingSince = &wave, nil
 		}
-		sync.Wave = &wave
 		var batch []*unstructured.Unstructured
 		for _, obj := range s.planned.apply {
 			if s.order.waveOf(obj) == w {
@@ -562,16 +647,17 @@ func (s *pass) runWaves(ctx context.Context, sync *plumbv1.SyncStatus, changes *
 		}
 		if waiting != "" {
 			now := s.r.now()
-			if sync.WaitingSince == nil {
+			if *sync.Wave != wave || sync.WaitingSince == nil {
+				// An earlier wave waits again (one of its objects
+				// drifted): its wait starts now.
 				since := metav1.NewTime(now)
-				sync.WaitingSince = &since
+				sync.Wave, sync.WaitingSince = &wave, &since
 			}
 			if timeout := s.app.Spec.HealthTimeoutOrDefault(); now.Sub(sync.WaitingSince.Time) > timeout {
 				return "", fmt.Sprintf("wave %d was not healthy within %s (healthTimeout): %s", w, timeout, waiting), nil
 			}
 			return fmt.Sprintf("wave %d: %s", w, waiting), "", nil
 		}
-		sync.WaitingSince = nil
 	}
 	if err := s.removeAdditions(ctx, changes); err != nil {
 		return "", "", err

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,13 +12,16 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/queue"
 )
 
@@ -193,6 +197,8 @@ func TestAFailedPreSyncHookRunsSyncFailAndAppliesNothing(t *testing.T) {
 	app := newApp(t, repo, noWait)
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
+	notifier := &recordingNotifier{}
+	h.r.Notifier = notifier
 
 	got := h.tick(t, key, queue.WakeTimer)
 	if got.Status.Sync == nil || got.Status.Sync.Phase != plumbv1.SyncPhasePreSync {
@@ -208,6 +214,12 @@ func TestAFailedPreSyncHookRunsSyncFailAndAppliesNothing(t *testing.T) {
 	msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, "SyncFailed")
 	if !strings.Contains(msg, "PreSync hook Job/"+app.Namespace+"/migrate failed: the Job failed: BackoffLimitExceeded") {
 		t.Errorf("the Apply phase's error %q does not name the failed hook and why", msg)
+	}
+	if len(notifier.events) < 2 || notifier.events[0].Kind != plumbv1.EventRevisionPending {
+		t.Errorf("notifications %q, want pending, then failed", notifier.kinds())
+	}
+	if last := notifier.events[len(notifier.events)-1]; last.Kind != plumbv1.EventRevisionFailed || last.Reason != plumbv1.ReasonApplyFailed || !strings.Contains(last.Message, "SyncFailed") {
+		t.Errorf("the failure's notification %+v does not say the sync failed", last)
 	}
 	if got.Status.Sync.Phase != plumbv1.SyncPhaseFailed {
 		t.Errorf("sync phase %s, want Failed", got.Status.Sync.Phase)
@@ -376,6 +388,13 @@ func TestHelmsKeepPolicyKeepsAnObjectFromPruning(t *testing.T) {
 	if len(got.Status.Kept) != 1 || got.Status.Kept[0].Name != "data" || got.Status.Kept[0].Reason != "ResourcePolicyKeep" {
 		t.Errorf("status.kept = %+v, want data kept (ResourcePolicyKeep)", got.Status.Kept)
 	}
+	// The cache holds the policy: an unchanged tick asks nothing about it.
+	ready(t, h.tick(t, key, queue.WakeTimer))
+	h.counter.Reset()
+	ready(t, h.tick(t, key, queue.WakeEvent))
+	if reqs := h.counter.Take(); len(reqs) != 0 {
+		t.Errorf("an unchanged tick with a kept object made requests: %v", reqs)
+	}
 }
 
 // A revision pushed while a sync's hook runs waits for it: the running
@@ -410,8 +429,10 @@ func TestANewRevisionWaitsForTheRunningHooks(t *testing.T) {
 	}
 }
 
-// A revision that changes none of the App's objects is synced as it is,
-// without hooks; a drift after it is healed without them too.
+// A revision that changes none of the App's objects (a commit elsewhere
+// in the repository) is the same sync, at a later revision: no hook runs,
+// nor for a drift healed after it, nor for a change of the App's spec
+// that changes no object; an object kept from pruning changes nothing.
 func TestARevisionThatChangesNothingRunsNoHook(t *testing.T) {
 	w, repo := newRepo(t, map[string]string{
 		"deploy/schema.yaml": hookConfigMap("schema", "PreSync"),
@@ -426,8 +447,11 @@ func TestARevisionThatChangesNothingRunsNoHook(t *testing.T) {
 	next := pushed(t, w, map[string]string{"README.md": "not deployed\n"})
 	got := h.tick(t, key, queue.WakeTimer)
 	ready(t, got)
-	if !strings.HasSuffix(got.Status.Sync.Revision, next) || got.Status.Sync.Phase != plumbv1.SyncPhaseSucceeded || len(got.Status.Sync.Hooks) != 0 {
-		t.Errorf("status.sync = %+v, want the new revision synced without hooks", got.Status.Sync)
+	if !strings.HasSuffix(got.Status.Sync.Revision, next) || got.Status.Sync.Phase != plumbv1.SyncPhaseSucceeded || len(got.Status.Sync.Hooks) != 1 {
+		t.Errorf("status.sync = %+v, want the same sync, at the new revision, its one hook run once", got.Status.Sync)
+	}
+	if !strings.HasSuffix(got.Status.LastAppliedRevision, next) {
+		t.Errorf("applied %s, want the new revision %s", got.Status.LastAppliedRevision, next)
 	}
 	cm := &corev1.ConfigMap{}
 	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "app"}, cm); err != nil {
@@ -439,8 +463,56 @@ func TestARevisionThatChangesNothingRunsNoHook(t *testing.T) {
 	}
 	waitCached(t, h, cm)
 	ready(t, h.tick(t, key, queue.WakeEvent))
+	updateApp(t, h, key, func(a *plumbv1.App) { a.Spec.Interval = &metav1.Duration{Duration: 7 * time.Minute} })
+	ready(t, h.tick(t, key, queue.WakeEvent))
 	if got := rvOf(t, app.Namespace, "schema"); got != schema {
-		t.Errorf("the PreSync hook was written again (%d, was %d) by a no-op revision or a heal", got, schema)
+		t.Errorf("the PreSync hook was written again (%d, was %d) by a no-op revision, a heal or a spec change", got, schema)
+	}
+}
+
+// An object kept from pruning (here by plumb.dev/prune: disabled) is no
+// change: a commit elsewhere in the repository runs no hook after it.
+func TestAKeptObjectIsNoChange(t *testing.T) {
+	w, repo := newRepo(t, map[string]string{
+		"deploy/schema.yaml": hookConfigMap("schema", "PreSync"),
+		"deploy/app.yaml":    waveConfigMap("app", 0),
+		"deploy/data.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: data\n  annotations:\n    plumb.dev/prune: disabled\n",
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	ready(t, h.tick(t, key, queue.WakeTimer))
+	pushed(t, w, map[string]string{"deploy/data.yaml": ""})
+	h.tick(t, key, queue.WakeTimer) // a sync of the new content: the hook's last run is deleted, then it runs again
+	waitGone(t, admin(t), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "schema"}})
+	ready(t, h.tick(t, key, queue.WakeEvent))
+	schema := rvOf(t, app.Namespace, "schema")
+	pushed(t, w, map[string]string{"README.md": "elsewhere\n"})
+	got := h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	if len(got.Status.Kept) != 1 || rvOf(t, app.Namespace, "schema") != schema {
+		t.Errorf("kept %+v; the hook written again: %v; want data kept and no hook run", got.Status.Kept, rvOf(t, app.Namespace, "schema") != schema)
+	}
+}
+
+// A sync that failed stays failed for a commit elsewhere in the repository
+// (the same content): it is not taken for synced.
+func TestAFailedSyncIsNotTakenForSyncedByALaterRevision(t *testing.T) {
+	w, repo := newRepo(t, map[string]string{
+		"deploy/smoke.yaml": hookJob("smoke", "PostSync", "", false),
+		"deploy/app.yaml":   waveConfigMap("app", 0),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	h.tick(t, key, queue.WakeTimer)
+	endJob(t, app.Namespace, "smoke", false)
+	failed(t, h.tick(t, key, queue.WakeEvent), PhaseApply, plumbv1.ReasonApplyFailed, "SyncFailed")
+	pushed(t, w, map[string]string{"README.md": "elsewhere\n"})
+	got := h.tick(t, key, queue.WakeTimer)
+	failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, "SyncFailed")
+	if got.Status.LastAppliedRevision != "" {
+		t.Errorf("applied %s after a failed sync", got.Status.LastAppliedRevision)
 	}
 }
 
@@ -544,6 +616,7 @@ func TestHooksAreToldApartAndKeepToTheirOwn(t *testing.T) {
 func TestAnObjectThatBecameAHookIsNotPruned(t *testing.T) {
 	w, repo := newRepo(t, map[string]string{
 		"deploy/password.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: password\n",
+		"deploy/sa.yaml":       configMapYAML("sa"),
 		"deploy/app.yaml":      configMapYAML("app"),
 	})
 	app := newApp(t, repo, noWait)
@@ -551,13 +624,16 @@ func TestAnObjectThatBecameAHookIsNotPruned(t *testing.T) {
 	h := newHarness(t)
 	ready(t, h.tick(t, key, queue.WakeTimer))
 	pushed(t, w, map[string]string{
+		"deploy/sa.yaml":       "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: sa\n  annotations:\n    helm.sh/hook: test\n",
 		"deploy/password.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: password\n  annotations:\n    helm.sh/hook: pre-install\n",
 		"deploy/test.yaml":     "apiVersion: v1\nkind: Pod\nmetadata:\n  name: test\n  annotations:\n    helm.sh/hook: test\nspec:\n  containers: [{name: t, image: busybox}]\n",
 	})
 	got := h.tick(t, key, queue.WakeTimer)
 	ready(t, got)
-	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "password"}, &corev1.ConfigMap{}); err != nil {
-		t.Errorf("the object that became a pre-install hook was pruned: %v", err)
+	for _, name := range []string{"password", "sa"} {
+		if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: name}, &corev1.ConfigMap{}); err != nil {
+			t.Errorf("%s, which became a hook plumb does not run, was pruned: %v", name, err)
+		}
 	}
 	for _, e := range got.Status.Inventory.Entries {
 		if e.Name == "password" || e.Name == "test" {
@@ -575,21 +651,27 @@ func TestAnObjectThatBecameAHookIsNotPruned(t *testing.T) {
 func TestAnOrderedSyncGivesUpOnAWaveOrAHook(t *testing.T) {
 	deployment := "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: db\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: db}}\n" +
 		"  template:\n    metadata: {labels: {app: db}}\n    spec:\n      containers: [{name: db, image: postgres}]\n"
-	t.Run("a wave", func(t *testing.T) {
-		_, repo := newRepo(t, map[string]string{"deploy/db.yaml": deployment, "deploy/app.yaml": waveConfigMap("app", 1)})
+	t.Run("a wave above the lowest", func(t *testing.T) {
+		_, repo := newRepo(t, map[string]string{"deploy/first.yaml": waveConfigMap("first", 0),
+			"deploy/db.yaml":  strings.Replace(deployment, "  name: db\n", "  name: db\n  annotations:\n    argocd.argoproj.io/sync-wave: \"1\"\n", 1),
+			"deploy/app.yaml": waveConfigMap("app", 2)})
 		app := newApp(t, repo, func(a *plumbv1.App) { noWait(a); a.Spec.HealthTimeout = &metav1.Duration{Duration: time.Minute} })
 		key := client.ObjectKeyFromObject(app)
 		h := newHarness(t)
 		clock := clocktesting.NewFakePassiveClock(time.Now())
 		h.r.Clock = clock
 		if got := h.tick(t, key, queue.WakeTimer); got.Status.Sync.WaitingSince == nil {
-			t.Fatalf("status.sync = %+v, want waiting for wave 0 since now", got.Status.Sync)
+			t.Fatalf("status.sync = %+v, want waiting for wave 1 since now", got.Status.Sync)
 		}
-		clock.SetTime(clock.Now().Add(2 * time.Minute))
+		clock.SetTime(clock.Now().Add(40 * time.Second))
+		if got := h.tick(t, key, queue.WakeEvent); got.Status.Sync.Phase != plumbv1.SyncPhaseSync {
+			t.Fatalf("status.sync = %+v, want still waiting for wave 1", got.Status.Sync)
+		}
+		clock.SetTime(clock.Now().Add(40 * time.Second))
 		got := h.tick(t, key, queue.WakeTimer)
 		msg := failed(t, got, PhaseApply, plumbv1.ReasonApplyFailed, "SyncFailed")
-		if !strings.Contains(msg, "wave 0 was not healthy within 1m0s (healthTimeout)") || !strings.Contains(msg, "Deployment") {
-			t.Errorf("Ready message %q does not say wave 0 timed out on the Deployment", msg)
+		if !strings.Contains(msg, "wave 1 was not healthy within 1m0s (healthTimeout)") || !strings.Contains(msg, "Deployment") {
+			t.Errorf("Ready message %q does not say wave 1 timed out on the Deployment", msg)
 		}
 	})
 	t.Run("a hook", func(t *testing.T) {
@@ -625,5 +707,228 @@ func TestAtMostAHundredHookRuns(t *testing.T) {
 	}
 	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "hook-0"}, &corev1.ConfigMap{}); err == nil {
 		t.Error("a hook ran")
+	}
+}
+
+// A chart's pre-install hook runs on the App's first sync only, its
+// pre-upgrade hook on each later one (Argo CD runs both every time), and
+// the ordinary objects after them.
+func TestHelmInstallAndUpgradeHooksRunEachAtTheirTime(t *testing.T) {
+	chart := func(version string) map[string]string {
+		hook := func(name, event string) string {
+			return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-" + name + "\n  annotations:\n    helm.sh/hook: " + event +
+				"\ndata:\n  version: " + version + "\n"
+		}
+		return map[string]string{
+			"templates/app.yaml":     "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-app\ndata:\n  version: " + version + "\n",
+			"templates/install.yaml": hook("installed", "pre-install"),
+			"templates/upgrade.yaml": hook("upgraded", "pre-upgrade"),
+		}
+	}
+	repo := testenv.StartHelmRepository(t, testenv.HelmRepositoryOptions{Username: "ci", Password: "s3cret-helm"})
+	repo.Publish(t, "web", "1.0.0", chart("1.0.0"))
+	h := newHarnessAs(t, cluster.Config, Policy{AllowInsecureRegistries: true})
+	key := helmApp(t, repo, "^1", &plumbv1.HelmSpec{ReleaseName: "shop"})
+	get := func(name string) *corev1.ConfigMap {
+		cm := &corev1.ConfigMap{}
+		if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: key.Namespace, Name: name}, cm); err != nil {
+			return nil
+		}
+		return cm
+	}
+
+	ready(t, h.tick(t, key, queue.WakeTimer))
+	installed := get("shop-installed")
+	if installed == nil || get("shop-upgraded") != nil || get("shop-app") == nil {
+		t.Fatalf("the install: installed %v, upgraded %v; want the pre-install hook only", installed != nil, get("shop-upgraded") != nil)
+	}
+	if rvOf(t, key.Namespace, "shop-installed") > rvOf(t, key.Namespace, "shop-app") {
+		t.Error("the pre-install hook was written after the chart's objects")
+	}
+
+	repo.Publish(t, "web", "1.1.0", chart("1.1.0"))
+	got := h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	upgraded := get("shop-upgraded")
+	if upgraded == nil || upgraded.Data["version"] != "1.1.0" || rvOf(t, key.Namespace, "shop-upgraded") > rvOf(t, key.Namespace, "shop-app") {
+		t.Fatalf("the upgrade: pre-upgrade hook %+v, want it written at 1.1.0 before the chart's objects", upgraded)
+	}
+	if again := get("shop-installed"); again == nil || again.UID != installed.UID || again.ResourceVersion != installed.ResourceVersion {
+		t.Errorf("the pre-install hook was run again by the upgrade")
+	}
+	for _, hk := range got.Status.Sync.Hooks {
+		if hk.Name == "shop-installed" {
+			t.Errorf("the upgrade's sync ran the pre-install hook: %+v", got.Status.Sync.Hooks)
+		}
+	}
+}
+
+// A preview lists the hooks the next sync would run, and none once the
+// revision is synced.
+func TestAPreviewListsTheHooksOfTheNextSync(t *testing.T) {
+	_, repo := newRepo(t, map[string]string{
+		"deploy/schema.yaml": hookConfigMap("schema", "PreSync"),
+		"deploy/app.yaml":    waveConfigMap("app", 0),
+		"deploy/smoke.yaml":  hookConfigMap("smoke", "PostSync"),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	current := func() *plumbv1.App {
+		a := &plumbv1.App{}
+		if err := admin(t).Get(context.Background(), key, a); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	preview, err := h.r.Preview(context.Background(), current())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, hk := range preview.Hooks {
+		listed = append(listed, hk.Phase+" "+hk.Name)
+	}
+	if strings.Join(listed, ",") != "PreSync schema,PostSync smoke" {
+		t.Errorf("the preview lists the hooks %v, want PreSync schema, PostSync smoke", listed)
+	}
+	ready(t, h.tick(t, key, queue.WakeTimer))
+	if preview, err = h.r.Preview(context.Background(), current()); err != nil || len(preview.Hooks) != 0 {
+		t.Errorf("the preview of a synced revision lists hooks %+v (%v)", preview.Hooks, err)
+	}
+}
+
+// A sync annotation plumb cannot read fails the Read phase naming the
+// object, where Argo CD would take a default.
+func TestAnUnreadableWaveFailsTheRead(t *testing.T) {
+	_, repo := newRepo(t, map[string]string{
+		"deploy/a.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  annotations:\n    argocd.argoproj.io/sync-wave: \"1O\"\n",
+	})
+	app := newApp(t, repo, noWait)
+	h := newHarness(t)
+	got := h.tick(t, client.ObjectKeyFromObject(app), queue.WakeTimer)
+	msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "InvalidManifest")
+	if !strings.Contains(msg, "ConfigMap") || !strings.Contains(msg, `argocd.argoproj.io/sync-wave "1O" is not an integer`) {
+		t.Errorf("Ready message %q does not name the object and the wave", msg)
+	}
+}
+
+// Runs of one generateName are told apart by the order the sync runs
+// them, whatever Git's order: each hook runs once.
+func TestRunsOfOneGenerateNameFollowTheSyncsOrder(t *testing.T) {
+	seed := func(wave int, phases string) string {
+		return fmt.Sprintf("apiVersion: batch/v1\nkind: Job\nmetadata:\n  generateName: seed-\n  annotations:\n    argocd.argoproj.io/hook: %s\n    argocd.argoproj.io/sync-wave: %q\n", phases, strconv.Itoa(wave)) +
+			"spec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: run\n        image: busybox\n"
+	}
+	_, repo := newRepo(t, map[string]string{
+		"deploy/a.yaml":   seed(1, "PreSync"), // Git lists it first; it runs second
+		"deploy/b.yaml":   seed(0, "PreSync"),
+		"deploy/c.yaml":   seed(0, "PostSync"),
+		"deploy/app.yaml": waveConfigMap("app", 0),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	var got *plumbv1.App
+	for range 3 { // one Job runs at a time: end each as it comes
+		got = h.tick(t, key, queue.WakeTimer)
+		for _, j := range jobsOf(t, app.Namespace) {
+			if len(j.Status.Conditions) == 0 {
+				endJob(t, app.Namespace, j.Name, true)
+			}
+		}
+	}
+	got = h.tick(t, key, queue.WakeEvent)
+	if got.Status.Sync.Phase != plumbv1.SyncPhaseSucceeded {
+		t.Fatalf("status.sync = %+v, want Succeeded", got.Status.Sync)
+	}
+	if n := len(jobsOf(t, app.Namespace)); n != 3 {
+		t.Errorf("%d seed-* Jobs, want 3: one run of each hook", n)
+	}
+	var runs []string
+	for _, hk := range got.Status.Sync.Hooks {
+		runs = append(runs, fmt.Sprintf("%s/%d", hk.Phase, hk.Wave))
+	}
+	if strings.Join(runs, ",") != "PreSync/0,PreSync/1,PostSync/0" {
+		t.Errorf("runs %v, want PreSync wave 0, PreSync wave 1, PostSync", runs)
+	}
+}
+
+// A named hook whose last run is still there (its delete policy kept it)
+// is deleted and run anew, not taken for this sync's run.
+func TestANamedHooksLastRunIsNotTakenForTheNext(t *testing.T) {
+	w, repo := newRepo(t, map[string]string{
+		"deploy/migrate.yaml": hookJob("migrate", "PreSync", "HookFailed", false),
+		"deploy/app.yaml":     waveConfigMap("app", 0),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	h.tick(t, key, queue.WakeTimer)
+	endJob(t, app.Namespace, "migrate", true)
+	ready(t, h.tick(t, key, queue.WakeEvent))
+	first := &batchv1.Job{}
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "migrate"}, first); err != nil {
+		t.Fatal(err)
+	}
+	pushed(t, w, map[string]string{"deploy/app.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\ndata: {v: \"2\"}\n"})
+	got := h.tick(t, key, queue.WakeTimer)
+	if !strings.Contains(got.Status.Sync.Message, "its last run is being deleted") {
+		t.Fatalf("status.sync = %+v, want the last run deleted first", got.Status.Sync)
+	}
+	waitGone(t, admin(t), first)
+	got = h.tick(t, key, queue.WakeEvent)
+	again := &batchv1.Job{}
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "migrate"}, again); err != nil || again.UID == first.UID {
+		t.Errorf("the hook's new run: %v (%v), want a new Job", again.UID, err)
+	}
+	if got.Status.Sync.Phase != plumbv1.SyncPhasePreSync {
+		t.Errorf("status.sync = %+v, want PreSync running the new run", got.Status.Sync)
+	}
+}
+
+// A revision with no hooks (an unordered one) also waits for the running
+// hooks of the sync before it.
+func TestAnUnorderedRevisionWaitsForTheRunningHooks(t *testing.T) {
+	w, repo := newRepo(t, map[string]string{
+		"deploy/migrate.yaml": hookJob("migrate", "PreSync", "", false),
+		"deploy/app.yaml":     waveConfigMap("app", 0),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	h.tick(t, key, queue.WakeTimer)
+	pushed(t, w, map[string]string{"deploy/migrate.yaml": ""})
+	got := h.tick(t, key, queue.WakeTimer)
+	if !strings.Contains(got.Status.Sync.Message, "waits for PreSync hook Job/"+app.Namespace+"/migrate") {
+		t.Errorf("status.sync = %+v, want the unordered revision waiting for the running hook", got.Status.Sync)
+	}
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "app"}, &corev1.ConfigMap{}); err == nil {
+		t.Error("the unordered revision was applied while the hook ran")
+	}
+	endJob(t, app.Namespace, "migrate", true)
+	got = h.tick(t, key, queue.WakeEvent)
+	ready(t, got)
+	if got.Status.Sync != nil {
+		t.Errorf("status.sync = %+v after an unordered revision, want none", got.Status.Sync)
+	}
+}
+
+// What fails a sync for good, and what only fails a tick.
+func TestRefusedTellsARefusalFromAPassingFailure(t *testing.T) {
+	gr := schema.GroupResource{Resource: "configmaps"}
+	for err, want := range map[error]bool{
+		apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "a", nil):                                         true,
+		apierrors.NewBadRequest("bad"):                                                                              true,
+		apierrors.NewForbidden(gr, "a", errors.New(`admission webhook "policy.example" denied the request`)):        true,
+		apierrors.NewForbidden(gr, "a", errors.New("exceeded quota: compute, requested: pods=1")):                   false,
+		apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "shop"):                                 false,
+		apierrors.NewConflict(gr, "a", errors.New("the object has been modified")):                                  false,
+		apierrors.NewServiceUnavailable("etcd"):                                                                     false,
+		fmt.Errorf("applying ConfigMap/a: %w", apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "a", nil)): true,
+	} {
+		if got := refused(err); got != want {
+			t.Errorf("refused(%v) = %v, want %v", err, got, want)
+		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/plumb-dev/plumb/internal/diff"
 	"github.com/plumb-dev/plumb/internal/redact"
 	"github.com/plumb-dev/plumb/internal/source"
+	"github.com/plumb-dev/plumb/internal/syncorder"
 	"github.com/plumb-dev/plumb/ssa"
 )
 
@@ -40,6 +41,18 @@ type Preview struct {
 	// that a prune would delete or the prune guard keeps, by kind,
 	// namespace and name.
 	Objects []PreviewObject
+	// Hooks are the hooks the next tick's ordered sync would run (those of
+	// a sync under way that have not run yet), in the order it runs them.
+	Hooks []PreviewHook
+}
+
+// PreviewHook is a hook an ordered sync would run.
+type PreviewHook struct {
+	Phase string
+	Wave  int
+	plumbv1.ObjectRef
+	// GenerateName is the hook's generateName, when it has no name.
+	GenerateName string
 }
 
 // PreviewAction is what the next tick would do to one object.
@@ -109,7 +122,7 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 			return nil, err
 		}
 	}
-	preview := &Preview{Revision: s.revision, Suspended: app.Spec.Suspend, Waiting: s.waiting}
+	preview := &Preview{Revision: s.revision, Suspended: app.Spec.Suspend, Waiting: s.waiting, Hooks: s.previewHooks()}
 	objects, err := s.previewObjects(ctx)
 	if err != nil {
 		return nil, err
@@ -124,6 +137,28 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 		return preview.Objects[i].ObjectRef.String() < preview.Objects[j].ObjectRef.String()
 	})
 	return preview, nil
+}
+
+// previewHooks lists the hooks the next tick's sync would run, phase by
+// phase and wave by wave (a sync under way: those not run yet).
+func (s *pass) previewHooks() []PreviewHook {
+	if !s.runsHooks() {
+		return nil
+	}
+	sync := s.app.Status.Sync
+	underWay := s.sameSync(sync) && !sync.Done()
+	var out []PreviewHook
+	for _, phase := range []syncorder.Phase{syncorder.PreSync, syncorder.Sync, syncorder.PostSync} {
+		for _, wave := range s.waves(phase) {
+			for _, h := range s.order.hooks {
+				if !h.place.In(phase) || h.place.Wave != wave || underWay && s.findHook(sync, h, phase) != nil {
+					continue
+				}
+				out = append(out, PreviewHook{Phase: string(phase), Wave: wave, ObjectRef: refOf(h.obj), GenerateName: h.obj.GetGenerateName()})
+			}
+		}
+	}
+	return out
 }
 
 // previewObjects says of each desired object what the next tick would do

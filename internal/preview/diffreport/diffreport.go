@@ -178,9 +178,26 @@ func Write(w io.Writer, p *reconcile.Preview, opts Options) error {
 			}
 		}
 	}
+	if len(p.Hooks) > 0 {
+		b.WriteString(paint("1", "Hooks the next sync runs, in order:") + "\n")
+		for _, h := range p.Hooks {
+			b.WriteString(fmt.Sprintf("  %-8s wave %-3d %s\n", h.Phase, h.Wave, hookName(h)))
+		}
+	}
 	b.WriteString(Summary(p) + "\n")
 	_, err = io.WriteString(w, b.String())
 	return err
+}
+
+// hookName names a hook of a preview (generateName*, for one without a name).
+func hookName(h reconcile.PreviewHook) string {
+	name := h.Name
+	if name == "" {
+		name = h.GenerateName + "*"
+	}
+	ref := h.ObjectRef
+	ref.Name = name
+	return appview.Printable(ref.String())
 }
 
 // Summary is the one-line summary of p.
@@ -413,6 +430,16 @@ type JSONReport struct {
 	Differs   bool         `json:"differs"`
 	Counts    Counts       `json:"counts"`
 	Objects   []JSONObject `json:"objects"`
+	// Hooks are the hooks the next sync runs, in order.
+	Hooks []JSONHook `json:"hooks,omitempty"`
+}
+
+// JSONHook is a hook the next sync runs.
+type JSONHook struct {
+	plumbv1.ObjectRef
+	GenerateName string `json:"generateName,omitempty"`
+	Phase        string `json:"phase"`
+	Wave         int    `json:"wave"`
 }
 
 // JSONObject is one object of a JSONReport; unchanged objects are left
@@ -452,6 +479,9 @@ type JSONDrift struct {
 func Report(app string, p *reconcile.Preview) (*JSONReport, error) {
 	counts := CountsOf(p)
 	r := &JSONReport{App: app, Revision: p.Revision, Suspended: p.Suspended, Waiting: p.Waiting, Differs: counts.Differs(), Counts: counts, Objects: []JSONObject{}}
+	for _, h := range p.Hooks {
+		r.Hooks = append(r.Hooks, JSONHook{ObjectRef: h.ObjectRef, GenerateName: h.GenerateName, Phase: h.Phase, Wave: h.Wave})
+	}
 	for _, o := range p.Objects {
 		if o.Action == reconcile.PreviewUnchanged {
 			continue

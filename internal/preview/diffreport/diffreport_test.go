@@ -112,3 +112,26 @@ func TestNoControlCharacterReachesTheTerminal(t *testing.T) {
 		t.Errorf("a control character reached the output:\n%q", b.String())
 	}
 }
+
+// The hooks the next sync runs are listed after the objects, in order.
+func TestWriteListsTheHooksTheSyncRuns(t *testing.T) {
+	p := &reconcile.Preview{Revision: "main@sha1:abc", Hooks: []reconcile.PreviewHook{
+		{Phase: "PreSync", Wave: -1, ObjectRef: plumbv1.ObjectRef{Group: "batch", Version: "v1", Kind: "Job", Namespace: "shop"}, GenerateName: "migrate-"},
+		{Phase: "PostSync", ObjectRef: plumbv1.ObjectRef{Version: "v1", Kind: "ConfigMap", Namespace: "shop", Name: "smoke"}},
+	}}
+	var b strings.Builder
+	if err := Write(&b, p, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	want := "Hooks the next sync runs, in order:\n  PreSync  wave -1  Job.batch/shop/migrate-*\n  PostSync wave 0   ConfigMap/shop/smoke\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("Write lists the hooks as\n%s\nwant\n%s", b.String(), want)
+	}
+	r, err := Report("shop/web", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Hooks) != 2 || r.Hooks[0].GenerateName != "migrate-" || r.Hooks[1].Phase != "PostSync" {
+		t.Errorf("the JSON report's hooks: %+v", r.Hooks)
+	}
+}

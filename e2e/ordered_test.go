@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -120,5 +124,56 @@ func TestAFailingPreSyncJobStopsTheSync(t *testing.T) {
 	}
 	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "page"}, &corev1.ConfigMap{}); err != nil {
 		t.Errorf("the SyncFail hook did not run: %v", err)
+	}
+}
+
+// Equivalents of Argo CD's example apps helm-hooks, pre-post-sync and
+// sync-waves (e2e/testdata/argo-examples) converge, their hooks run in
+// the order the annotations give.
+func TestArgoCDsExampleAppsConverge(t *testing.T) {
+	setUp(t)
+	for _, tc := range []struct {
+		name  string
+		hooks []string // phase/wave/name (a generateName as name*)
+		gone  []string // Jobs their delete policy removed
+	}{
+		{"helm-hooks", []string{"PreSync/-2/schema-*", "PreSync/-1/maintenance-on", "PostSync/0/maintenance-off"}, nil},
+		{"pre-post-sync", []string{"PreSync/0/before", "PostSync/0/after"}, []string{"before", "after"}},
+		{"sync-waves", []string{"PreSync/0/schema-*", "Sync/1/maintenance-on", "Sync/3/maintenance-off"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newNamespace(t)
+			data, err := os.ReadFile(filepath.Join("testdata", "argo-examples", tc.name+".yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, url, _ := gitRepo(t, map[string]string{"deploy/app.yaml": string(data)})
+			createApp(t, ns, "example", url, nil)
+			app := waitSync(t, ns, "example")
+			if app.Status.Sync.Phase != plumbv1.SyncPhaseSucceeded {
+				t.Fatalf("sync %+v, want Succeeded", app.Status.Sync)
+			}
+			waitReady(t, ns, "example", "Ready", func(_ *plumbv1.App, c *metav1.Condition) bool { return c.Status == metav1.ConditionTrue })
+			var runs []string
+			for _, h := range app.Status.Sync.Hooks {
+				name := h.Name
+				if h.GenerateName != "" {
+					name = h.GenerateName + "*"
+				}
+				if h.Status != plumbv1.HookSucceeded {
+					t.Errorf("hook %s %s", name, h.Status)
+				}
+				runs = append(runs, fmt.Sprintf("%s/%d/%s", h.Phase, h.Wave, name))
+			}
+			if strings.Join(runs, ",") != strings.Join(tc.hooks, ",") {
+				t.Errorf("hooks ran %v, want %v", runs, tc.hooks)
+			}
+			for _, name := range tc.gone {
+				eventually(t, 30*time.Second, "Job "+name+" deleted by its HookSucceeded policy", func() (bool, string) {
+					err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &batchv1.Job{})
+					return apierrors.IsNotFound(err), fmt.Sprint(err)
+				})
+			}
+		})
 	}
 }

@@ -792,6 +792,13 @@ type AppStatus struct {
 	// +optional
 	RecentTicks []TickRecord `json:"recentTicks,omitempty"`
 
+	// DeleteHooks says the App's source, as last read, has delete hooks
+	// (PreDelete or PostDelete): the App's finalizer reads its source
+	// again and runs them around the prune. An App without them is
+	// deleted without reading its source.
+	// +optional
+	DeleteHooks bool `json:"deleteHooks,omitempty"`
+
 	// Sync is the App's last ordered sync: a sync of a revision whose
 	// objects have hooks or more than one wave, run phase by phase and wave
 	// by wave over as many ticks as its waits take. A tick that changes
@@ -816,9 +823,10 @@ type SyncStatus struct {
 	// +optional
 	Content string `json:"content,omitempty"`
 
-	// Phase is the phase under way (PreSync, Sync, PostSync or SyncFail),
-	// or how the sync ended (Succeeded or Failed).
-	// +kubebuilder:validation:Enum=PreSync;Sync;PostSync;SyncFail;Succeeded;Failed
+	// Phase is the phase under way (PreSync, Sync, PostSync or SyncFail;
+	// PreDelete or PostDelete while the App is deleted), or how the sync
+	// ended (Succeeded or Failed).
+	// +kubebuilder:validation:Enum=PreSync;Sync;PostSync;SyncFail;Succeeded;Failed;PreDelete;PostDelete
 	Phase string `json:"phase"`
 
 	// Wave is the wave of the phase under way: being applied, or waited
@@ -870,6 +878,9 @@ const (
 	SyncPhaseSyncFail  = "SyncFail"
 	SyncPhaseSucceeded = "Succeeded"
 	SyncPhaseFailed    = "Failed"
+	// The phases of a deleted App's delete hooks (run by its finalizer).
+	SyncPhasePreDelete  = "PreDelete"
+	SyncPhasePostDelete = "PostDelete"
 )
 
 // Done says the sync ended.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/internal/impersonation"
+	"github.com/plumb-dev/plumb/internal/syncorder"
 	"github.com/plumb-dev/plumb/queue"
 	"github.com/plumb-dev/plumb/ssa"
 )
@@ -31,6 +33,21 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 	interval := app.Spec.IntervalOrDefault()
 	log = log.With(zap.String("phase", "finalize"), zap.String("revision", app.Status.LastAppliedRevision))
 	r.endDriftEpisode(app)
+	original := app.DeepCopy()
+	hooks := func(phase syncorder.Phase) (queue.Outcome, bool, error) {
+		if app.Spec.Suspend || !app.Status.DeleteHooks {
+			return queue.Outcome{}, false, nil
+		}
+		waiting, err := r.deleteHooks(ctx, app, phase, log)
+		if err == nil && waiting == "" {
+			return queue.Outcome{}, false, nil
+		}
+		r.writeStatus(ctx, original, app, true, log)
+		return queue.Every(min(interval, syncPollInterval)), true, err
+	}
+	if outcome, wait, err := hooks(syncorder.PreDelete); wait {
+		return outcome, err
+	}
 	if app.Spec.PruneEnabled() && !app.Spec.Suspend {
 		stale := r.staleObjects(app.Status.Inventory, nil, newTickKinds(r.Mapper))
 		if len(stale) > 0 {
@@ -68,6 +85,9 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 	} else {
 		log.Info("Orphaned the deleted App's objects", zap.Int("objects", inventoryLen(app)))
 	}
+	if outcome, wait, err := hooks(syncorder.PostDelete); wait {
+		return outcome, err
+	}
 	patch := client.MergeFrom(app.DeepCopy())
 	app.Finalizers = slices.DeleteFunc(app.Finalizers, func(f string) bool { return f == plumbv1.Finalizer })
 	if err := r.Client.Patch(ctx, app, patch); client.IgnoreNotFound(err) != nil {
@@ -75,6 +95,62 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 	}
 	r.forgetDeleted(client.ObjectKeyFromObject(app))
 	return queue.Dropped(), nil
+}
+
+// deleteHooks runs a deleted App's delete hooks of phase (PreDelete before
+// its objects are pruned, PostDelete after), read from its source as its
+// spec names it now, with the ordered sync's machinery: status.sync
+// records each, so none runs twice. waiting says what it waits for; an
+// error, what failed. A hook that failed holds the deletion (until a new
+// content of the source runs the hooks again, or the finalizer is removed
+// by hand): the hook said the App's objects must not go. An error that
+// keeps the hooks from running (an unreadable source or manifest, a right
+// the ServiceAccount lacks, an API error) holds it for the App's timeout
+// from the deletion, then the phase's hooks are given up, with an Event,
+// rather than hold the App for ever.
+func (r *Reconciler) deleteHooks(ctx context.Context, app *plumbv1.App, phase syncorder.Phase, log *zap.Logger) (string, error) {
+	waiting, failed, err := r.runDeleteHooks(ctx, app, phase, log)
+	switch {
+	case failed != "":
+		app.Status.Sync.Failure = truncate(failed, 1024)
+		r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonSyncFailed, "the deletion of the App waits: %s", truncate(failed, 1000))
+		return "", fmt.Errorf("the deletion of App %s/%s waits: %s (a new content of its source runs the hooks again)", app.Namespace, app.Name, failed)
+	case err == nil:
+		return waiting, nil
+	case r.now().Sub(app.DeletionTimestamp.Time) < app.Spec.TimeoutOrDefault():
+		return "", fmt.Errorf("the %s hooks of deleted App %s/%s: %w", phase, app.Namespace, app.Name, err)
+	}
+	r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonSyncFailed, "the App's %s hooks were given up %s after its deletion: %v", phase, app.Spec.TimeoutOrDefault(), err)
+	log.Info("Gave up the deleted App's delete hooks", zap.String("hookPhase", string(phase)), zap.Error(err))
+	return "", nil
+}
+
+// runDeleteHooks reads the App's source and runs its hooks of phase.
+func (r *Reconciler) runDeleteHooks(ctx context.Context, app *plumbv1.App, phase syncorder.Phase, log *zap.Logger) (waiting, failed string, err error) {
+	s := &pass{r: r, app: app, key: client.ObjectKeyFromObject(app), log: log}
+	result, err := r.read(ctx, app, false, time.Time{})
+	if err != nil {
+		return "", "", err
+	}
+	s.result, s.revision = result, result.Revision.String()
+	if s.desired, s.kinds, s.order, err = r.prepare(app, result); err != nil {
+		return "", "", err
+	}
+	if !slices.ContainsFunc(s.order.hooks, func(h hookObject) bool { return h.place.In(phase) }) {
+		return "", "", nil
+	}
+	if s.applier, err = r.applierFor(ctx, app); err != nil {
+		return "", "", err
+	}
+	sync := app.Status.Sync
+	if sync == nil || !s.sameSync(sync) || sync.Phase != plumbv1.SyncPhasePreDelete && sync.Phase != plumbv1.SyncPhasePostDelete {
+		sync = &plumbv1.SyncStatus{Revision: s.revision, Content: s.order.content, StartedAt: metav1.NewTime(r.now())}
+		app.Status.Sync = sync
+	}
+	sync.Phase = string(phase)
+	waiting, failed, err = s.runHooks(ctx, sync, phase, log)
+	sync.Message = truncate(waiting, 1024)
+	return waiting, failed, err
 }
 
 // forgetDeleted drops what the controller holds for a deleted App: its

@@ -136,8 +136,9 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 			continue // a Skip hook, or a Helm hook of events plumb never runs
 		}
 		if place.Hook {
-			if !place.In(syncorder.PreSync) && !place.In(syncorder.Sync) && !place.In(syncorder.PostSync) && !place.In(syncorder.SyncFail) {
-				continue // not run by this sync (Helm's pre-install on an upgrade; delete hooks)
+			order.deleteHooks = order.deleteHooks || place.In(syncorder.PreDelete) || place.In(syncorder.PostDelete)
+			if !runsNow(place, !app.DeletionTimestamp.IsZero()) {
+				continue // not run now (Helm's pre-install on an upgrade; delete hooks while the App lives)
 			}
 			if runs += len(place.Phases); runs > maxHookRuns {
 				return nil, nil, nil, &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: string(source.ReasonLimitExceeded),
@@ -175,6 +176,15 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 		return nil, nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 	}
 	return desired, kinds, order, nil
+}
+
+// runsNow says a hook runs now: a delete hook while the App is deleted, the
+// others while it lives.
+func runsNow(place syncorder.Placement, deleting bool) bool {
+	if deleting {
+		return place.In(syncorder.PreDelete) || place.In(syncorder.PostDelete)
+	}
+	return place.In(syncorder.PreSync) || place.In(syncorder.Sync) || place.In(syncorder.PostSync) || place.In(syncorder.SyncFail)
 }
 
 // ignoreFor collects the App's ignore rules that select obj.

@@ -53,6 +53,9 @@ type ordering struct {
 	hookIDs map[objectID]bool
 	// install says the sync is the App's first (Helm's pre-install).
 	install bool
+	// deleteHooks says the revision has PreDelete or PostDelete hooks,
+	// which only the App's finalizer runs.
+	deleteHooks bool
 	// content is a digest of what a sync of the revision applies
 	// (SyncStatus.Content).
 	content string
@@ -289,7 +292,7 @@ func (s *pass) runSync(ctx context.Context, sync *plumbv1.SyncStatus, changes *f
 			failed = err.Error()
 		}
 		if waiting != "" {
-			sync.Message = waiting
+			sync.Message = truncate(waiting, 1024)
 			s.syncWaiting = waiting
 			return nil
 		}

@@ -932,3 +932,206 @@ func TestRefusedTellsARefusalFromAPassingFailure(t *testing.T) {
 		}
 	}
 }
+
+// A deleted App's finalizer runs its PreDelete hooks (Argo CD's, or Helm's
+// pre-delete) before its objects are pruned, and its PostDelete hooks
+// after; none of them runs while the App lives. The App goes only when
+// they have ended.
+func TestTheFinalizerRunsTheDeleteHooksAroundThePrune(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	_, repo := newRepo(t, map[string]string{
+		"deploy/app.yaml":        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ordinary\n",
+		"deploy/predelete.yaml":  hookJob("backup", "PreDelete", "", false),
+		"deploy/postdelete.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: farewell\n  annotations:\n    helm.sh/hook: post-delete\n",
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	got := h.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	if n := len(jobsOf(t, app.Namespace)); n != 0 {
+		t.Fatalf("a living App's sync ran %d PreDelete Jobs", n)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "farewell"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a living App's sync wrote its PostDelete hook: %v", err)
+	}
+
+	if err := c.Delete(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool { // once the App cache has seen the deletion
+		_, _ = h.r.Tick(ctx, key, queue.WakeTimer)
+		return len(jobsOf(t, app.Namespace)) == 1
+	})
+	// The PreDelete Job runs: nothing is pruned yet, and the App stays.
+	for range 2 {
+		outcome, err := h.r.Tick(ctx, key, queue.WakeEvent)
+		if err != nil || outcome.Next != queue.Reschedule || outcome.Interval <= 0 || outcome.Interval > syncPollInterval {
+			t.Fatalf("a tick while the PreDelete hook runs: %+v, %v; want a poll, no error", outcome, err)
+		}
+	}
+	if n := len(jobsOf(t, app.Namespace)); n != 1 {
+		t.Errorf("ticks while the PreDelete hook runs made %d Jobs, want 1", n)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "ordinary"}, &corev1.ConfigMap{}); err != nil {
+		t.Fatalf("the App's object went before its PreDelete hook ended: %v", err)
+	}
+	live := &plumbv1.App{}
+	if err := c.Get(ctx, key, live); err != nil {
+		t.Fatalf("the App went before its PreDelete hook ended: %v", err)
+	}
+	if s := live.Status.Sync; s == nil || s.Phase != plumbv1.SyncPhasePreDelete || len(s.Hooks) != 1 || s.Hooks[0].Name != "backup" || s.Hooks[0].Status != plumbv1.HookRunning {
+		t.Errorf("status.sync = %+v, want PreDelete with the backup Job running", live.Status.Sync)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "farewell"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the PostDelete hook ran before the prune: %v", err)
+	}
+
+	endJob(t, app.Namespace, "backup", true)
+	eventually(t, func() bool { // once the cache has seen the Job end
+		_, _ = h.r.Tick(ctx, key, queue.WakeEvent)
+		return apierrors.IsNotFound(c.Get(ctx, key, &plumbv1.App{}))
+	})
+	waitGone(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "ordinary"}})
+	farewell := &corev1.ConfigMap{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "farewell"}, farewell); err != nil {
+		t.Fatalf("the PostDelete hook did not run: %v", err)
+	}
+	job := &batchv1.Job{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "backup"}, job); err != nil {
+		t.Fatalf("the PreDelete Job (BeforeHookCreation) is gone: %v", err)
+	}
+	if rv, _ := strconv.Atoi(job.ResourceVersion); rvOf(t, app.Namespace, "farewell") < rv {
+		t.Errorf("the PostDelete hook (%d) was written before the PreDelete Job ended (%d)", rvOf(t, app.Namespace, "farewell"), rv)
+	}
+}
+
+// A PreDelete hook that fails holds the deletion: nothing is pruned, the
+// App stays and says which hook failed, and later ticks do not run it
+// again. A new content of the source runs the hooks again.
+func TestAFailedPreDeleteHookHoldsTheDeletion(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	w, repo := newRepo(t, map[string]string{
+		"deploy/app.yaml":       "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ordinary\n",
+		"deploy/predelete.yaml": hookJob("backup", "PreDelete", "", false),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	if got := h.tick(t, key, queue.WakeTimer); !got.Status.DeleteHooks {
+		t.Fatalf("status.deleteHooks is false for a revision with a PreDelete hook")
+	}
+	if err := c.Delete(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		_, _ = h.r.Tick(ctx, key, queue.WakeTimer)
+		return len(jobsOf(t, app.Namespace)) == 1
+	})
+	first := jobsOf(t, app.Namespace)[0]
+	endJob(t, app.Namespace, "backup", false)
+	var err error
+	eventually(t, func() bool { // once the cache has seen the Job fail
+		_, err = h.r.Tick(ctx, key, queue.WakeEvent)
+		return err != nil && strings.Contains(err.Error(), "the deletion of App")
+	})
+	if !strings.Contains(err.Error(), "PreDelete hook Job/"+app.Namespace+"/backup failed: the Job failed: BackoffLimitExceeded") {
+		t.Errorf("the deletion's error %q does not name the failed hook", err)
+	}
+	if _, err := h.r.Tick(ctx, key, queue.WakeTimer); err == nil {
+		t.Error("a later tick let the deletion go on after the PreDelete hook failed")
+	}
+	if jobs := jobsOf(t, app.Namespace); len(jobs) != 1 || jobs[0].UID != first.UID {
+		t.Errorf("later ticks ran the failed hook again: %v", jobs)
+	}
+	live := &plumbv1.App{}
+	if err := c.Get(ctx, key, live); err != nil || live.Status.Sync == nil || !strings.Contains(live.Status.Sync.Failure, "backup failed") {
+		t.Fatalf("the App %v: status.sync %+v, want it kept, saying the hook failed", err, live.Status.Sync)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "ordinary"}, &corev1.ConfigMap{}); err != nil {
+		t.Fatalf("an object was pruned though the PreDelete hook failed: %v", err)
+	}
+
+	// A fixed hook is pushed: it runs anew (its last run deleted first), and
+	// once it succeeds the deletion goes on.
+	pushed(t, w, map[string]string{"deploy/predelete.yaml": strings.Replace(hookJob("backup", "PreDelete", "", false), "image: busybox", "image: busybox:1.37", 1)})
+	eventually(t, func() bool {
+		_, _ = h.r.Tick(ctx, key, queue.WakeTimer)
+		jobs := jobsOf(t, app.Namespace)
+		return len(jobs) == 1 && jobs[0].UID != first.UID
+	})
+	endJob(t, app.Namespace, "backup", true)
+	eventually(t, func() bool {
+		_, _ = h.r.Tick(ctx, key, queue.WakeEvent)
+		return apierrors.IsNotFound(c.Get(ctx, key, &plumbv1.App{}))
+	})
+	waitGone(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "ordinary"}})
+}
+
+// A deleted App whose delete hooks cannot run (here its source no longer
+// renders) is held for its timeout, pruning nothing, then its hooks are
+// given up with an Event, and it goes. An App without delete hooks does
+// not read its source to be deleted.
+func TestDeleteHooksThatCannotRunAreGivenUpAfterTheTimeout(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	w, repo := newRepo(t, map[string]string{
+		"deploy/app.yaml":       "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ordinary\n",
+		"deploy/predelete.yaml": hookConfigMap("backup", "PreDelete"),
+	})
+	app := newApp(t, repo, func(a *plumbv1.App) { noWait(a); a.Spec.Timeout = &metav1.Duration{Duration: time.Minute} })
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	ready(t, h.tick(t, key, queue.WakeTimer))
+	pushed(t, w, map[string]string{"deploy/predelete.yaml": "kind: [unclosed\n"})
+	if err := c.Delete(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	eventually(t, func() bool { // once the App cache has seen the deletion
+		_, err = h.r.Tick(ctx, key, queue.WakeTimer)
+		return err != nil && strings.Contains(err.Error(), "the PreDelete hooks of deleted App")
+	})
+	if !strings.Contains(err.Error(), "deploy/predelete.yaml:1: invalid YAML") {
+		t.Errorf("the held deletion's error %q does not say why", err)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "ordinary"}, &corev1.ConfigMap{}); err != nil {
+		t.Fatalf("an object was pruned before the delete hooks were given up: %v", err)
+	}
+	h.recorded()
+	clock := clocktesting.NewFakePassiveClock(time.Now().Add(2 * time.Minute))
+	h.r.Clock = clock
+	if _, err := h.r.Tick(ctx, key, queue.WakeTimer); err != nil {
+		t.Fatalf("the tick after the timeout: %v", err)
+	}
+	if err := c.Get(ctx, key, &plumbv1.App{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the App is still there after its delete hooks were given up: %v", err)
+	}
+	if n := countContaining(h.recorded(), "Warning SyncFailed", "PreDelete hooks were given up 1m0s after its deletion"); n != 1 {
+		t.Errorf("Events saying the hooks were given up = %d, want 1", n)
+	}
+	waitGone(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "ordinary"}})
+	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "backup"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the given-up hook was written: %v", err)
+	}
+
+	// Without delete hooks, the source is not read: an unreadable one does
+	// not hold the deletion.
+	w2, repo2 := newRepo(t, map[string]string{"deploy/app.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: plain\n"})
+	plain := newApp(t, repo2, noWait)
+	plainKey := client.ObjectKeyFromObject(plain)
+	h.r.Clock = clocktesting.NewFakePassiveClock(time.Now())
+	if got := h.tick(t, plainKey, queue.WakeTimer); got.Status.DeleteHooks {
+		t.Fatal("status.deleteHooks is true for a revision without delete hooks")
+	}
+	pushed(t, w2, map[string]string{"deploy/app.yaml": "kind: [unclosed\n"})
+	if err := c.Delete(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		_, _ = h.r.Tick(ctx, plainKey, queue.WakeTimer)
+		return apierrors.IsNotFound(c.Get(ctx, plainKey, &plumbv1.App{}))
+	})
+}

@@ -132,6 +132,7 @@ func (s *pass) admit(ctx context.Context) error {
 		return err
 	}
 	markSuccess(s.app, PhaseRead, s.r.now())
+	s.app.Status.DeleteHooks = s.order.deleteHooks
 	if !s.preview {
 		s.r.notifyPending(s.app, s.revision)
 	}

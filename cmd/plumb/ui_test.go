@@ -360,6 +360,9 @@ func TestTheDashboard(t *testing.T) {
 	commit := w.push("first", map[string]string{
 		"web/configmap.yaml": configMap(ns, "web", map[string]string{"greeting": "hello"}),
 		"web/secret.yaml":    secret(ns, "web-token", secretValue),
+		// A PreSync hook: each sync of the App is an ordered one.
+		"web/migrated.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-migrated\n  namespace: " + ns +
+			"\n  annotations: {argocd.argoproj.io/hook: PreSync}\n",
 	})
 	w.createApp("web", "web", func(app *plumbv1.App) { app.Spec.DriftPolicy = plumbv1.DriftPolicyAlert })
 	w.waitReady("web", commit)
@@ -467,6 +470,9 @@ func TestTheDashboard(t *testing.T) {
 		}
 		if inventory := text(t, ctx, chromedp.ID("inventory")); !strings.Contains(inventory, "ConfigMap") || !strings.Contains(inventory, "web-token") {
 			t.Errorf("the inventory lacks the App's objects: %q", inventory)
+		}
+		if synced := text(t, ctx, chromedp.ID("ordered-sync")); !strings.Contains(synced, "PreSync") || !strings.Contains(synced, "ConfigMap/"+ns+"/web-migrated") {
+			t.Errorf("the ordered sync lacks its PreSync hook: %q", synced)
 		}
 		if events := text(t, ctx, chromedp.ID("events")); !strings.Contains(events, "DriftDetected") {
 			t.Errorf("the Events lack DriftDetected: %q", events)

@@ -327,11 +327,7 @@ func Detail(w io.Writer, app *plumbv1.App, events []corev1.Event, now time.Time)
 // is or how it ended, and each hook it ran.
 func SyncOf(sync *plumbv1.SyncStatus) string {
 	var b strings.Builder
-	at := sync.Phase
-	if sync.Wave != nil && !sync.Done() {
-		at = fmt.Sprintf("%s, wave %d", sync.Phase, *sync.Wave)
-	}
-	fmt.Fprintf(&b, "Ordered sync: %s, %s\n", sync.Revision, at)
+	fmt.Fprintf(&b, "Ordered sync: %s, %s\n", sync.Revision, SyncPlace(sync))
 	if sync.Message != "" {
 		fmt.Fprintf(&b, "  %s\n", OneLine(sync.Message))
 	}
@@ -339,7 +335,7 @@ func SyncOf(sync *plumbv1.SyncStatus) string {
 		fmt.Fprintf(&b, "  failed: %s\n", OneLine(sync.Failure))
 	}
 	for _, h := range sync.Hooks {
-		line := fmt.Sprintf("  %-9s wave %-3d %-9s %s", h.Phase, h.Wave, h.Status, hookRef(h))
+		line := fmt.Sprintf("  %-9s wave %-3d %-9s %s", h.Phase, h.Wave, h.Status, HookRef(h))
 		if h.Message != "" {
 			line += "  " + OneLine(h.Message)
 		}
@@ -348,7 +344,17 @@ func SyncOf(sync *plumbv1.SyncStatus) string {
 	return b.String()
 }
 
-func hookRef(h plumbv1.HookStatus) string {
+// SyncPlace says where a sync is (its phase, and the wave under way) or
+// how it ended.
+func SyncPlace(sync *plumbv1.SyncStatus) string {
+	if sync.Wave != nil && !sync.Done() {
+		return fmt.Sprintf("%s, wave %d", sync.Phase, *sync.Wave)
+	}
+	return sync.Phase
+}
+
+// HookRef names a hook of a sync: Kind/namespace/name.
+func HookRef(h plumbv1.HookStatus) string {
 	if h.Namespace == "" {
 		return h.Kind + "/" + Printable(h.Name)
 	}

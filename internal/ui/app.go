@@ -40,6 +40,7 @@ type appPage struct {
 	Inventory          []appview.InventoryNamespace
 	Drift              driftView
 	ChangeSet          *plumbv1.ChangeSet
+	OrderedSync        *orderedSyncView
 	Diff               diffView
 	Events             []eventView
 	EventsError        string
@@ -88,6 +89,20 @@ type diffView struct {
 }
 
 type eventView struct{ Age, Type, Reason, Message string }
+
+// orderedSyncView is the App's last ordered sync (status.sync).
+type orderedSyncView struct {
+	Revision, Phase, Started, Finished, Message, Failure string
+	// State is the phase's class: True (succeeded), False (failed) or
+	// Unknown (under way).
+	State string
+	Hooks []hookView
+}
+
+type hookView struct {
+	Phase, Status, Object, Message, Started, State string
+	Wave                                           int32
+}
 
 type syncView struct {
 	Request string
@@ -148,6 +163,7 @@ func (s *Server) renderApp(w http.ResponseWriter, r *http.Request, viewer *Viewe
 	page.Ticks = ticksOf(app, now)
 	page.Inventory = appview.InventoryOf(app)
 	page.ChangeSet = app.Status.LastChangeSet
+	page.OrderedSync = orderedSyncOf(app.Status.Sync, now)
 	events, err := s.eventsOf(r.Context(), viewer.Client, app)
 	if err != nil {
 		page.EventsError = refusal("list the App's Events", err)
@@ -160,6 +176,36 @@ func (s *Server) renderApp(w http.ResponseWriter, r *http.Request, viewer *Viewe
 	}
 	page.Diff = s.diffOf(r.Context(), viewer, app)
 	s.render(w, status, "app.html", page)
+}
+
+// orderedSyncOf shows an ordered sync: where it is (phase and wave) or
+// how it ended, and each hook's outcome.
+func orderedSyncOf(sync *plumbv1.SyncStatus, now time.Time) *orderedSyncView {
+	if sync == nil {
+		return nil
+	}
+	v := &orderedSyncView{Revision: appview.Printable(sync.Revision), Phase: appview.SyncPlace(sync), Started: appview.Age(&sync.StartedAt, now) + " ago",
+		Message: appview.OneLine(sync.Message), Failure: appview.OneLine(sync.Failure), State: stateOf(sync.Phase)}
+	if sync.FinishedAt != nil {
+		v.Finished = appview.Age(sync.FinishedAt, now) + " ago"
+	}
+	for _, h := range sync.Hooks {
+		v.Hooks = append(v.Hooks, hookView{Phase: h.Phase, Wave: h.Wave, Status: h.Status, Object: appview.HookRef(h), Message: appview.OneLine(h.Message),
+			Started: appview.Age(&h.StartedAt, now) + " ago", State: stateOf(h.Status)})
+	}
+	return v
+}
+
+// stateOf is the class of a sync's phase or a hook's status (a hook's
+// Succeeded and Failed are spelled as a sync's).
+func stateOf(status string) string {
+	switch status {
+	case plumbv1.SyncPhaseSucceeded:
+		return "True"
+	case plumbv1.SyncPhaseFailed:
+		return "False"
+	}
+	return "Unknown"
 }
 
 func phasesOf(app *plumbv1.App, now time.Time) []phaseView {

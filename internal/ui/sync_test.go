@@ -1,0 +1,66 @@
+package ui
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+)
+
+// TestTheAppPageShowsTheOrderedSync: the App page shows where the last
+// ordered sync is (phase and wave) and each hook's outcome, with text
+// from the cluster escaped, and no section for an App that never had one.
+func TestTheAppPageShowsTheOrderedSync(t *testing.T) {
+	s, err := New(Options{Identity: Local{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	wave := int32(2)
+	started := metav1.NewTime(now.Add(-90 * time.Second))
+	finished := metav1.NewTime(now.Add(-time.Minute))
+	sync := &plumbv1.SyncStatus{Revision: "main@sha1:abc", Phase: plumbv1.SyncPhaseSync, Wave: &wave, StartedAt: started,
+		Message: "wave 2 waits for Deployment/shop/web", Hooks: []plumbv1.HookStatus{
+			{ObjectRef: plumbv1.ObjectRef{Group: "batch", Version: "v1", Kind: "Job", Namespace: "shop", Name: "migrate"}, Phase: "PreSync",
+				Status: plumbv1.HookFailed, Message: "<script>alert(1)</script>", StartedAt: started, FinishedAt: &finished},
+			{ObjectRef: plumbv1.ObjectRef{Version: "v1", Kind: "ConfigMap", Namespace: "shop", Name: "schema"}, Phase: "PreSync", Wave: 1,
+				Status: plumbv1.HookSucceeded, StartedAt: started},
+		}}
+	render := func(sync *plumbv1.SyncStatus) string {
+		page := appPage{Found: true, Namespace: "shop", Name: "web", OrderedSync: orderedSyncOf(sync, now)}
+		rec := httptest.NewRecorder()
+		s.render(rec, http.StatusOK, "app.html", page)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("rendering: %d %s", rec.Code, rec.Body)
+		}
+		return rec.Body.String()
+	}
+	body := render(sync)
+	for _, want := range []string{`id="ordered-sync-phase">Sync, wave 2</span>`, "started 90s ago", "wave 2 waits for Deployment/shop/web",
+		`<th scope="row" data-label="Hook">Job/shop/migrate</th><td data-label="Outcome" class="False">Failed</td>`,
+		`<td data-label="Wave">1</td><th scope="row" data-label="Hook">ConfigMap/shop/schema</th><td data-label="Outcome" class="True">Succeeded</td>`,
+		"&lt;script&gt;alert(1)&lt;/script&gt;"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the App page lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "<script>alert") {
+		t.Error("a hook's message reached the page unescaped")
+	}
+
+	sync.Phase, sync.FinishedAt, sync.Failure, sync.Message = plumbv1.SyncPhaseFailed, &finished, "PreSync hook Job/shop/migrate failed", ""
+	body = render(sync)
+	for _, want := range []string{`class="False" id="ordered-sync-phase">Failed</span>`, "ended 60s ago", "Failed: PreSync hook Job/shop/migrate failed"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the failed sync's page lacks %q", want)
+		}
+	}
+	if body := render(nil); strings.Contains(body, "ordered-sync") {
+		t.Error("an App without an ordered sync shows the section")
+	}
+}

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -175,5 +176,87 @@ func TestArgoCDsExampleAppsConverge(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// A controller stopped in the middle of a wave, and another started in
+// its place, goes on with the sync from where status.sync says it is: the
+// PreSync Job that finished is not run again, the wave is waited for until
+// its Deployment is available (here: until its Pods may be scheduled on
+// the node), and the rest of the sync runs once.
+func TestARestartInTheMiddleOfAWaveRunsNoFinishedHookAgain(t *testing.T) {
+	setUp(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	label := "e2e.plumb.dev/restart-" + ns
+	web := strings.Replace(testenv.Fixture(t, "web-deployment.yaml"), "metadata:\n", "metadata:\n  annotations:\n    argocd.argoproj.io/sync-wave: \"0\"\n", 1)
+	web = strings.Replace(web, "    spec:\n", "    spec:\n      nodeSelector: {\""+label+"\": \"yes\"}\n", 1)
+	_, url, commit := gitRepo(t, map[string]string{
+		"deploy/migrate.yaml": presyncJob,
+		"deploy/web.yaml":     web,
+		"deploy/after.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: after\n  annotations:\n    argocd.argoproj.io/sync-wave: \"1\"\n",
+		"deploy/smoke.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: smoke\n  annotations:\n    argocd.argoproj.io/hook: PostSync\n",
+	})
+	args := []string{"--leader-elect=false", "--app-label-selector=e2e-shard=restart"}
+	first := startController(t, "restart-a", args...)
+	createApp(t, ns, "resumed", url, func(a *plumbv1.App) {
+		a.Labels = map[string]string{"e2e-shard": "restart"}
+		a.Spec.HealthTimeout = &metav1.Duration{Duration: 10 * time.Minute}
+	})
+	eventually(t, 120*time.Second, "the sync to wait in wave 0 after its PreSync Job", func() (bool, string) {
+		s := getApp(t, ns, "resumed").Status.Sync
+		if s == nil {
+			return false, "no status.sync"
+		}
+		return s.Phase == plumbv1.SyncPhaseSync && s.Wave != nil && *s.Wave == 0 && len(s.Hooks) == 1 && s.Hooks[0].Status == plumbv1.HookSucceeded,
+			fmt.Sprintf("%s: %s; hooks %+v", s.Phase, s.Message, s.Hooks)
+	})
+	var jobs batchv1.JobList
+	if err := k8s.List(ctx, &jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 1 {
+		t.Fatalf("hook Jobs: %v, %v; want the one migrate-*", jobs.Items, err)
+	}
+	migrate := jobs.Items[0]
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "after"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("wave 1 was applied while wave 0 is not available: %v", err)
+	}
+	if err := first.stop(); err != nil {
+		t.Logf("the first controller's exit: %v", err)
+	}
+
+	second := startController(t, "restart-b", args...)
+	defer second.stop()
+	node := &corev1.Node{}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: "kwok-node-0"}, node); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(node.DeepCopy())
+	node.Labels[label] = "yes"
+	if err := k8s.Patch(ctx, node, patch); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = k8s.Patch(ctx, node, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+label+`":null}}}`)))
+	})
+	app := waitSync(t, ns, "resumed")
+	if app.Status.Sync.Phase != plumbv1.SyncPhaseSucceeded || !strings.HasSuffix(app.Status.LastAppliedRevision, commit) {
+		t.Fatalf("after the restart: sync %+v, applied %s; want Succeeded at %s\n%s", app.Status.Sync, app.Status.LastAppliedRevision, commit, second.tail(40))
+	}
+	if err := k8s.List(ctx, &jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 1 || jobs.Items[0].UID != migrate.UID {
+		t.Errorf("after the restart, hook Jobs %v (%v); want only the first run of migrate", jobs.Items, err)
+	}
+	hooks := app.Status.Sync.Hooks
+	if len(hooks) != 2 || hooks[0].Name != migrate.Name || hooks[1].Name != "smoke" || hooks[1].Status != plumbv1.HookSucceeded {
+		t.Errorf("status.sync.hooks = %+v, want migrate once, then smoke", hooks)
+	}
+	d := &appsv1.Deployment{}
+	after := &corev1.ConfigMap{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "after"}, after); err != nil {
+		t.Fatal(err)
+	}
+	if d.Status.AvailableReplicas == 0 {
+		t.Error("the sync ended while the Deployment of wave 0 has no replica available")
 	}
 }

@@ -114,7 +114,7 @@ func (s *pass) applyObjects(ctx context.Context, changes *fluxssa.ChangeSet, obj
 			}
 		}
 		setInventory(app, mergeRefs(app.Status.Inventory, refs), r.appliedFields(key, desired), s.inventoryWave)
-		return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
+		return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: redactedFor(err, objects...)}
 	}
 	log.Info("Applied objects", zap.Int("changed", len(objects)))
 	return nil

@@ -464,6 +464,7 @@ func (s *pass) stepHook(ctx context.Context, sync *plumbv1.SyncStatus, h hookObj
 		sync.WaitingSince = nil
 		created, err := s.applier.CreateHook(ctx, h.obj)
 		if err != nil {
+			err = redactedFor(err, h.obj) // a policy's message may quote a Secret hook
 			if !refused(err) {
 				return nil, "", applyFailed(err)
 			}

@@ -237,8 +237,8 @@ func (df *differ) compare(ctx context.Context, obj *unstructured.Unstructured, g
 	r, app, key := df.r, df.app, df.key
 	id := idOf(obj)
 	hash := gitHash
-	failed := func(err error) (diff.Result, *compact.Object, error) {
-		return diff.Result{}, live, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+	failed := func(err error) (diff.Result, *compact.Object, error) { // a policy's message may quote a Secret
+		return diff.Result{}, live, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: redactedFor(err, obj)}
 	}
 	if left != nil {
 		diff.StripPaths(obj, left)
@@ -320,7 +320,7 @@ func (df *differ) describe(ctx context.Context, obj *unstructured.Unstructured,
 	}
 	result, err := compare(whole)
 	if err != nil {
-		return diff.Result{}, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+		return diff.Result{}, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: redactedFor(err, obj)}
 	}
 	return result, whole, nil
 }
@@ -366,8 +366,8 @@ func ownershipConflicts(owner ssa.Owner, desired []*unstructured.Unstructured, l
 // whole, say who. It returns the live object it judged.
 func (df *differ) askServer(ctx context.Context, obj *unstructured.Unstructured, live *compact.Object) (diff.Result, *compact.Object, error) {
 	r, app, key, applier := df.r, df.app, df.key, df.applier
-	failed := func(err error) (diff.Result, *compact.Object, error) {
-		return diff.Result{}, live, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
+	failed := func(err error) (diff.Result, *compact.Object, error) { // a policy's message may quote a Secret
+		return diff.Result{}, live, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: redactedFor(err, obj)}
 	}
 	differs, dryRun, err := applier.DryRun(ctx, obj, live)
 	var rejected *ssaerrors.DryRunErr

@@ -352,6 +352,28 @@ func redactSecret(message string, objs ...*unstructured.Unstructured) string {
 	return values.In(message)
 }
 
+// redactedFor is err with its message redacted of the values of the
+// Secrets among objs (an admission policy's message may quote them); it
+// still unwraps to err, so what the API server said can be told apart.
+func redactedFor(err error, objs ...*unstructured.Unstructured) error {
+	if err == nil {
+		return nil
+	}
+	if message := redactSecret(err.Error(), objs...); message != err.Error() {
+		return &redactedError{message: message, cause: err}
+	}
+	return err
+}
+
+// redactedError is an error whose message hides Secret values.
+type redactedError struct {
+	message string
+	cause   error
+}
+
+func (e *redactedError) Error() string { return e.message }
+func (e *redactedError) Unwrap() error { return e.cause }
+
 // refuseEmpty refuses a render of no objects unless the App allows it: it
 // would prune everything the App applied.
 func (r *Reconciler) refuseEmpty(app *plumbv1.App, empty bool, revision string) error {

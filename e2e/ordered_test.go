@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -67,8 +71,58 @@ func TestAnOrderedSyncWaitsForItsPreSyncJobAndItsWaves(t *testing.T) {
 		"deploy/after.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: after\n  annotations:\n    argocd.argoproj.io/sync-wave: \"1\"\n",
 		"deploy/smoke.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: smoke\n  annotations:\n    argocd.argoproj.io/hook: PostSync\n",
 	})
+	// The API server's order of writes (resourceVersions, from watches
+	// started before the App): when the Job completed, when the Deployment
+	// was created. Creation times alone have a second's resolution.
+	clientset := kubernetes.NewForConfigOrDie(cluster.Config)
+	watchCtx, stopWatches := context.WithCancel(ctx)
+	defer stopWatches()
+	jobWatch, err := clientset.BatchV1().Jobs(ns).Watch(watchCtx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deploymentWatch, err := clientset.AppsV1().Deployments(ns).Watch(watchCtx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	completedAt, createdAt := make(chan int, 1), make(chan int, 1)
+	go func() {
+		for e := range jobWatch.ResultChan() {
+			if job, ok := e.Object.(*batchv1.Job); ok && slices.ContainsFunc(job.Status.Conditions, func(c batchv1.JobCondition) bool {
+				return c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue
+			}) {
+				rv, _ := strconv.Atoi(job.ResourceVersion)
+				completedAt <- rv
+				return
+			}
+		}
+	}()
+	go func() {
+		for e := range deploymentWatch.ResultChan() {
+			if d, ok := e.Object.(*appsv1.Deployment); ok && e.Type == watch.Added {
+				rv, _ := strconv.Atoi(d.ResourceVersion)
+				createdAt <- rv
+				return
+			}
+		}
+	}()
 	createApp(t, ns, "ordered", url, nil)
 	app := waitSync(t, ns, "ordered")
+	var completed, created int
+	for _, wanted := range []struct {
+		events <-chan int
+		into   *int
+		what   string
+	}{{completedAt, &completed, "the PreSync Job's completion"}, {createdAt, &created, "the Deployment's creation"}} {
+		select {
+		case *wanted.into = <-wanted.events:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no watch event of %s", wanted.what)
+		}
+	}
+	if created < completed {
+		t.Errorf("the Deployment was created (resourceVersion %d) before the PreSync Job completed (%d)", created, completed)
+	}
 	if app.Status.Sync.Phase != plumbv1.SyncPhaseSucceeded || !strings.HasSuffix(app.Status.LastAppliedRevision, commit) {
 		t.Fatalf("sync %+v, applied %s; want Succeeded at %s", app.Status.Sync, app.Status.LastAppliedRevision, commit)
 	}
@@ -179,7 +233,8 @@ func TestArgoCDsExampleAppsConverge(t *testing.T) {
 	}
 }
 
-// A controller stopped in the middle of a wave, and another started in
+// Three waves, the second not healthy: the third waits for it. A
+// controller stopped in the middle of that wave, and another started in
 // its place, goes on with the sync from where status.sync says it is: the
 // PreSync Job that finished is not run again, the wave is waited for until
 // its Deployment is available (here: until its Pods may be scheduled on
@@ -193,6 +248,7 @@ func TestARestartInTheMiddleOfAWaveRunsNoFinishedHookAgain(t *testing.T) {
 	web = strings.Replace(web, "    spec:\n", "    spec:\n      nodeSelector: {\""+label+"\": \"yes\"}\n", 1)
 	_, url, commit := gitRepo(t, map[string]string{
 		"deploy/migrate.yaml": presyncJob,
+		"deploy/before.yaml":  "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: before\n  annotations:\n    argocd.argoproj.io/sync-wave: \"-1\"\n",
 		"deploy/web.yaml":     web,
 		"deploy/after.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: after\n  annotations:\n    argocd.argoproj.io/sync-wave: \"1\"\n",
 		"deploy/smoke.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: smoke\n  annotations:\n    argocd.argoproj.io/hook: PostSync\n",
@@ -216,6 +272,9 @@ func TestARestartInTheMiddleOfAWaveRunsNoFinishedHookAgain(t *testing.T) {
 		t.Fatalf("hook Jobs: %v, %v; want the one migrate-*", jobs.Items, err)
 	}
 	migrate := jobs.Items[0]
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "before"}, &corev1.ConfigMap{}); err != nil {
+		t.Fatalf("wave -1 was not applied: %v", err)
+	}
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "after"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("wave 1 was applied while wave 0 is not available: %v", err)
 	}

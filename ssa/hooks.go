@@ -16,22 +16,21 @@ import (
 // A hook of an ordered sync is created, read until it ends, and deleted
 // by its delete policy; it is never inventoried, diffed or pruned.
 
-// CreateHook creates a hook and returns it as the API server has it: one
-// with a name is server-side applied (field manager plumb, as Argo CD
-// applies its hooks), one with only a generateName is created, and gets
-// its name from the API server.
+// CreateHook creates a hook and returns it as the API server has it (one
+// with only a generateName gets its name from the API server). It is
+// created, never applied over: an object of its name that appeared since
+// the sync looked (AlreadyExists) is not taken over, and the sync looks
+// again.
 func (m *Manager) CreateHook(ctx context.Context, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	hook := obj.DeepCopy()
-	if hook.GetName() == "" {
-		if err := m.client.Create(ctx, hook, client.FieldOwner(plumbv1.FieldManager)); err != nil {
-			return nil, fmt.Errorf("creating hook %s %s/%s*: %w", hook.GetKind(), hook.GetNamespace(), hook.GetGenerateName(), err)
-		}
-		return hook, nil
-	}
 	hook.SetManagedFields(nil)
 	hook.SetResourceVersion("")
-	if err := m.client.Patch(ctx, hook, client.Apply, client.FieldOwner(plumbv1.FieldManager), client.ForceOwnership); err != nil {
-		return nil, fmt.Errorf("applying hook %s %s/%s: %w", hook.GetKind(), hook.GetNamespace(), hook.GetName(), err)
+	if err := m.client.Create(ctx, hook, client.FieldOwner(plumbv1.FieldManager)); err != nil {
+		name := hook.GetName()
+		if name == "" {
+			name = hook.GetGenerateName() + "*"
+		}
+		return nil, fmt.Errorf("creating hook %s %s/%s: %w", hook.GetKind(), hook.GetNamespace(), name, err)
 	}
 	return hook, nil
 }

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -76,5 +77,30 @@ func TestInstrumentTransportCountsEveryRequest(t *testing.T) {
 	}
 	if got := testutil.CollectAndCount(m.apiRequests); got != len(apiVerbs)+1 {
 		t.Errorf("%d series, want one per verb at zero plus dry-run applies (%d)", got, len(apiVerbs)+1)
+	}
+}
+
+// Every phase a hook runs in, the delete hooks' too, is counted with its
+// result and duration; a phase or result of no hook is not.
+func TestHooksAreCountedByPhaseAndResult(t *testing.T) {
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, phase := range []string{"PreSync", "Sync", "PostSync", "SyncFail", "PreDelete", "PostDelete"} {
+		m.ObserveHook(phase, "Succeeded", time.Second)
+		m.ObserveHook(phase, "Failed", time.Second)
+		m.ObserveHook(phase, "Failed", time.Second)
+		if ok, failed := testutil.ToFloat64(m.hooks.WithLabelValues(phase, "Succeeded")), testutil.ToFloat64(m.hooks.WithLabelValues(phase, "Failed")); ok != 1 || failed != 2 {
+			t.Errorf("plumb_hooks_total{phase=%q}: %v succeeded, %v failed; want 1 and 2", phase, ok, failed)
+		}
+	}
+	m.ObserveHook("Skip", "Succeeded", time.Second)
+	m.ObserveHook("PreSync", "Running", time.Second)
+	if n := testutil.CollectAndCount(m.hooks); n != 12 {
+		t.Errorf("plumb_hooks_total has %d series, want the 12 of six phases and two results", n)
+	}
+	if n := testutil.CollectAndCount(m.hookDuration); n != 6 {
+		t.Errorf("plumb_hook_duration_seconds has %d series, want one per phase", n)
 	}
 }

@@ -46,7 +46,7 @@ type Metrics struct {
 
 // hookPhases and hookResults are the label values of the hook series.
 var (
-	hookPhases  = []string{"PreSync", "Sync", "PostSync", "SyncFail"}
+	hookPhases  = []string{"PreSync", "Sync", "PostSync", "SyncFail", "PreDelete", "PostDelete"}
 	hookResults = []string{"Succeeded", "Failed"}
 )
 

@@ -135,7 +135,11 @@ func (s *pass) removeAdditions(ctx context.Context, changes *fluxssa.ChangeSet) 
 			patched, err = s.applier.RemoveAdditions(ctx, d.live.Identity(), patch)
 		}
 		if err != nil {
-			return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: err}
+			var desired *unstructured.Unstructured
+			if i := slices.IndexFunc(s.desired, func(o *unstructured.Unstructured) bool { return idOf(o) == id }); i >= 0 {
+				desired = s.desired[i]
+			}
+			return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Err: redactedFor(err, desired)}
 		}
 		r.memory.wrote(key, id, patched.GetResourceVersion())
 		r.memory.wroteHealth(key, id, health.Of(patched))

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,16 +35,41 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 	log = log.With(zap.String("phase", "finalize"), zap.String("revision", app.Status.LastAppliedRevision))
 	r.endDriftEpisode(app)
 	original := app.DeepCopy()
-	hooks := func(phase syncorder.Phase) (queue.Outcome, bool, error) {
-		if app.Spec.Suspend || !app.Status.DeleteHooks {
+	// write writes what the finalizer changed in the status so far; each
+	// write is a patch from the last one's result.
+	write := func() {
+		app.TypeMeta = original.TypeMeta // a write's result has none
+		before := app.ResourceVersion
+		r.writeStatus(ctx, original, app, true, log)
+		if app.ResourceVersion != before {
+			app.TypeMeta = original.TypeMeta
+			original = app.DeepCopy()
+		}
+	}
+	// Delete hooks given up (status.deleteHooks turned off) are given up for
+	// both phases.
+	runsHooks := func() bool { return app.Status.DeleteHooks && !app.Spec.Suspend }
+	// hooks runs the delete hooks of phase; wait says the deletion waits
+	// for them. What they did is written at once: a hook deleted by its
+	// policy must not be taken for one that vanished.
+	hooks := func(phase syncorder.Phase) (outcome queue.Outcome, wait bool, err error) {
+		if !runsHooks() {
 			return queue.Outcome{}, false, nil
 		}
 		waiting, err := r.deleteHooks(ctx, app, phase, log)
+		write()
 		if err == nil && waiting == "" {
 			return queue.Outcome{}, false, nil
 		}
-		r.writeStatus(ctx, original, app, true, log)
 		return queue.Every(min(interval, syncPollInterval)), true, err
+	}
+	// Once pruned, the PostDelete hooks are all that is left.
+	pruned := runsHooks() && app.Status.Sync != nil && app.Status.Sync.Phase == plumbv1.SyncPhasePostDelete
+	if pruned {
+		if outcome, wait, err := hooks(syncorder.PostDelete); wait {
+			return outcome, err
+		}
+		return r.removeFinalizer(ctx, app, interval)
 	}
 	if outcome, wait, err := hooks(syncorder.PreDelete); wait {
 		return outcome, err
@@ -85,9 +111,24 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 	} else {
 		log.Info("Orphaned the deleted App's objects", zap.Int("objects", inventoryLen(app)))
 	}
+	if runsHooks() {
+		// Recorded before the PostDelete hooks run, so that a later round
+		// neither runs the PreDelete hooks again nor prunes again.
+		app.Status.Inventory = nil
+		if app.Status.Sync == nil {
+			app.Status.Sync = &plumbv1.SyncStatus{StartedAt: metav1.NewTime(r.now())}
+		}
+		app.Status.Sync.Phase, app.Status.Sync.Wave, app.Status.Sync.WaitingSince = plumbv1.SyncPhasePostDelete, nil, nil
+		write()
+	}
 	if outcome, wait, err := hooks(syncorder.PostDelete); wait {
 		return outcome, err
 	}
+	return r.removeFinalizer(ctx, app, interval)
+}
+
+// removeFinalizer lets the deleted App go, and forgets it.
+func (r *Reconciler) removeFinalizer(ctx context.Context, app *plumbv1.App, interval time.Duration) (queue.Outcome, error) {
 	patch := client.MergeFrom(app.DeepCopy())
 	app.Finalizers = slices.DeleteFunc(app.Finalizers, func(f string) bool { return f == plumbv1.Finalizer })
 	if err := r.Client.Patch(ctx, app, patch); client.IgnoreNotFound(err) != nil {
@@ -101,32 +142,82 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 // its objects are pruned, PostDelete after), read from its source as its
 // spec names it now, with the ordered sync's machinery: status.sync
 // records each, so none runs twice. waiting says what it waits for; an
-// error, what failed. A hook that failed holds the deletion (until a new
-// content of the source runs the hooks again, or the finalizer is removed
-// by hand): the hook said the App's objects must not go. An error that
-// keeps the hooks from running (an unreadable source or manifest, a right
-// the ServiceAccount lacks, an API error) holds it for the App's timeout
-// from the deletion, then the phase's hooks are given up, with an Event,
-// rather than hold the App for ever.
+// error, what failed.
+//
+// A hook that failed holds the deletion (until a new content of the source
+// runs the hooks again, or the finalizer is removed by hand): the hook
+// said the App's objects must not go. An error that keeps the hooks from
+// running (an unreadable source or manifest, a right the ServiceAccount
+// lacks, an API error) holds it for the App's timeout from the first such
+// error (status.sync.waitingSince), unless a hook of the phase still runs
+// within its own timeout; then the phase's hooks are given up, with an
+// Event, rather than hold the App for ever (both phases: status.deleteHooks
+// is turned off). They are given up at once where they cannot run at all: a hook out of the App's namespace under
+// --no-cross-namespace, the App's namespace being deleted, or its
+// ServiceAccount gone.
 func (r *Reconciler) deleteHooks(ctx context.Context, app *plumbv1.App, phase syncorder.Phase, log *zap.Logger) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, app.Spec.TimeoutOrDefault())
+	defer cancel()
+	failedBefore := ""
+	if app.Status.Sync != nil {
+		failedBefore = app.Status.Sync.Failure
+	}
 	waiting, failed, err := r.runDeleteHooks(ctx, app, phase, log)
+	sync := app.Status.Sync
+	var never *neverRuns
 	switch {
+	case errors.As(err, &never):
+		r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonSyncFailed, "the App's delete hooks were not run: %v", err)
+		log.Info("Gave up the deleted App's delete hooks", zap.String("hookPhase", string(phase)), zap.Error(err))
+		app.Status.DeleteHooks = false
+		return "", nil
 	case failed != "":
-		app.Status.Sync.Failure = truncate(failed, 1024)
-		r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonSyncFailed, "the deletion of the App waits: %s", truncate(failed, 1000))
+		sync.Failure, sync.WaitingSince = truncate(failed, 1024), nil
+		if sync.Failure != failedBefore {
+			r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonSyncFailed, "the deletion of the App waits: %s", truncate(failed, 1000))
+		}
+		setCondition(app, plumbv1.ConditionReady, false, plumbv1.ReasonSyncFailed, truncate("the deletion of the App waits: "+failed, 1024), r.now())
 		return "", fmt.Errorf("the deletion of App %s/%s waits: %s (a new content of its source runs the hooks again)", app.Namespace, app.Name, failed)
 	case err == nil:
+		if sync != nil {
+			sync.WaitingSince = nil
+		}
 		return waiting, nil
-	case r.now().Sub(app.DeletionTimestamp.Time) < app.Spec.TimeoutOrDefault():
+	}
+	if sync == nil || sync.Phase != string(phase) {
+		sync = &plumbv1.SyncStatus{Phase: string(phase), StartedAt: metav1.NewTime(r.now())}
+		app.Status.Sync = sync
+	}
+	if sync.WaitingSince == nil {
+		since := metav1.NewTime(r.now())
+		sync.WaitingSince = &since
+	}
+	timeout := app.Spec.TimeoutOrDefault()
+	running := slices.ContainsFunc(sync.Hooks, func(h plumbv1.HookStatus) bool {
+		return h.Phase == string(phase) && h.Status == plumbv1.HookRunning && r.now().Sub(h.StartedAt.Time) <= timeout
+	})
+	if running || r.now().Sub(sync.WaitingSince.Time) <= timeout {
+		sync.Message = truncate(err.Error(), 1024)
 		return "", fmt.Errorf("the %s hooks of deleted App %s/%s: %w", phase, app.Namespace, app.Name, err)
 	}
-	r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonSyncFailed, "the App's %s hooks were given up %s after its deletion: %v", phase, app.Spec.TimeoutOrDefault(), err)
+	r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonSyncFailed, "the App's delete hooks were given up in phase %s after %s of errors: %v", phase, timeout, err)
 	log.Info("Gave up the deleted App's delete hooks", zap.String("hookPhase", string(phase)), zap.Error(err))
+	sync.WaitingSince, sync.Message = nil, ""
+	app.Status.DeleteHooks = false
 	return "", nil
 }
 
-// runDeleteHooks reads the App's source and runs its hooks of phase.
+// neverRuns is why a deleted App's delete hooks cannot run at all.
+type neverRuns struct{ why string }
+
+func (e *neverRuns) Error() string { return e.why }
+
+// runDeleteHooks reads the App's source and runs its hooks of phase, once
+// the hooks still running of a sync the deletion cut short have ended.
 func (r *Reconciler) runDeleteHooks(ctx context.Context, app *plumbv1.App, phase syncorder.Phase, log *zap.Logger) (waiting, failed string, err error) {
+	if r.namespaceTerminating(ctx, app) {
+		return "", "", &neverRuns{why: fmt.Sprintf("the App's namespace %s is being deleted", app.Namespace)}
+	}
 	s := &pass{r: r, app: app, key: client.ObjectKeyFromObject(app), log: log}
 	result, err := r.read(ctx, app, false, time.Time{})
 	if err != nil {
@@ -136,13 +227,40 @@ func (r *Reconciler) runDeleteHooks(ctx context.Context, app *plumbv1.App, phase
 	if s.desired, s.kinds, s.order, err = r.prepare(app, result); err != nil {
 		return "", "", err
 	}
-	if !slices.ContainsFunc(s.order.hooks, func(h hookObject) bool { return h.place.In(phase) }) {
+	var hooks []hookObject
+	for _, h := range s.order.hooks {
+		if h.place.In(phase) {
+			hooks = append(hooks, h)
+		}
+	}
+	if len(hooks) == 0 {
 		return "", "", nil
 	}
+	objs := make([]*unstructured.Unstructured, 0, len(hooks))
+	for _, h := range hooks {
+		objs = append(objs, h.obj)
+	}
+	if err := r.checkNamespaces(app, objs, s.revision); err != nil {
+		return "", "", &neverRuns{why: err.Error()}
+	}
 	if s.applier, err = r.applierFor(ctx, app); err != nil {
+		if errors.Is(err, impersonation.ErrServiceAccountNotFound) && r.serviceAccountGone(ctx, app) {
+			return "", "", &neverRuns{why: err.Error()}
+		}
 		return "", "", err
 	}
+	if sa := r.serviceAccountOf(app); sa != "" {
+		if err := s.authorizeHooks(ctx, sa, hooks); err != nil {
+			return "", "", err
+		}
+	}
 	sync := app.Status.Sync
+	if sync != nil && !sync.Done() && sync.Phase != plumbv1.SyncPhasePreDelete && sync.Phase != plumbv1.SyncPhasePostDelete {
+		// The deletion cut a sync short: its hooks still running end first.
+		if waiting, err := s.letHooksEnd(ctx, sync); err != nil || waiting != "" {
+			return waiting, "", err
+		}
+	}
 	if sync == nil || !s.sameSync(sync) || sync.Phase != plumbv1.SyncPhasePreDelete && sync.Phase != plumbv1.SyncPhasePostDelete {
 		sync = &plumbv1.SyncStatus{Revision: s.revision, Content: s.order.content, StartedAt: metav1.NewTime(r.now())}
 		app.Status.Sync = sync
@@ -151,6 +269,18 @@ func (r *Reconciler) runDeleteHooks(ctx context.Context, app *plumbv1.App, phase
 	waiting, failed, err = s.runHooks(ctx, sync, phase, log)
 	sync.Message = truncate(waiting, 1024)
 	return waiting, failed, err
+}
+
+// namespaceTerminating says the App's namespace is being deleted (read
+// from the API server): no hook can be created in it any more.
+func (r *Reconciler) namespaceTerminating(ctx context.Context, app *plumbv1.App) bool {
+	if r.APIReader == nil {
+		return false
+	}
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	err := r.APIReader.Get(ctx, client.ObjectKey{Name: app.Namespace}, ns)
+	return err == nil && ns.DeletionTimestamp != nil
 }
 
 // forgetDeleted drops what the controller holds for a deleted App: its

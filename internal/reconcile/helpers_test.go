@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/queue"
 )
 
 func yamlInto(s string, into any) error { return yaml.Unmarshal([]byte(s), into) }
@@ -115,4 +117,24 @@ spec:
 // configMapYAML is a ConfigMap named name, without data.
 func configMapYAML(name string) string {
 	return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\n"
+}
+
+// deleteAndFinalize deletes the App and ticks until its finalizer let it
+// go; it returns the Events recorded meanwhile.
+func deleteAndFinalize(t *testing.T, h *harness, app *plumbv1.App) []string {
+	t.Helper()
+	ctx := context.Background()
+	c := admin(t)
+	if err := c.Delete(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(app)
+	h.recorded()
+	var events []string
+	eventually(t, func() bool { // once the App cache has seen the deletion
+		_, _ = h.r.Tick(ctx, key, queue.WakeTimer)
+		events = append(events, h.recorded()...)
+		return apierrors.IsNotFound(c.Get(ctx, key, &plumbv1.App{}))
+	})
+	return events
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -161,16 +160,7 @@ func TestADeletedAppsKeptNamespaceLosesItsLabels(t *testing.T) {
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
 	ready(t, h.tick(t, key, queue.WakeTimer))
-	if err := c.Delete(ctx, app); err != nil {
-		t.Fatal(err)
-	}
-	h.recorded()
-	var events []string
-	eventually(t, func() bool { // once the App cache has seen the deletion
-		_, _ = h.r.Tick(ctx, key, queue.WakeTimer)
-		events = append(events, h.recorded()...)
-		return apierrors.IsNotFound(c.Get(ctx, key, &plumbv1.App{}))
-	})
+	events := deleteAndFinalize(t, h, app)
 	if n := countContaining(events, "Normal NotPruned", "Namespace/"+nsName, "plumb.dev/prune: enabled", "without the App's labels"); n != 1 {
 		t.Errorf("NotPruned Events naming the kept Namespace = %d, want 1; all: %q", n, events)
 	}

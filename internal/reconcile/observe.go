@@ -137,13 +137,6 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 		}
 		if place.Hook {
 			order.deleteHooks = order.deleteHooks || place.In(syncorder.PreDelete) || place.In(syncorder.PostDelete)
-			if !runsNow(place, !app.DeletionTimestamp.IsZero()) {
-				continue // not run now (Helm's pre-install on an upgrade; delete hooks while the App lives)
-			}
-			if runs += len(place.Phases); runs > maxHookRuns {
-				return nil, nil, nil, &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: string(source.ReasonLimitExceeded),
-					Err: fmt.Errorf("%s: more than %d hook runs in one sync (a hook counts once per phase)", revision, maxHookRuns)}
-			}
 			labels := obj.GetLabels()
 			if labels == nil {
 				labels = map[string]string{}
@@ -152,7 +145,19 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 				labels[k] = v
 			}
 			obj.SetLabels(labels)
-			order.hooks = append(order.hooks, hookObject{obj: obj, place: place, index: len(order.hooks)})
+			hook := hookObject{obj: obj, place: place, index: len(order.hooks) + len(order.idle)}
+			if !runsNow(place, !app.DeletionTimestamp.IsZero()) {
+				// Not run now (Helm's pre-install on an upgrade; delete hooks
+				// while the App lives), but part of the content, and held to
+				// the same rules as the others.
+				order.idle = append(order.idle, hook)
+				continue
+			}
+			if runs += len(place.Phases); runs > maxHookRuns {
+				return nil, nil, nil, &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: string(source.ReasonLimitExceeded),
+					Err: fmt.Errorf("%s: more than %d hook runs in one sync (a hook counts once per phase)", revision, maxHookRuns)}
+			}
+			order.hooks = append(order.hooks, hook)
 			continue
 		}
 		ignoreFor(app, obj).Strip(obj)

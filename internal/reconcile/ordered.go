@@ -48,6 +48,11 @@ type ordering struct {
 	waves map[objectID]int
 	// hooks are the hooks this sync runs, in the order Git lists them.
 	hooks []hookObject
+	// idle are the hooks of the revision that this sync does not run (the
+	// delete hooks while the App lives, the others while it is deleted;
+	// Helm's install hooks on an upgrade and its upgrade hooks on the
+	// install): they count in the content, and in where a hook may go.
+	idle []hookObject
 	// hookIDs are every named hook of the revision, run or not: none is
 	// pruned, though an older plumb applied hooks as ordinary objects.
 	hookIDs map[objectID]bool
@@ -62,8 +67,7 @@ type ordering struct {
 }
 
 // contentOf digests what a sync applies: each desired object's content
-// hash (prepare stamped it) and wave, and each hook as rendered with its
-// place.
+// hash (prepare stamped it) and wave, and each hook as rendered.
 func contentOf(desired []*unstructured.Unstructured, order *ordering) (string, error) {
 	parts := make([]string, 0, len(desired)+len(order.hooks))
 	for _, d := range desired {
@@ -71,13 +75,19 @@ func contentOf(desired []*unstructured.Unstructured, order *ordering) (string, e
 		parts = append(parts, fmt.Sprintf("o\x00%s\x00%s\x00%s\x00%s\x00%s\x00%d", id.Group, id.Kind, id.Namespace, id.Name,
 			d.GetAnnotations()[plumbv1.AnnotationContentHash], order.waves[id]))
 	}
-	sort.Strings(parts)
-	for _, h := range order.hooks {
+	// Every hook, run now or not, in Git's order: the content is the same
+	// on the install and after it, and while the App lives and when it is
+	// deleted.
+	hooks := slices.Concat(order.hooks, order.idle)
+	slices.SortFunc(hooks, func(a, b hookObject) int { return a.index - b.index })
+	for _, h := range hooks {
 		hash, err := diff.Hash(h.obj)
 		if err != nil {
 			return "", err
 		}
-		parts = append(parts, fmt.Sprintf("h\x00%s\x00%v\x00%d\x00%v", hash, h.place.Phases, h.place.Wave, h.place.DeletePolicies))
+		// Its annotations, in the hash, give its place; the phases alone
+		// also depend on whether the sync is the install.
+		parts = append(parts, "h\x00"+hash)
 	}
 	sum := sha256.New()
 	for _, p := range parts {
@@ -114,10 +124,11 @@ func (o *ordering) ordered() bool {
 	return false
 }
 
-// hookObjects are the hooks' objects.
+// hookObjects are the objects of every hook of the revision, run now or
+// not.
 func (o *ordering) hookObjects() []*unstructured.Unstructured {
-	out := make([]*unstructured.Unstructured, 0, len(o.hooks))
-	for _, h := range o.hooks {
+	out := make([]*unstructured.Unstructured, 0, len(o.hooks)+len(o.idle))
+	for _, h := range slices.Concat(o.hooks, o.idle) {
 		out = append(out, h.obj)
 	}
 	return out

@@ -157,7 +157,11 @@ func TestAnOrderedSyncRunsHooksAndWavesInOrder(t *testing.T) {
 		t.Errorf("a tick while the hook runs: phase %s, %d Jobs; want PostSync, 1", got.Status.Sync.Phase, len(jobsOf(t, app.Namespace)))
 	}
 
+	// The Job's end is an event of the App's informers, which brings the
+	// next tick forward: the wait is not the 15-second poll's.
+	events := h.enqueued.Load() + h.healthEvents.Load()
 	endJob(t, app.Namespace, jobs[0].Name, true)
+	eventually(t, func() bool { return h.enqueued.Load()+h.healthEvents.Load() > events })
 	got = h.tick(t, key, queue.WakeEvent)
 	ready(t, got)
 	if got.Status.Sync.Phase != plumbv1.SyncPhaseSucceeded || got.Status.LastAppliedRevision != got.Status.Sync.Revision {
@@ -267,23 +271,35 @@ func TestAFailedPreSyncHookRunsSyncFailAndAppliesNothing(t *testing.T) {
 // Deployment (no controller makes it available in this control plane),
 // until the test writes the status a controller would.
 func TestAWaveWaitsUntilTheLastIsHealthy(t *testing.T) {
-	deployment := "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: db\n  annotations:\n    argocd.argoproj.io/sync-wave: \"0\"\n" +
+	deployment := "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: db\n  annotations:\n    argocd.argoproj.io/sync-wave: \"1\"\n" +
 		"spec:\n  replicas: 1\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}}\n    spec:\n      containers: [{name: db, image: postgres}]\n"
 	_, repo := newRepo(t, map[string]string{
-		"deploy/db.yaml":  deployment,
-		"deploy/app.yaml": waveConfigMap("app", 1),
+		"deploy/first.yaml": waveConfigMap("first", 0),
+		"deploy/db.yaml":    deployment,
+		"deploy/app.yaml":   waveConfigMap("app", 2),
 	})
 	app := newApp(t, repo, noWait)
 	key := client.ObjectKeyFromObject(app)
 	h := newHarness(t)
 
+	// Three waves, the second not healthy: the third waits.
 	got := h.tick(t, key, queue.WakeTimer)
-	if got.Status.Sync == nil || got.Status.Sync.Wave == nil || *got.Status.Sync.Wave != 0 ||
-		!strings.Contains(got.Status.Sync.Message, "Deployment") {
-		t.Fatalf("status.sync = %+v, want waiting in wave 0 for the Deployment", got.Status.Sync)
+	for range 2 { // the next ticks wait too
+		if got.Status.Sync == nil || got.Status.Sync.Wave == nil || *got.Status.Sync.Wave != 1 ||
+			!strings.Contains(got.Status.Sync.Message, "Deployment") {
+			t.Fatalf("status.sync = %+v, want waiting in wave 1 for the Deployment", got.Status.Sync)
+		}
+		if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "app"}, &corev1.ConfigMap{}); err == nil {
+			t.Fatal("wave 2 was applied before wave 1 was healthy")
+		}
+		got = h.tick(t, key, queue.WakeEvent)
 	}
-	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "app"}, &corev1.ConfigMap{}); err == nil {
-		t.Fatal("wave 1 was applied before wave 0 was healthy")
+	d := &appsv1.Deployment{}
+	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "db"}, d); err != nil {
+		t.Fatalf("wave 1 was not applied: %v", err)
+	}
+	if first, _ := strconv.Atoi(d.ResourceVersion); rvOf(t, app.Namespace, "first") > first {
+		t.Error("wave 0 was written after wave 1")
 	}
 	markAvailable(t, h, app.Namespace, "db")
 	got = h.tick(t, key, queue.WakeEvent)
@@ -291,7 +307,7 @@ func TestAWaveWaitsUntilTheLastIsHealthy(t *testing.T) {
 		t.Fatalf("after the Deployment became available: sync %+v, want Succeeded", got.Status.Sync)
 	}
 	if err := admin(t).Get(context.Background(), types.NamespacedName{Namespace: app.Namespace, Name: "app"}, &corev1.ConfigMap{}); err != nil {
-		t.Errorf("wave 1 after wave 0 became healthy: %v", err)
+		t.Errorf("wave 2 after wave 1 became healthy: %v", err)
 	}
 }
 
@@ -745,6 +761,16 @@ func TestHelmInstallAndUpgradeHooksRunEachAtTheirTime(t *testing.T) {
 	if rvOf(t, key.Namespace, "shop-installed") > rvOf(t, key.Namespace, "shop-app") {
 		t.Error("the pre-install hook was written after the chart's objects")
 	}
+	// The tick after the install reads the same content (its upgrade hooks
+	// count in it, though the install did not run them): no sync starts,
+	// and status.sync keeps the install's.
+	after := h.tick(t, key, queue.WakeTimer)
+	if s := after.Status.Sync; s == nil || s.Phase != plumbv1.SyncPhaseSucceeded || !s.Install || len(s.Hooks) != 1 || s.Hooks[0].Name != "shop-installed" {
+		t.Errorf("status.sync after the tick that follows the install = %+v, want the install's, with its pre-install hook", s)
+	}
+	if get("shop-upgraded") != nil {
+		t.Error("the tick after the install ran the pre-upgrade hook")
+	}
 
 	repo.Publish(t, "web", "1.1.0", chart("1.1.0"))
 	got := h.tick(t, key, queue.WakeTimer)
@@ -943,7 +969,7 @@ func TestTheFinalizerRunsTheDeleteHooksAroundThePrune(t *testing.T) {
 	_, repo := newRepo(t, map[string]string{
 		"deploy/app.yaml":        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ordinary\n",
 		"deploy/predelete.yaml":  hookJob("backup", "PreDelete", "", false),
-		"deploy/postdelete.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: farewell\n  annotations:\n    helm.sh/hook: post-delete\n",
+		"deploy/postdelete.yaml": strings.Replace(hookJob("farewell", "PreSync", "", false), "argocd.argoproj.io/hook: PreSync", "helm.sh/hook: post-delete", 1),
 	})
 	app := newApp(t, repo, noWait)
 	key := client.ObjectKeyFromObject(app)
@@ -951,10 +977,7 @@ func TestTheFinalizerRunsTheDeleteHooksAroundThePrune(t *testing.T) {
 	got := h.tick(t, key, queue.WakeTimer)
 	ready(t, got)
 	if n := len(jobsOf(t, app.Namespace)); n != 0 {
-		t.Fatalf("a living App's sync ran %d PreDelete Jobs", n)
-	}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "farewell"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("a living App's sync wrote its PostDelete hook: %v", err)
+		t.Fatalf("a living App's sync ran %d delete hooks", n)
 	}
 
 	if err := c.Delete(ctx, app); err != nil {
@@ -984,27 +1007,38 @@ func TestTheFinalizerRunsTheDeleteHooksAroundThePrune(t *testing.T) {
 	if s := live.Status.Sync; s == nil || s.Phase != plumbv1.SyncPhasePreDelete || len(s.Hooks) != 1 || s.Hooks[0].Name != "backup" || s.Hooks[0].Status != plumbv1.HookRunning {
 		t.Errorf("status.sync = %+v, want PreDelete with the backup Job running", live.Status.Sync)
 	}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "farewell"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "farewell"}, &batchv1.Job{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the PostDelete hook ran before the prune: %v", err)
 	}
 
+	// The PreDelete Job ends: the objects are pruned, then the PostDelete
+	// Job runs, and the App waits for it.
 	endJob(t, app.Namespace, "backup", true)
 	eventually(t, func() bool { // once the cache has seen the Job end
 		_, _ = h.r.Tick(ctx, key, queue.WakeEvent)
-		return apierrors.IsNotFound(c.Get(ctx, key, &plumbv1.App{}))
+		return c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "farewell"}, &batchv1.Job{}) == nil
 	})
-	waitGone(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "ordinary"}})
-	farewell := &corev1.ConfigMap{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "farewell"}, farewell); err != nil {
-		t.Fatalf("the PostDelete hook did not run: %v", err)
+	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "ordinary"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the PostDelete hook runs, and the App's object is still there: %v", err)
 	}
-	job := &batchv1.Job{}
-	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "backup"}, job); err != nil {
+	if err := c.Get(ctx, key, live); err != nil || live.Status.Sync == nil || live.Status.Sync.Phase != plumbv1.SyncPhasePostDelete {
+		t.Fatalf("while the PostDelete hook runs: %v, status.sync %+v; want the App there, in PostDelete", err, live.Status.Sync)
+	}
+	backup := &batchv1.Job{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "backup"}, backup); err != nil {
 		t.Fatalf("the PreDelete Job (BeforeHookCreation) is gone: %v", err)
 	}
-	if rv, _ := strconv.Atoi(job.ResourceVersion); rvOf(t, app.Namespace, "farewell") < rv {
-		t.Errorf("the PostDelete hook (%d) was written before the PreDelete Job ended (%d)", rvOf(t, app.Namespace, "farewell"), rv)
+	if _, err := h.r.Tick(ctx, key, queue.WakeEvent); err != nil {
+		t.Errorf("a tick while the PostDelete hook runs: %v", err)
 	}
+	if again := (&batchv1.Job{}); c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "backup"}, again) != nil || again.UID != backup.UID {
+		t.Error("a tick while the PostDelete hook runs ran the PreDelete hook again")
+	}
+	endJob(t, app.Namespace, "farewell", true)
+	eventually(t, func() bool {
+		_, _ = h.r.Tick(ctx, key, queue.WakeEvent)
+		return apierrors.IsNotFound(c.Get(ctx, key, &plumbv1.App{}))
+	})
 }
 
 // A PreDelete hook that fails holds the deletion: nothing is pruned, the
@@ -1049,6 +1083,10 @@ func TestAFailedPreDeleteHookHoldsTheDeletion(t *testing.T) {
 	live := &plumbv1.App{}
 	if err := c.Get(ctx, key, live); err != nil || live.Status.Sync == nil || !strings.Contains(live.Status.Sync.Failure, "backup failed") {
 		t.Fatalf("the App %v: status.sync %+v, want it kept, saying the hook failed", err, live.Status.Sync)
+	}
+	if r := apimeta.FindStatusCondition(live.Status.Conditions, plumbv1.ConditionReady); r == nil || r.Status != metav1.ConditionFalse ||
+		!strings.Contains(r.Message, "the deletion of the App waits: PreDelete hook Job/"+app.Namespace+"/backup failed") {
+		t.Errorf("Ready = %+v, want False saying the deletion waits for the failed hook", r)
 	}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "ordinary"}, &corev1.ConfigMap{}); err != nil {
 		t.Fatalf("an object was pruned though the PreDelete hook failed: %v", err)
@@ -1109,7 +1147,7 @@ func TestDeleteHooksThatCannotRunAreGivenUpAfterTheTimeout(t *testing.T) {
 	if err := c.Get(ctx, key, &plumbv1.App{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the App is still there after its delete hooks were given up: %v", err)
 	}
-	if n := countContaining(h.recorded(), "Warning SyncFailed", "PreDelete hooks were given up 1m0s after its deletion"); n != 1 {
+	if n := countContaining(h.recorded(), "Warning SyncFailed", "delete hooks were given up in phase PreDelete after 1m0s of errors"); n != 1 {
 		t.Errorf("Events saying the hooks were given up = %d, want 1", n)
 	}
 	waitGone(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "ordinary"}})
@@ -1134,4 +1172,127 @@ func TestDeleteHooksThatCannotRunAreGivenUpAfterTheTimeout(t *testing.T) {
 		_, _ = h.r.Tick(ctx, plainKey, queue.WakeTimer)
 		return apierrors.IsNotFound(c.Get(ctx, plainKey, &plumbv1.App{}))
 	})
+}
+
+// Delete hooks that cannot run at all are given up at once, with an
+// Event, and the App goes: its namespace is being deleted (no hook can be
+// created in it), or a hook would leave the App's namespace under
+// --no-cross-namespace (the live App's sync refuses such a revision too).
+// An App whose objects are orphaned runs its delete hooks all the same.
+func TestDeleteHooksThatCannotRunAtAllAreGivenUpAtOnce(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	t.Run("the namespace is being deleted", func(t *testing.T) {
+		_, repo := newRepo(t, map[string]string{
+			"deploy/app.yaml":       "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ordinary\n",
+			"deploy/predelete.yaml": hookJob("backup", "PreDelete", "", false),
+		})
+		app := newApp(t, repo, noWait)
+		key := client.ObjectKeyFromObject(app)
+		h := newHarness(t)
+		ready(t, h.tick(t, key, queue.WakeTimer))
+		// This control plane runs no namespace controller: the namespace
+		// stays Terminating, as it would while its objects go.
+		if err := c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: app.Namespace}}); err != nil {
+			t.Fatal(err)
+		}
+		events := deleteAndFinalize(t, h, app)
+		if n := len(jobsOf(t, app.Namespace)); n != 0 {
+			t.Errorf("%d delete hooks were created in the terminating namespace", n)
+		}
+		if n := countContaining(events, "Warning SyncFailed", "delete hooks were not run", "is being deleted"); n != 1 {
+			t.Errorf("Events saying the hooks were not run = %d, want 1: %q", n, events)
+		}
+	})
+	t.Run("objects orphaned, not pruned", func(t *testing.T) {
+		_, repo := newRepo(t, map[string]string{
+			"deploy/app.yaml":        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ordinary\n",
+			"deploy/postdelete.yaml": hookConfigMap("farewell", "PostDelete"),
+		})
+		app := newApp(t, repo, func(a *plumbv1.App) { noWait(a); prune := false; a.Spec.Prune = &prune })
+		key := client.ObjectKeyFromObject(app)
+		h := newHarness(t)
+		ready(t, h.tick(t, key, queue.WakeTimer))
+		if err := c.Delete(ctx, app); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, func() bool {
+			_, _ = h.r.Tick(ctx, key, queue.WakeTimer)
+			return apierrors.IsNotFound(c.Get(ctx, key, &plumbv1.App{}))
+		})
+		for _, name := range []string{"ordinary", "farewell"} {
+			if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: name}, &corev1.ConfigMap{}); err != nil {
+				t.Errorf("ConfigMap %s after the App went, its objects orphaned: %v", name, err)
+			}
+		}
+	})
+	t.Run("a hook out of the App's namespace", func(t *testing.T) {
+		other := fmt.Sprintf("elsewhere-%d", repos.Add(1))
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}); err != nil {
+			t.Fatal(err)
+		}
+		escaping := strings.Replace(hookConfigMap("planted", "PreDelete"), "  name: planted\n", "  name: planted\n  namespace: "+other+"\n", 1)
+		w, repo := newRepo(t, map[string]string{
+			"deploy/app.yaml":       "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ordinary\n",
+			"deploy/predelete.yaml": hookConfigMap("backup", "PreDelete"),
+		})
+		app := newApp(t, repo, noWait)
+		key := client.ObjectKeyFromObject(app)
+		h := newHarnessAs(t, cluster.Config, Policy{NoCrossNamespace: true})
+		ready(t, h.tick(t, key, queue.WakeTimer))
+		pushed(t, w, map[string]string{"deploy/predelete.yaml": escaping})
+		got := h.tick(t, key, queue.WakeTimer)
+		if msg := failed(t, got, PhaseRead, plumbv1.ReasonReadFailed, "PolicyViolation"); !strings.Contains(msg, "ConfigMap/"+other+"/planted") {
+			t.Errorf("the live App's Read refusal %q does not name the delete hook out of its namespace", msg)
+		}
+		events := deleteAndFinalize(t, h, app)
+		if err := c.Get(ctx, types.NamespacedName{Namespace: other, Name: "planted"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the delete hook was created in namespace %s: %v", other, err)
+		}
+		if n := countContaining(events, "Warning SyncFailed", "delete hooks were not run", "--no-cross-namespace"); n != 1 {
+			t.Errorf("Events saying the hooks were not run = %d, want 1: %q", n, events)
+		}
+	})
+}
+
+// An App deleted while its sync's PreSync Job runs waits for that Job to
+// end before its PreDelete hook starts: a migration and a backup never run
+// at once.
+func TestADeletionMidSyncWaitsForTheSyncsRunningHooks(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	_, repo := newRepo(t, map[string]string{
+		"deploy/migrate.yaml":   hookJob("migrate", "PreSync", "", false),
+		"deploy/app.yaml":       "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ordinary\n",
+		"deploy/predelete.yaml": hookConfigMap("backup", "PreDelete"),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	if got := h.tick(t, key, queue.WakeTimer); got.Status.Sync == nil || got.Status.Sync.Phase != plumbv1.SyncPhasePreSync {
+		t.Fatalf("status.sync = %+v, want PreSync running migrate", got.Status.Sync)
+	}
+	if err := c.Delete(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	eventually(t, func() bool { // once the App cache has seen the deletion
+		_, err = h.r.Tick(ctx, key, queue.WakeTimer)
+		live := &plumbv1.App{}
+		return c.Get(ctx, key, live) == nil && live.Status.Sync != nil && strings.Contains(live.Status.Sync.Message, "waits for PreSync hook Job/"+app.Namespace+"/migrate")
+	})
+	if err != nil {
+		t.Errorf("a tick waiting for the running hook: %v", err)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "backup"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the PreDelete hook ran while the PreSync Job runs: %v", err)
+	}
+	endJob(t, app.Namespace, "migrate", true)
+	eventually(t, func() bool {
+		_, _ = h.r.Tick(ctx, key, queue.WakeEvent)
+		return apierrors.IsNotFound(c.Get(ctx, key, &plumbv1.App{}))
+	})
+	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "backup"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("the PreDelete hook did not run once the PreSync Job ended: %v", err)
+	}
 }

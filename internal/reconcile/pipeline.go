@@ -125,7 +125,7 @@ func (s *pass) admit(ctx context.Context) error {
 		return err
 	}
 	placed := s.desired
-	if s.order != nil && len(s.order.hooks) > 0 {
+	if s.order != nil && len(s.order.hooks)+len(s.order.idle) > 0 {
 		placed = append(slices.Clip(s.desired), s.order.hookObjects()...) // a hook may go no farther than an object
 	}
 	if err := s.r.checkNamespaces(s.app, placed, s.revision); err != nil {

@@ -66,6 +66,23 @@ func TestAPolicysMessageQuotingASecretIsRedacted(t *testing.T) {
 		}
 	}
 	h := newHarness(t)
+	// noValueInEvents fails if an Event recorded holds the value.
+	noValueInEvents := func(t *testing.T) {
+		t.Helper()
+		events := h.recorded()
+		said := false
+		for _, e := range events {
+			said = said || strings.Contains(e, "is weak")
+			for _, form := range []string{value, base64.StdEncoding.EncodeToString([]byte(value))} {
+				if strings.Contains(e, form) {
+					t.Errorf("an Event holds the Secret's value: %q", e)
+				}
+			}
+		}
+		if !said {
+			t.Errorf("no Event says the policy refused: %q", events)
+		}
+	}
 
 	t.Run("a Secret of Git", func(t *testing.T) {
 		_, repo := newRepo(t, map[string]string{"deploy/secret.yaml": secret("db", "")})
@@ -91,6 +108,7 @@ func TestAPolicysMessageQuotingASecretIsRedacted(t *testing.T) {
 				noValue(t, "a phase's last error", p.LastError)
 			}
 		}
+		noValueInEvents(t)
 	})
 
 	t.Run("a Secret hook", func(t *testing.T) {
@@ -111,5 +129,6 @@ func TestAPolicysMessageQuotingASecretIsRedacted(t *testing.T) {
 		noValue(t, "status.sync.failure", got.Status.Sync.Failure)
 		noValue(t, "the hook's message", got.Status.Sync.Hooks[0].Message)
 		noValue(t, "Ready", apimeta.FindStatusCondition(got.Status.Conditions, plumbv1.ConditionReady).Message)
+		noValueInEvents(t)
 	})
 }

@@ -195,19 +195,7 @@ func (s *pass) authorize(ctx context.Context, serviceAccount string) error {
 		}
 	}
 	if s.runsHooks() {
-		// Hooks are created, read and deleted as the ServiceAccount too.
-		for _, h := range s.order.hooks {
-			verbs := []string{"create", "get"}
-			if h.obj.GetName() != "" {
-				verbs = append(verbs, "patch")
-			}
-			if h.obj.GetName() != "" && h.place.Has(syncorder.BeforeHookCreation) || h.place.Has(syncorder.HookSucceeded) || h.place.Has(syncorder.HookFailed) {
-				verbs = append(verbs, "delete")
-			}
-			for _, verb := range verbs {
-				writes = append(writes, ssa.Access{Verb: verb, Object: h.obj})
-			}
-		}
+		writes = append(writes, hookAccesses(s.order.hooks)...)
 	}
 	if app.Spec.PruneEnabled() {
 		owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
@@ -237,6 +225,35 @@ func (s *pass) authorize(ctx context.Context, serviceAccount string) error {
 			denied = cutList(denied)
 			return &PhaseError{Phase: PhaseApply, Reason: check.reason, Err: fmt.Errorf("%s; nothing was applied or pruned", strings.Join(denied, "; "))}
 		}
+	}
+	return nil
+}
+
+// hookAccesses are what running hooks asks of the API server: hooks are
+// created, read and deleted as the ServiceAccount too.
+func hookAccesses(hooks []hookObject) []ssa.Access {
+	var out []ssa.Access
+	for _, h := range hooks {
+		verbs := []string{"create", "get"}
+		if h.obj.GetName() != "" && h.place.Has(syncorder.BeforeHookCreation) || h.place.Has(syncorder.HookSucceeded) || h.place.Has(syncorder.HookFailed) {
+			verbs = append(verbs, "delete")
+		}
+		for _, verb := range verbs {
+			out = append(out, ssa.Access{Verb: verb, Object: h.obj})
+		}
+	}
+	return out
+}
+
+// authorizeHooks asks, before a deleted App's delete hooks run as its
+// ServiceAccount, whether it may run every one of them.
+func (s *pass) authorizeHooks(ctx context.Context, serviceAccount string, hooks []hookObject) error {
+	denied, err := s.applier.Denied(ctx, impersonation.Username(s.app.Namespace, serviceAccount), hookAccesses(hooks))
+	if err != nil {
+		return err
+	}
+	if len(denied) > 0 {
+		return fmt.Errorf("%s; no delete hook was run", strings.Join(cutList(denied), "; "))
 	}
 	return nil
 }

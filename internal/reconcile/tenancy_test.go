@@ -388,16 +388,7 @@ func TestADeletedAppWhoseServiceAccountIsGoneLeavesItsObjects(t *testing.T) {
 	if err := c.Delete(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "deployer"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Delete(ctx, app); err != nil {
-		t.Fatal(err)
-	}
-	h.recorded()
-	var events []string
-	eventually(t, func() bool {
-		_, _ = h.r.Tick(ctx, key, queue.WakeTimer)
-		events = append(events, h.recorded()...)
-		return apierrors.IsNotFound(c.Get(ctx, key, &plumbv1.App{}))
-	})
+	events := deleteAndFinalize(t, h, app)
 	if n := countContaining(events, "Warning Orphaned", app.Namespace+"/deployer"); n != 1 {
 		t.Errorf("Orphaned Events naming the ServiceAccount = %d, want 1; all: %q", n, events)
 	}

@@ -862,6 +862,12 @@ type SyncStatus struct {
 	// +optional
 	WaitingSince *metav1.Time `json:"waitingSince,omitempty"`
 
+	// FailingSince is when a deleted App's delete hooks began to fail to
+	// run (its source unreadable, a right missing): past the App's timeout
+	// they are given up, and its objects left in place.
+	// +optional
+	FailingSince *metav1.Time `json:"failingSince,omitempty"`
+
 	// Hooks are the hooks the sync ran or runs, in the order it met them,
 	// each once: a restart goes on from here and runs none twice.
 	// +kubebuilder:validation:MaxItems=100

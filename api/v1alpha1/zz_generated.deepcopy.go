@@ -891,6 +891,10 @@ func (in *SyncStatus) DeepCopyInto(out *SyncStatus) {
 		in, out := &in.WaitingSince, &out.WaitingSince
 		*out = (*in).DeepCopy()
 	}
+	if in.FailingSince != nil {
+		in, out := &in.FailingSince, &out.FailingSince
+		*out = (*in).DeepCopy()
+	}
 	if in.Hooks != nil {
 		in, out := &in.Hooks, &out.Hooks
 		*out = make([]HookStatus, len(*in))

@@ -71,8 +71,18 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 		}
 		return r.removeFinalizer(ctx, app, interval)
 	}
+	hadHooks := runsHooks()
 	if outcome, wait, err := hooks(syncorder.PreDelete); wait {
 		return outcome, err
+	}
+	if hadHooks && !runsHooks() && inventoryLen(app) > 0 {
+		// The delete hooks were given up: nothing is pruned for an error
+		// (a backup that never ran), the objects are left in place.
+		r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonOrphaned,
+			"the App is deleted and its PreDelete hooks could not run, so its %d objects are left in place, not pruned", inventoryLen(app))
+		log.Warn("Orphaned the deleted App's objects: its PreDelete hooks could not run", zap.Int("objects", inventoryLen(app)))
+		app.Status.Inventory = nil
+		write()
 	}
 	if app.Spec.PruneEnabled() && !app.Spec.Suspend {
 		stale := r.staleObjects(app.Status.Inventory, nil, newTickKinds(r.Mapper))
@@ -115,8 +125,8 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 		// Recorded before the PostDelete hooks run, so that a later round
 		// neither runs the PreDelete hooks again nor prunes again.
 		app.Status.Inventory = nil
-		if app.Status.Sync == nil {
-			app.Status.Sync = &plumbv1.SyncStatus{StartedAt: metav1.NewTime(r.now())}
+		if sync := app.Status.Sync; sync == nil || sync.Phase != plumbv1.SyncPhasePreDelete {
+			app.Status.Sync = &plumbv1.SyncStatus{StartedAt: metav1.NewTime(r.now())} // the live App's last sync is not this one
 		}
 		app.Status.Sync.Phase, app.Status.Sync.Wave, app.Status.Sync.WaitingSince = plumbv1.SyncPhasePostDelete, nil, nil
 		write()
@@ -164,15 +174,18 @@ func (r *Reconciler) deleteHooks(ctx context.Context, app *plumbv1.App, phase sy
 	}
 	waiting, failed, err := r.runDeleteHooks(ctx, app, phase, log)
 	sync := app.Status.Sync
+	// A hook recorded as running holds the deletion whatever the error: it
+	// is read again, and ended by its own timeout, once reads work again.
+	running := sync != nil && slices.ContainsFunc(sync.Hooks, func(h plumbv1.HookStatus) bool { return h.Status == plumbv1.HookRunning })
 	var never *neverRuns
 	switch {
-	case errors.As(err, &never):
+	case errors.As(err, &never) && (never.now || !running):
 		r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonSyncFailed, "the App's delete hooks were not run: %v", err)
 		log.Info("Gave up the deleted App's delete hooks", zap.String("hookPhase", string(phase)), zap.Error(err))
 		app.Status.DeleteHooks = false
 		return "", nil
 	case failed != "":
-		sync.Failure, sync.WaitingSince = truncate(failed, 1024), nil
+		sync.Failure, sync.FailingSince = truncate(failed, 1024), nil
 		if sync.Failure != failedBefore {
 			r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonSyncFailed, "the deletion of the App waits: %s", truncate(failed, 1000))
 		}
@@ -180,43 +193,45 @@ func (r *Reconciler) deleteHooks(ctx context.Context, app *plumbv1.App, phase sy
 		return "", fmt.Errorf("the deletion of App %s/%s waits: %s (a new content of its source runs the hooks again)", app.Namespace, app.Name, failed)
 	case err == nil:
 		if sync != nil {
-			sync.WaitingSince = nil
+			sync.FailingSince = nil
 		}
 		return waiting, nil
 	}
-	if sync == nil || sync.Phase != string(phase) {
+	if sync == nil {
 		sync = &plumbv1.SyncStatus{Phase: string(phase), StartedAt: metav1.NewTime(r.now())}
 		app.Status.Sync = sync
 	}
-	if sync.WaitingSince == nil {
+	if sync.FailingSince == nil {
 		since := metav1.NewTime(r.now())
-		sync.WaitingSince = &since
+		sync.FailingSince = &since
 	}
 	timeout := app.Spec.TimeoutOrDefault()
-	running := slices.ContainsFunc(sync.Hooks, func(h plumbv1.HookStatus) bool {
-		return h.Phase == string(phase) && h.Status == plumbv1.HookRunning && r.now().Sub(h.StartedAt.Time) <= timeout
-	})
-	if running || r.now().Sub(sync.WaitingSince.Time) <= timeout {
-		sync.Message = truncate(err.Error(), 1024)
+	if running || r.now().Sub(sync.FailingSince.Time) <= timeout {
 		return "", fmt.Errorf("the %s hooks of deleted App %s/%s: %w", phase, app.Namespace, app.Name, err)
 	}
 	r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonSyncFailed, "the App's delete hooks were given up in phase %s after %s of errors: %v", phase, timeout, err)
 	log.Info("Gave up the deleted App's delete hooks", zap.String("hookPhase", string(phase)), zap.Error(err))
-	sync.WaitingSince, sync.Message = nil, ""
+	sync.FailingSince = nil
 	app.Status.DeleteHooks = false
 	return "", nil
 }
 
-// neverRuns is why a deleted App's delete hooks cannot run at all.
-type neverRuns struct{ why string }
+// neverRuns is why a deleted App's delete hooks cannot run at all; now
+// says they are given up even while a hook runs (its namespace is going:
+// so is the hook).
+type neverRuns struct {
+	why string
+	now bool
+}
 
 func (e *neverRuns) Error() string { return e.why }
 
 // runDeleteHooks reads the App's source and runs its hooks of phase, once
-// the hooks still running of a sync the deletion cut short have ended.
+// the hooks still running of another sync (one the deletion cut short, or
+// an earlier content's delete hooks) have ended.
 func (r *Reconciler) runDeleteHooks(ctx context.Context, app *plumbv1.App, phase syncorder.Phase, log *zap.Logger) (waiting, failed string, err error) {
 	if r.namespaceTerminating(ctx, app) {
-		return "", "", &neverRuns{why: fmt.Sprintf("the App's namespace %s is being deleted", app.Namespace)}
+		return "", "", &neverRuns{why: fmt.Sprintf("the App's namespace %s is being deleted", app.Namespace), now: true}
 	}
 	s := &pass{r: r, app: app, key: client.ObjectKeyFromObject(app), log: log}
 	result, err := r.read(ctx, app, false, time.Time{})
@@ -226,6 +241,19 @@ func (r *Reconciler) runDeleteHooks(ctx context.Context, app *plumbv1.App, phase
 	s.result, s.revision = result, result.Revision.String()
 	if s.desired, s.kinds, s.order, err = r.prepare(app, result); err != nil {
 		return "", "", err
+	}
+	if s.applier, err = r.applierFor(ctx, app); err != nil {
+		if errors.Is(err, impersonation.ErrServiceAccountNotFound) && r.serviceAccountGone(ctx, app) {
+			return "", "", &neverRuns{why: err.Error()}
+		}
+		return "", "", err
+	}
+	sync := app.Status.Sync
+	deleting := sync != nil && (sync.Phase == plumbv1.SyncPhasePreDelete || sync.Phase == plumbv1.SyncPhasePostDelete)
+	if sync != nil && !sync.Done() && !(deleting && s.sameSync(sync)) {
+		if waiting, err := s.letHooksEnd(ctx, sync); err != nil || waiting != "" {
+			return waiting, "", err
+		}
 	}
 	var hooks []hookObject
 	for _, h := range s.order.hooks {
@@ -243,30 +271,20 @@ func (r *Reconciler) runDeleteHooks(ctx context.Context, app *plumbv1.App, phase
 	if err := r.checkNamespaces(app, objs, s.revision); err != nil {
 		return "", "", &neverRuns{why: err.Error()}
 	}
-	if s.applier, err = r.applierFor(ctx, app); err != nil {
-		if errors.Is(err, impersonation.ErrServiceAccountNotFound) && r.serviceAccountGone(ctx, app) {
-			return "", "", &neverRuns{why: err.Error()}
-		}
-		return "", "", err
-	}
 	if sa := r.serviceAccountOf(app); sa != "" {
 		if err := s.authorizeHooks(ctx, sa, hooks); err != nil {
 			return "", "", err
 		}
 	}
-	sync := app.Status.Sync
-	if sync != nil && !sync.Done() && sync.Phase != plumbv1.SyncPhasePreDelete && sync.Phase != plumbv1.SyncPhasePostDelete {
-		// The deletion cut a sync short: its hooks still running end first.
-		if waiting, err := s.letHooksEnd(ctx, sync); err != nil || waiting != "" {
-			return waiting, "", err
-		}
-	}
-	if sync == nil || !s.sameSync(sync) || sync.Phase != plumbv1.SyncPhasePreDelete && sync.Phase != plumbv1.SyncPhasePostDelete {
+	if !deleting || !s.sameSync(sync) {
 		sync = &plumbv1.SyncStatus{Revision: s.revision, Content: s.order.content, StartedAt: metav1.NewTime(r.now())}
 		app.Status.Sync = sync
 	}
 	sync.Phase = string(phase)
 	waiting, failed, err = s.runHooks(ctx, sync, phase, log)
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return "", "", &neverRuns{why: fmt.Sprintf("the App's namespace %s is being deleted", app.Namespace), now: true}
+	}
 	sync.Message = truncate(waiting, 1024)
 	return waiting, failed, err
 }

@@ -75,6 +75,7 @@ func contentOf(desired []*unstructured.Unstructured, order *ordering) (string, e
 		parts = append(parts, fmt.Sprintf("o\x00%s\x00%s\x00%s\x00%s\x00%s\x00%d", id.Group, id.Kind, id.Namespace, id.Name,
 			d.GetAnnotations()[plumbv1.AnnotationContentHash], order.waves[id]))
 	}
+	sort.Strings(parts) // the objects' order in Git is no change
 	// Every hook, run now or not, in Git's order: the content is the same
 	// on the install and after it, and while the App lives and when it is
 	// deleted.
@@ -476,7 +477,7 @@ func (s *pass) stepHook(ctx context.Context, sync *plumbv1.SyncStatus, h hookObj
 		created, err := s.applier.CreateHook(ctx, h.obj)
 		if err != nil {
 			err = redactedFor(err, h.obj) // a policy's message may quote a Secret hook
-			if !refused(err) {
+			if !refused(err) || apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 				return nil, "", applyFailed(err)
 			}
 			return s.failHook(sync, h, phase, err.Error()), "", nil

@@ -1109,8 +1109,9 @@ func TestAFailedPreDeleteHookHoldsTheDeletion(t *testing.T) {
 }
 
 // A deleted App whose delete hooks cannot run (here its source no longer
-// renders) is held for its timeout, pruning nothing, then its hooks are
-// given up with an Event, and it goes. An App without delete hooks does
+// renders) is held for its timeout from the first error, pruning nothing,
+// then its hooks are given up with an Event, and it goes, its objects left
+// in place (nothing is pruned for an error). An App without delete hooks does
 // not read its source to be deleted.
 func TestDeleteHooksThatCannotRunAreGivenUpAfterTheTimeout(t *testing.T) {
 	ctx := context.Background()
@@ -1147,10 +1148,17 @@ func TestDeleteHooksThatCannotRunAreGivenUpAfterTheTimeout(t *testing.T) {
 	if err := c.Get(ctx, key, &plumbv1.App{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the App is still there after its delete hooks were given up: %v", err)
 	}
-	if n := countContaining(h.recorded(), "Warning SyncFailed", "delete hooks were given up in phase PreDelete after 1m0s of errors"); n != 1 {
+	events := h.recorded()
+	if n := countContaining(events, "Warning SyncFailed", "delete hooks were given up in phase PreDelete after 1m0s of errors"); n != 1 {
 		t.Errorf("Events saying the hooks were given up = %d, want 1", n)
 	}
-	waitGone(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "ordinary"}})
+	// Nothing is pruned for an error: the backup never ran.
+	if n := countContaining(events, "Warning Orphaned", "PreDelete hooks could not run", "1 objects are left in place"); n != 1 {
+		t.Errorf("Events saying the objects were left = %d, want 1: %q", n, events)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "ordinary"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("an object was pruned though the PreDelete hooks were given up: %v", err)
+	}
 	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "backup"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the given-up hook was written: %v", err)
 	}
@@ -1252,6 +1260,9 @@ func TestDeleteHooksThatCannotRunAtAllAreGivenUpAtOnce(t *testing.T) {
 		if n := countContaining(events, "Warning SyncFailed", "delete hooks were not run", "--no-cross-namespace"); n != 1 {
 			t.Errorf("Events saying the hooks were not run = %d, want 1: %q", n, events)
 		}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "ordinary"}, &corev1.ConfigMap{}); err != nil {
+			t.Errorf("an object was pruned though the PreDelete hooks were not run: %v", err)
+		}
 	})
 }
 
@@ -1294,5 +1305,41 @@ func TestADeletionMidSyncWaitsForTheSyncsRunningHooks(t *testing.T) {
 	})
 	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "backup"}, &corev1.ConfigMap{}); err != nil {
 		t.Errorf("the PreDelete hook did not run once the PreSync Job ended: %v", err)
+	}
+}
+
+// Delete hooks run as the App's ServiceAccount, after the pre-flight: a
+// delete hook it may not create holds the deletion (nothing created,
+// nothing pruned), saying which right is missing.
+func TestDeleteHooksNeedTheServiceAccountsRights(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	_, repo := newRepo(t, map[string]string{
+		"deploy/app.yaml":       "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ordinary\n",
+		"deploy/predelete.yaml": hookJob("backup", "PreDelete", "", false),
+	})
+	app := newApp(t, repo, func(a *plumbv1.App) { a.Spec.ServiceAccountName = "deployer"; noWait(a) })
+	key := client.ObjectKeyFromObject(app)
+	serviceAccount(t, app.Namespace, "deployer", allVerbs...) // ConfigMaps, Secrets, Deployments: no Jobs
+	h := newHarnessAs(t, restrictedController(t), Policy{})
+	ready(t, h.tick(t, key, queue.WakeTimer))
+	if err := c.Delete(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	eventually(t, func() bool { // once the App cache has seen the deletion
+		_, err = h.r.Tick(ctx, key, queue.WakeTimer)
+		return err != nil && strings.Contains(err.Error(), "the PreDelete hooks of deleted App")
+	})
+	for _, want := range []string{"jobs", "system:serviceaccount:" + app.Namespace + ":deployer", "no delete hook was run"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the held deletion's error %q does not name %q", err, want)
+		}
+	}
+	if n := len(jobsOf(t, app.Namespace)); n != 0 {
+		t.Errorf("%d delete hooks created", n)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "ordinary"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("an object was pruned while the delete hooks could not run: %v", err)
 	}
 }

@@ -1,0 +1,511 @@
+package shard
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+)
+
+// Each replica is a member: it holds a Lease of its own, named after its
+// identity and labelled with the group it belongs to, and renews it; a
+// member whose Lease has not changed for the Lease's duration (as this
+// replica observes it, so that clocks need not agree) is gone. The Lease
+// also lists, in an annotation, the slots its member holds: ticks the Apps
+// of. A member releases a slot (stops, and waits for its ticks under way)
+// before it writes that it no longer holds it, and takes a slot only once
+// no live member holds it, by writing that it holds it and then reading
+// every Lease afresh: of two members that take one slot at once, at
+// least one sees the other's claim and gives the slot back, so no slot is
+// ever held by two live members.
+
+// Annotations and labels of the members' Leases.
+const (
+	// LabelGroup marks a member's Lease with its group (the replicas that
+	// share the Apps).
+	LabelGroup = "plumb.dev/shard-group"
+	// AnnotationSlots lists the slots a member holds, as a bitmap in hex.
+	AnnotationSlots = "plumb.dev/slots"
+)
+
+// Handler is what a member does with its slots.
+type Handler interface {
+	// Take starts the Apps of slots.
+	Take(slots []int)
+	// Release stops the Apps of slots and returns when their ticks under
+	// way have ended.
+	Release(slots []int)
+	// Lost stops every App at once: the member could not renew its Lease
+	// within the renew deadline, and another may take its slots soon.
+	Lost()
+}
+
+// Config configures a Member.
+type Config struct {
+	// Client reads and writes the Leases.
+	Client kubernetes.Interface
+	// Namespace holds the Leases; Group names the replicas that share the
+	// Apps; Identity is this replica's name in the group (the pod's).
+	Namespace, Group, Identity string
+	// LeaseDuration, RenewDeadline and RetryPeriod are as in leader
+	// election (defaults 15s, 10s, 2s).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Epsilon bounds a member's slots at (1+Epsilon) × its share (default
+	// 0.25).
+	Epsilon float64
+	// Log logs joins, leaves and moves.
+	Log *zap.Logger
+	// Observe, when set, is told each placement this member acts on.
+	Observe func(members []string, held []int)
+}
+
+// Member is this replica's membership in its group.
+type Member struct {
+	cfg  Config
+	name string // of its Lease
+
+	mu        sync.Mutex
+	held      [Slots]bool
+	seen      map[string]observed // the other members' Leases, by name
+	lastRenew time.Time
+	lease     *coordinationv1.Lease // as last written
+	wake      chan struct{}
+
+	// writing serializes the Lease's writes.
+	writing sync.Mutex
+	// acting serializes Take and Lost, and guards epoch: a loss ends an
+	// epoch, and what was claimed in an earlier one is not started.
+	acting sync.Mutex
+	epoch  int
+}
+
+// observed is another member's Lease as this replica last saw it change.
+type observed struct {
+	identity string
+	version  string // its resourceVersion
+	at       time.Time
+	slots    [Slots]bool
+	duration time.Duration
+}
+
+// New prepares the membership of cfg.Identity.
+func New(cfg Config) (*Member, error) {
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
+	}
+	if cfg.Epsilon == 0 {
+		cfg.Epsilon = 0.25
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.Identity == "" || cfg.Group == "" {
+		return nil, errors.New("a shard member needs an identity and a group")
+	}
+	if !(cfg.RenewDeadline < cfg.LeaseDuration && cfg.RetryPeriod < cfg.RenewDeadline) {
+		return nil, fmt.Errorf("want retry period (%s) < renew deadline (%s) < lease duration (%s)", cfg.RetryPeriod, cfg.RenewDeadline, cfg.LeaseDuration)
+	}
+	return &Member{cfg: cfg, name: LeaseName(cfg.Group, cfg.Identity), seen: map[string]observed{}, wake: make(chan struct{}, 1)}, nil
+}
+
+// LeaseName is the name of a member's Lease.
+func LeaseName(group, identity string) string { return group + "-" + identity }
+
+// Held lists the slots this member holds.
+func (m *Member) Held() []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return listOf(m.held)
+}
+
+// Run keeps the membership until ctx ends: it renews the Lease, and takes
+// and releases slots as members come and go. On the way out it releases
+// every slot (its ticks drain) and deletes its Lease, so that the others
+// take its slots at once.
+func (m *Member) Run(ctx context.Context, h Handler) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(m.cfg.Client, 0, informers.WithNamespace(m.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{LabelGroup: m.cfg.Group}.String()
+		}))
+	leases := factory.Coordination().V1().Leases().Informer()
+	if _, err := leases.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { m.observe(obj, false) },
+		UpdateFunc: func(_, obj any) { m.observe(obj, false) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			m.observe(obj, true)
+		},
+	}); err != nil {
+		return err
+	}
+	informerCtx, stopInformer := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopInformer()
+	factory.Start(informerCtx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), leases.HasSynced) {
+		return ctx.Err()
+	}
+	// Start holding nothing, whatever an earlier run of this identity wrote.
+	for ctx.Err() == nil {
+		if err := m.renew(ctx); err == nil {
+			break
+		} else {
+			m.cfg.Log.Info("Could not write the member's Lease; retrying", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(m.cfg.RetryPeriod):
+		}
+	}
+	m.cfg.Log.Info("Joined the shard group", zap.String("group", m.cfg.Group), zap.String("identity", m.cfg.Identity))
+	renewing, stopRenewing := context.WithCancel(ctx)
+	renewed := make(chan struct{})
+	go func() { defer close(renewed); m.keepRenewing(renewing, h) }()
+	ticker := time.NewTicker(m.cfg.RetryPeriod)
+	defer ticker.Stop()
+	for ctx.Err() == nil {
+		m.step(ctx, h)
+		select {
+		case <-ctx.Done():
+		case <-ticker.C:
+		case <-m.wake:
+		}
+	}
+	m.release(h, m.Held()) // renewals go on while the ticks drain
+	stopRenewing()
+	<-renewed
+	m.leave()
+	return nil
+}
+
+// keepRenewing renews the Lease every retry period; a watchdog beside it
+// stops every App at once when no renewal has succeeded for the renew
+// deadline (a renewal that hangs must not keep this replica ticking past
+// the moment another may take its slots: the Lease's duration after the
+// last renewal).
+func (m *Member) keepRenewing(ctx context.Context, h Handler) {
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		m.watch(ctx, h)
+	}()
+	defer func() { <-watched }()
+	ticker := time.NewTicker(m.cfg.RetryPeriod)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		if err := m.renew(ctx); err != nil && ctx.Err() == nil {
+			m.cfg.Log.Debug("Could not renew the member's Lease", zap.Error(err))
+		}
+	}
+}
+
+// watch stops every App once the Lease has gone unrenewed for the renew
+// deadline.
+func (m *Member) watch(ctx context.Context, h Handler) {
+	ticker := time.NewTicker(m.cfg.RetryPeriod / 2)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		m.mu.Lock()
+		since := time.Since(m.lastRenew)
+		held := listOf(m.held)
+		m.mu.Unlock()
+		if since > m.cfg.RenewDeadline && len(held) > 0 {
+			m.cfg.Log.Warn("The member's Lease was not renewed within the renew deadline; stopping every App", zap.Duration("since", since))
+			m.acting.Lock()
+			m.epoch++
+			m.set(held, false)
+			h.Lost()
+			m.acting.Unlock()
+		}
+	}
+}
+
+// step releases and takes slots by the placement over the live members.
+func (m *Member) step(ctx context.Context, h Handler) {
+	epoch := m.epochNow()
+	members, others := m.live()
+	placed := Place(members, m.cfg.Epsilon)
+	m.mu.Lock()
+	var release, take []int
+	for s := range Slots {
+		switch mine := placed[s] == m.cfg.Identity; {
+		case m.held[s] && !mine:
+			release = append(release, s)
+		case !m.held[s] && mine && !others[s]:
+			take = append(take, s)
+		}
+	}
+	m.mu.Unlock()
+	if len(release) > 0 {
+		m.release(h, release)
+		m.cfg.Log.Info("Released slots", zap.Int("slots", len(release)), zap.Strings("members", members))
+	}
+	if len(take) > 0 {
+		taken, err := m.take(ctx, take)
+		if err != nil {
+			m.cfg.Log.Info("Could not take slots; retrying", zap.Error(err))
+		}
+		m.acting.Lock()
+		if m.epoch != epoch {
+			m.set(taken, false) // lost meanwhile: let go with the rest
+			taken = nil
+		}
+		if len(taken) > 0 {
+			h.Take(taken)
+		}
+		m.acting.Unlock()
+		if len(taken) > 0 {
+			m.cfg.Log.Info("Took slots", zap.Int("slots", len(taken)), zap.Strings("members", members))
+		}
+	}
+	if m.cfg.Observe != nil {
+		m.cfg.Observe(members, m.Held())
+	}
+}
+
+// epochNow reads the epoch.
+func (m *Member) epochNow() int {
+	m.acting.Lock()
+	defer m.acting.Unlock()
+	return m.epoch
+}
+
+// release stops the Apps of slots and waits for their ticks, and only
+// then writes that this member no longer holds them.
+func (m *Member) release(h Handler, slots []int) {
+	if len(slots) == 0 {
+		return
+	}
+	h.Release(slots)
+	m.set(slots, false)
+	if err := m.renew(context.Background()); err != nil {
+		m.cfg.Log.Info("Could not write the slots released; the next renewal will", zap.Error(err))
+	}
+}
+
+// take claims slots: it writes that this member holds them, then reads
+// every member's Lease from the API server (not the cache) and gives back
+// those another live member holds too. It returns the slots taken.
+func (m *Member) take(ctx context.Context, slots []int) ([]int, error) {
+	m.set(slots, true)
+	if err := m.renew(ctx); err != nil {
+		m.set(slots, false)
+		return nil, err
+	}
+	list, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{LabelGroup: m.cfg.Group}.String()})
+	if err != nil {
+		m.set(slots, false) // written as held, never started: the next renewal says so
+		return nil, err
+	}
+	for i := range list.Items {
+		m.observe(&list.Items[i], false)
+	}
+	_, others := m.live()
+	var taken, contested []int
+	for _, s := range slots {
+		if others[s] {
+			contested = append(contested, s)
+		} else {
+			taken = append(taken, s)
+		}
+	}
+	if len(contested) > 0 {
+		m.set(contested, false)
+		m.cfg.Log.Info("Gave back slots another member claimed at once", zap.Int("slots", len(contested)))
+		if err := m.renew(ctx); err != nil {
+			m.cfg.Log.Info("Could not write the slots given back; the next renewal will", zap.Error(err))
+		}
+	}
+	return taken, nil
+}
+
+// leave deletes the Lease (every slot released), so that the others take
+// the slots at once rather than when it expires.
+func (m *Member) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	lease, err := leases.Get(ctx, m.name, metav1.GetOptions{})
+	if err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == m.cfg.Identity {
+		err = leases.Delete(ctx, m.name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion}})
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		m.cfg.Log.Info("Could not delete the member's Lease; it expires on its own", zap.Error(err))
+		return
+	}
+	m.cfg.Log.Info("Left the shard group", zap.String("identity", m.cfg.Identity))
+}
+
+// renew writes the Lease: now, and the slots held, within the renew
+// deadline.
+func (m *Member) renew(ctx context.Context) error {
+	m.writing.Lock()
+	defer m.writing.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.RenewDeadline)
+	defer cancel()
+	m.mu.Lock()
+	slots := encode(m.held)
+	lease := m.lease
+	m.mu.Unlock()
+	now := metav1.NewMicroTime(time.Now())
+	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	if lease == nil {
+		current, err := leases.Get(ctx, m.name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			current = nil
+		case err != nil:
+			return err
+		}
+		lease = current
+	}
+	var written *coordinationv1.Lease
+	var err error
+	if lease == nil {
+		written, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: m.name, Namespace: m.cfg.Namespace, Labels: map[string]string{LabelGroup: m.cfg.Group},
+				Annotations: map[string]string{AnnotationSlots: slots}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(m.cfg.Identity), LeaseDurationSeconds: ptr.To(int32(m.cfg.LeaseDuration / time.Second)),
+				AcquireTime: &now, RenewTime: &now},
+		}, metav1.CreateOptions{})
+	} else {
+		next := lease.DeepCopy()
+		if next.Annotations == nil {
+			next.Annotations = map[string]string{}
+		}
+		next.Annotations[AnnotationSlots] = slots
+		next.Labels = map[string]string{LabelGroup: m.cfg.Group}
+		next.Spec.HolderIdentity = ptr.To(m.cfg.Identity)
+		next.Spec.LeaseDurationSeconds = ptr.To(int32(m.cfg.LeaseDuration / time.Second))
+		next.Spec.RenewTime = &now
+		written, err = leases.Update(ctx, next, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) {
+			m.mu.Lock()
+			m.lease = nil // read it afresh next time
+			m.mu.Unlock()
+		}
+		return err
+	}
+	m.mu.Lock()
+	m.lease, m.lastRenew = written, time.Now()
+	m.mu.Unlock()
+	return nil
+}
+
+// observe records another member's Lease (or its deletion), and wakes the
+// loop when the members or their slots changed.
+func (m *Member) observe(obj any, deleted bool) {
+	lease, ok := obj.(*coordinationv1.Lease)
+	if !ok || lease.Name == m.name || lease.Spec.HolderIdentity == nil {
+		return
+	}
+	m.mu.Lock()
+	before, known := m.seen[lease.Name]
+	switch {
+	case deleted:
+		delete(m.seen, lease.Name)
+	case !known || before.version != lease.ResourceVersion:
+		duration := m.cfg.LeaseDuration
+		if d := lease.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
+			duration = time.Duration(*d) * time.Second
+		}
+		m.seen[lease.Name] = observed{identity: *lease.Spec.HolderIdentity, version: lease.ResourceVersion, at: time.Now(),
+			slots: decode(lease.Annotations[AnnotationSlots]), duration: duration}
+	}
+	changed := deleted || !known || before.slots != m.seen[lease.Name].slots
+	m.mu.Unlock()
+	if changed {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// live is the members alive (this one among them), sorted, and the slots
+// the others hold.
+func (m *Member) live() ([]string, [Slots]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	members := []string{m.cfg.Identity}
+	var others [Slots]bool
+	for _, o := range m.seen {
+		if time.Since(o.at) >= o.duration {
+			continue // not renewed for its duration: gone
+		}
+		members = append(members, o.identity)
+		for s := range Slots {
+			others[s] = others[s] || o.slots[s]
+		}
+	}
+	slices.Sort(members)
+	return slices.Compact(members), others
+}
+
+func (m *Member) set(slots []int, held bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range slots {
+		m.held[s] = held
+	}
+}
+
+func listOf(set [Slots]bool) []int {
+	var out []int
+	for s, in := range set {
+		if in {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// encode writes a set of slots as a bitmap in hex.
+func encode(set [Slots]bool) string {
+	var b [Slots / 8]byte
+	for s, in := range set {
+		if in {
+			b[s/8] |= 1 << (s % 8)
+		}
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// decode reads what encode wrote (nothing, from anything else).
+func decode(text string) [Slots]bool {
+	var set [Slots]bool
+	b, err := hex.DecodeString(text)
+	if err != nil || len(b) != Slots/8 {
+		return set
+	}
+	for s := range Slots {
+		set[s] = b[s/8]&(1<<(s%8)) != 0
+	}
+	return set
+}

@@ -16,7 +16,7 @@ layer() {
 	internal/ui | internal/preview | internal/preview/* | internal/appview | internal/syncrequest) echo 2 ;;
 	internal/reconcile) echo 3 ;;
 	internal/source | internal/source/* | informers | informers/* | internal/diff | ssa | internal/syncorder) echo 4 ;;
-	queue | webhook) echo 5 ;;
+	queue | webhook | internal/shard) echo 5 ;;
 	internal/health | internal/notify | internal/redact | internal/repourl | internal/revision | internal/metrics | internal/credentials | internal/impersonation | internal/clusterinfo | internal/digest) echo 6 ;;
 	api | api/*) echo 7 ;;
 	*) echo none ;;

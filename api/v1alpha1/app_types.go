@@ -21,6 +21,7 @@ import (
 // +kubebuilder:printcolumn:name="Health",type=string,JSONPath=`.status.conditions[?(@.type=="Healthy")].reason`,description="Healthy, Progressing or HealthCheckFailed: the kstatus health of the App's objects"
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.lastAppliedRevision`
 // +kubebuilder:printcolumn:name="Drift",type=integer,JSONPath=`.status.drift.count`,description="Objects whose live state differs from Git and was left so"
+// +kubebuilder:printcolumn:name="Shard",type=string,JSONPath=`.status.shard`,description="The controller replica that ticks the App (with --shards=auto)"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type App struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -792,6 +793,12 @@ type AppStatus struct {
 	// +optional
 	RecentTicks []TickRecord `json:"recentTicks,omitempty"`
 
+	// Shard is the controller replica (its pod's name) that ticked the App
+	// last, when the controller spreads Apps over replicas
+	// (--shards=auto).
+	// +optional
+	Shard string `json:"shard,omitempty"`
+
 	// DeleteHooks says the App's source, as last read, has delete hooks
 	// (PreDelete or PostDelete): the App's finalizer reads its source
 	// again and runs them around the prune. An App without them is
@@ -971,6 +978,10 @@ type TickRecord struct {
 	ApplyMillis *int64 `json:"applyMillis,omitempty"`
 	// TotalMillis is how long the whole tick took.
 	TotalMillis int64 `json:"totalMillis"`
+	// Shard is the controller replica that ran the tick, when Apps are
+	// spread over replicas (--shards=auto).
+	// +optional
+	Shard string `json:"shard,omitempty"`
 }
 
 // ChangeSet is what one tick's Apply phase changed: the objects it

@@ -25,6 +25,7 @@ import (
 
 	"github.com/plumb-dev/plumb/internal/controller"
 	"github.com/plumb-dev/plumb/internal/notify"
+	"github.com/plumb-dev/plumb/internal/shard"
 	"github.com/plumb-dev/plumb/internal/source"
 	"github.com/plumb-dev/plumb/webhook"
 )
@@ -87,6 +88,8 @@ func (f *controllerFlags) register(flags *pflag.FlagSet) {
 	flags.BoolVar(&f.LeaderElect, "leader-elect", true, "take a Lease so that only one replica ticks")
 	flags.StringVar(&f.LeaderElectionID, "leader-election-id", "plumb-controller", "name of the leader election Lease")
 	flags.StringVar(&f.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the pod's namespace, or default)")
+	flags.StringVar(&f.Shards, "shards", "off", "auto: spread the Apps over the replicas, each holding a Lease of its own (named after --leader-election-id and --shard-identity, in --leader-election-namespace) and ticking the Apps of its share; off: one replica ticks every App (--leader-elect)")
+	flags.StringVar(&f.ShardIdentity, "shard-identity", "", "this replica's name among the shards (default: $POD_NAME, else the host name); unique per replica")
 	flags.StringVar(&f.appSelector, "app-label-selector", "", "only tick Apps whose labels match this selector (to shard Apps between controllers)")
 	flags.StringSliceVar(&f.WatchNamespaces, "watch-namespaces", nil, "only watch these namespaces (comma-separated): their Apps, and the objects Apps place in them; for a controller whose rights are Roles there (the chart's rbac.mode namespaces). Default: the whole cluster")
 	flags.DurationVar(&f.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "how long ticks under way may take to finish on SIGTERM")
@@ -139,6 +142,15 @@ func (f controllerFlags) validate() error {
 	}
 	if f.Workers < 1 {
 		return fmt.Errorf("--workers %d: want at least 1", f.Workers)
+	}
+	switch f.Shards {
+	case "off":
+	case controller.ShardsAuto:
+		if errs := validation.IsDNS1123Subdomain(shard.LeaseName(f.LeaderElectionID, f.ShardIdentity)); f.ShardIdentity == "" || len(errs) > 0 {
+			return fmt.Errorf("--shard-identity %q: with --leader-election-id %q, not a Lease name: %s", f.ShardIdentity, f.LeaderElectionID, strings.Join(errs, "; "))
+		}
+	default:
+		return fmt.Errorf("--shards %q: want off or auto", f.Shards)
 	}
 	if sa := f.Policy.DefaultServiceAccount; sa != "" && len(validation.IsDNS1123Subdomain(sa)) > 0 {
 		return fmt.Errorf("--default-service-account %q: not a ServiceAccount name: %s", sa, strings.Join(validation.IsDNS1123Subdomain(sa), "; "))
@@ -202,6 +214,12 @@ func parseCIDRs(values []string) ([]netip.Prefix, error) {
 }
 
 func runController(ctx context.Context, f controllerFlags) error {
+	if f.Shards == controller.ShardsAuto && f.ShardIdentity == "" {
+		f.ShardIdentity = os.Getenv("POD_NAME")
+		if f.ShardIdentity == "" {
+			f.ShardIdentity, _ = os.Hostname()
+		}
+	}
 	if err := f.validate(); err != nil {
 		return err
 	}

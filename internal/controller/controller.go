@@ -51,6 +51,13 @@ type Options struct {
 	LeaderElect             bool
 	LeaderElectionID        string
 	LeaderElectionNamespace string
+	// Shards, when "auto", spreads the Apps over the replicas (package
+	// shard): each holds a Lease of its own in LeaderElectionNamespace, in
+	// the group LeaderElectionID, as ShardIdentity (the pod's name), and
+	// ticks the Apps of the slots it holds; LeaderElect is then unused.
+	// "" or "off": one replica ticks every App (LeaderElect).
+	Shards        string
+	ShardIdentity string
 	// GitCacheDir and ReadLimits configure the Read phase.
 	GitCacheDir string
 	ReadLimits  source.Limits
@@ -89,6 +96,9 @@ type Options struct {
 	// posted again (0: notify's default, 5m).
 	NotificationAlertRefresh time.Duration
 }
+
+// ShardsAuto is Options.Shards that spreads the Apps over the replicas.
+const ShardsAuto = "auto"
 
 func ptr[T any](v T) *T { return &v }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -40,6 +42,7 @@ import (
 	"github.com/plumb-dev/plumb/internal/metrics"
 	"github.com/plumb-dev/plumb/internal/notify"
 	"github.com/plumb-dev/plumb/internal/reconcile"
+	"github.com/plumb-dev/plumb/internal/shard"
 	"github.com/plumb-dev/plumb/internal/source"
 	"github.com/plumb-dev/plumb/internal/source/render"
 	"github.com/plumb-dev/plumb/internal/syncrequest"
@@ -241,7 +244,7 @@ func (l *loop) newTick() error {
 		Notifier: l.notifier, Metrics: l.metrics, Client: l.mgr.GetClient(), APIReader: l.mgr.GetAPIReader(),
 		Credentials: l.secrets, Mapper: l.mgr.GetRESTMapper(), Cluster: clusterinfo.New(l.clients.discovery, 0),
 		Reader: reader, Applier: ssa.NewManager(l.clients.direct), Identities: l.identities(), Policy: l.opts.Policy,
-		Events: l.mgr.GetEventRecorderFor("plumb"), Log: l.log.Named("tick"),
+		Events: l.mgr.GetEventRecorderFor("plumb"), Log: l.log.Named("tick"), Shard: l.shardIdentity(),
 		Enqueue: l.apps.AddEvent, EnqueueAfter: l.apps.AddAfter,
 		NewObserver: func(events reconcile.ObjectEvents) reconcile.Observer {
 			l.observer = informers.New(l.clients.dynamic, l.mgr.GetRESTMapper(), informers.Options{
@@ -329,9 +332,13 @@ func (l *loop) serveWebhooks(appInformer cache.Informer) error {
 }
 
 // addTerms runs terms of ticking: one for the process without leader
-// election, else one each time this replica leads.
+// election, else one each time this replica leads; with shards, one for
+// the process, ticking the Apps of the slots this replica holds.
 func (l *loop) addTerms() error {
 	return l.mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if l.opts.Shards == ShardsAuto {
+			return l.shardedTerm(ctx)
+		}
 		if !l.opts.LeaderElect {
 			l.term(nil, ctx.Done())
 			return nil
@@ -339,6 +346,145 @@ func (l *loop) addTerms() error {
 		return leadership.Run(ctx, leadership.Config{Client: l.clients.clientset, Namespace: l.opts.LeaderElectionNamespace,
 			Name: l.opts.LeaderElectionID}, l.term, l.log)
 	}))
+}
+
+// shardedTerm ticks, until ctx ends, the Apps of the slots this replica
+// holds as a member of its shard group; on the way out the member releases
+// its slots (their ticks drain) and then deletes its Lease, so the others
+// take them at once.
+func (l *loop) shardedTerm(ctx context.Context) error {
+	l.tick.StartTerm()
+	gate := shard.NewGate()
+	q := queue.New("apps", func(ctx context.Context, key types.NamespacedName, wake queue.Wake) (queue.Outcome, error) {
+		tickCtx, leave, ok := gate.Enter(ctx, shard.SlotOf(key.Namespace, key.Name))
+		if !ok {
+			return queue.Dropped(), nil // another replica's: taken again with its slot
+		}
+		defer leave()
+		return l.tick.Tick(tickCtx, key, wake)
+	}, queue.Options[types.NamespacedName]{Workers: l.opts.Workers, DrainTimeout: l.opts.ShutdownTimeout, MetricsProvider: l.metrics.WorkqueueProvider()})
+	l.apps.set(q)
+	counts, err := l.countAppsPerSlot(ctx)
+	if err != nil {
+		return err
+	}
+	member, err := shard.New(shard.Config{Client: l.clients.clientset, Namespace: l.opts.LeaderElectionNamespace, Group: l.opts.LeaderElectionID,
+		Identity: l.opts.ShardIdentity, Log: l.log.Named("shard"),
+		Observe: func(members []string, held []int) {
+			apps := 0
+			for _, slot := range held {
+				apps += int(counts[slot].Load())
+			}
+			l.metrics.ObserveShard(len(members), len(held), apps)
+		}})
+	if err != nil {
+		return err
+	}
+	delivering, stopDelivering := context.WithCancel(context.Background())
+	delivered := l.notifier.Begin(delivering)
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		q.Run(ctx)
+	}()
+	l.log.Info("Started ticking as a shard member", zap.String("identity", l.opts.ShardIdentity), zap.Int("workers", l.opts.Workers))
+	err = member.Run(ctx, &slots{gate: gate, queue: q, apps: l.mgr.GetCache(), drain: l.opts.ShutdownTimeout, metrics: l.metrics, log: l.log.Named("shard")})
+	<-ran
+	l.endTerm(stopDelivering, delivered)
+	return err
+}
+
+// endTerm ends a term of ticking once its queue has stopped: its
+// notifications' delivery, its queue, informers and credential watches.
+func (l *loop) endTerm(stopDelivering func(), delivered func()) {
+	stopDelivering()
+	delivered()
+	l.apps.set(nil)
+	l.observer.Stop()
+	l.secrets.Stop()
+	l.log.Info("Stopped ticking")
+}
+
+// shardIdentity is this replica's name in its shard group, when Apps are
+// spread over replicas.
+func (l *loop) shardIdentity() string {
+	if l.opts.Shards != ShardsAuto {
+		return ""
+	}
+	return l.opts.ShardIdentity
+}
+
+// countAppsPerSlot keeps, from the App informer's events, how many Apps
+// each slot holds.
+func (l *loop) countAppsPerSlot(ctx context.Context) (*[shard.Slots]atomic.Int64, error) {
+	var counts [shard.Slots]atomic.Int64
+	informer, err := l.mgr.GetCache().GetInformer(ctx, &plumbv1.App{})
+	if err != nil {
+		return nil, err
+	}
+	slotOf := func(obj any) (int, bool) {
+		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		app, ok := obj.(*plumbv1.App)
+		if !ok {
+			return 0, false
+		}
+		return shard.SlotOf(app.Namespace, app.Name), true
+	}
+	_, err = informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if slot, ok := slotOf(obj); ok {
+				counts[slot].Add(1)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if slot, ok := slotOf(obj); ok {
+				counts[slot].Add(-1)
+			}
+		},
+	})
+	return &counts, err
+}
+
+// slots is what a shard member does with its slots: it lets their Apps'
+// ticks through the gate, and enqueues the Apps of a slot it takes.
+type slots struct {
+	gate    *shard.Gate
+	queue   *queue.Queue[types.NamespacedName]
+	apps    cache.Cache
+	drain   time.Duration
+	metrics *metrics.Metrics
+	log     *zap.Logger
+}
+
+func (s *slots) Take(taken []int) {
+	s.gate.Take(taken)
+	s.metrics.ObserveSlotMoves("take", len(taken))
+	in := map[int]bool{}
+	for _, slot := range taken {
+		in[slot] = true
+	}
+	list := &plumbv1.AppList{}
+	if err := s.apps.List(context.Background(), list); err != nil {
+		s.log.Error("Could not list the Apps of the slots taken; their timers and events bring them", zap.Error(err))
+		return
+	}
+	for i := range list.Items {
+		if key := client.ObjectKeyFromObject(&list.Items[i]); in[shard.SlotOf(key.Namespace, key.Name)] {
+			s.queue.Add(key)
+		}
+	}
+}
+
+func (s *slots) Release(released []int) {
+	s.gate.Release(released, s.drain)
+	s.metrics.ObserveSlotMoves("release", len(released))
+}
+
+func (s *slots) Lost() {
+	s.gate.Lose()
+	s.metrics.ObserveSlotMoves("lost", 1)
 }
 
 // term is a term of ticking: a new queue with every App in it, and a new
@@ -379,10 +525,5 @@ func (l *loop) term(lost, stop <-chan struct{}) {
 	l.log.Info("Started ticking", zap.Int("workers", l.opts.Workers))
 	q.Run(runCtx)
 	close(ran)
-	stopDelivering()
-	delivered()
-	l.apps.set(nil)
-	l.observer.Stop()
-	l.secrets.Stop()
-	l.log.Info("Stopped ticking")
+	l.endTerm(stopDelivering, delivered)
 }

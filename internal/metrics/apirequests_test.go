@@ -104,3 +104,28 @@ func TestHooksAreCountedByPhaseAndResult(t *testing.T) {
 		t.Errorf("plumb_hook_duration_seconds has %d series, want one per phase", n)
 	}
 }
+
+// A shard member's view is served as gauges, and the slots it moved as a
+// counter by action; an unknown action is not counted.
+func TestShardsAreObserved(t *testing.T) {
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ObserveShard(3, 86, 20)
+	if members, slots, apps := testutil.ToFloat64(m.shardMembers), testutil.ToFloat64(m.shardSlots), testutil.ToFloat64(m.shardApps); members != 3 || slots != 86 || apps != 20 {
+		t.Errorf("plumb_shard_members, _slots, _apps = %v, %v, %v; want 3, 86, 20", members, slots, apps)
+	}
+	m.ObserveSlotMoves("take", 86)
+	m.ObserveSlotMoves("release", 5)
+	m.ObserveSlotMoves("lost", 1)
+	m.ObserveSlotMoves("stolen", 1)
+	for action, want := range map[string]float64{"take": 86, "release": 5, "lost": 1} {
+		if got := testutil.ToFloat64(m.slotMoves.WithLabelValues(action)); got != want {
+			t.Errorf("plumb_shard_slot_moves_total{action=%q} = %v, want %v", action, got, want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.slotMoves); n != 3 {
+		t.Errorf("plumb_shard_slot_moves_total has %d series, want 3", n)
+	}
+}

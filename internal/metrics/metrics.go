@@ -41,7 +41,11 @@ type Metrics struct {
 	notifyRetries *prometheus.CounterVec
 	hooks         *prometheus.CounterVec
 	hookDuration  *prometheus.HistogramVec
-	workqueue     *workqueueMetrics
+	// Shards (--shards=auto): the live members this replica sees, the
+	// slots it holds and their Apps, and the slots it took and released.
+	shardMembers, shardSlots, shardApps prometheus.Gauge
+	slotMoves                           *prometheus.CounterVec
+	workqueue                           *workqueueMetrics
 }
 
 // hookPhases and hookResults are the label values of the hook series.
@@ -147,10 +151,26 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "How long hooks of ordered syncs ran, from their creation to their end, by sync phase.",
 			Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1800},
 		}, []string{"phase"}),
+		shardMembers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "plumb_shard_members",
+			Help: "With --shards=auto: the live controller replicas this one sees in its shard group, itself included.",
+		}),
+		shardSlots: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "plumb_shard_slots",
+			Help: "With --shards=auto: the slots (of 256) this replica holds, whose Apps it ticks.",
+		}),
+		shardApps: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "plumb_shard_apps",
+			Help: "With --shards=auto: the Apps in the slots this replica holds.",
+		}),
+		slotMoves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plumb_shard_slot_moves_total",
+			Help: "With --shards=auto: slots this replica took or released (their Apps handed over), and the times it lost every slot at once (action lost: its Lease was not renewed in time).",
+		}, []string{"action"}),
 		workqueue: newWorkqueueMetrics(),
 	}
 	for _, c := range append([]prometheus.Collector{m.ticks, m.phaseFailures, m.tickDuration, m.phaseDuration, m.changes, m.webhooks, m.matched, m.apiRequests, m.syncs, m.commitApplied,
-		m.notifications, m.notifyRetries, m.hooks, m.hookDuration},
+		m.notifications, m.notifyRetries, m.hooks, m.hookDuration, m.shardMembers, m.shardSlots, m.shardApps, m.slotMoves},
 		m.workqueue.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -158,6 +178,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	for _, result := range []string{"success", "failure"} {
 		m.ticks.WithLabelValues(result)
+	}
+	for _, action := range []string{"take", "release", "lost"} {
+		m.slotMoves.WithLabelValues(action)
 	}
 	for _, phase := range phases {
 		m.phaseDuration.WithLabelValues(phase)
@@ -244,6 +267,23 @@ func (m *Metrics) ObserveHook(phase, result string, d time.Duration) {
 	}
 	m.hooks.WithLabelValues(phase, result).Inc()
 	m.hookDuration.WithLabelValues(phase).Observe(max(d, 0).Seconds())
+}
+
+// ObserveShard records what a shard member sees: the live members, and
+// the slots it holds and the Apps in them.
+func (m *Metrics) ObserveShard(members, slots, apps int) {
+	m.shardMembers.Set(float64(members))
+	m.shardSlots.Set(float64(slots))
+	m.shardApps.Set(float64(apps))
+}
+
+// ObserveSlotMoves counts slots taken or released (action take or
+// release), or one loss of every slot (action lost, n 1).
+func (m *Metrics) ObserveSlotMoves(action string, n int) {
+	switch action {
+	case "take", "release", "lost":
+		m.slotMoves.WithLabelValues(action).Add(float64(n))
+	}
 }
 
 // ObservePhase records how long a phase took.

@@ -61,6 +61,9 @@ type Deps struct {
 	Identities Identities
 	// Policy holds the tenancy rules the controller enforces.
 	Policy Policy
+	// Shard is this replica's name when Apps are spread over replicas: a
+	// tick records it in the App's status.shard.
+	Shard string
 	// Events records Kubernetes Events on Apps.
 	Events EventRecorder
 	// Enqueue brings an App's next tick forward (the queue's AddEvent):
@@ -195,11 +198,19 @@ type tick struct {
 // status is written once, when the tick ends. A tick that only an event
 // brought forward reuses the App's last read instead of asking Git.
 func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, wake queue.Wake) (queue.Outcome, error) {
-	t, early, err := r.begin(ctx, key, wake)
+	// The first and last line of each tick's log, so that a tick's span
+	// can be read from the log (which replica ticked an App when).
+	log := r.Log.With(zap.String("app", key.String()), zap.String("tick", tickID()))
+	log.Debug("Tick started", zap.String("phase", "start"), zap.String("revision", ""))
+	defer log.Debug("Tick ended", zap.String("phase", "end"), zap.String("revision", ""))
+	t, early, err := r.begin(ctx, key, wake, log)
 	if t == nil {
 		return early, err
 	}
 	defer func() { r.writeStatus(ctx, t.original, t.app, t.onlyIfChanged, t.log) }()
+	if r.Shard != "" {
+		t.app.Status.Shard = r.Shard
+	}
 	if outcome, skipped := r.skip(t); skipped {
 		return outcome, nil
 	}
@@ -209,8 +220,7 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, wake qu
 // begin reads the App and gets its tick ready; nil when there is no tick
 // to run (the App is gone or being deleted, or could not be read), with
 // what the queue is to do and the error.
-func (r *Reconciler) begin(ctx context.Context, key types.NamespacedName, wake queue.Wake) (*tick, queue.Outcome, error) {
-	log := r.Log.With(zap.String("app", key.String()), zap.String("tick", tickID()))
+func (r *Reconciler) begin(ctx context.Context, key types.NamespacedName, wake queue.Wake, log *zap.Logger) (*tick, queue.Outcome, error) {
 	marks := r.memory.takeMarks(key, r.now())
 	// A re-assessment of health waits for the App cache to catch up with
 	// plumb's last write of the App rather than read it from the API

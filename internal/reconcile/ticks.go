@@ -70,7 +70,7 @@ func (p Phase) order() int {
 func (t *phaseTimer) record(app *plumbv1.App, trigger Trigger, changes *fluxssa.ChangeSet, held bool, err error) plumbv1.TickRecord {
 	now := t.r.now()
 	rec := plumbv1.TickRecord{Start: metav1.NewTime(t.start), Trigger: string(trigger), Revision: t.revision,
-		Result: plumbv1.ReasonSucceeded, TotalMillis: now.Sub(t.start).Milliseconds()}
+		Result: plumbv1.ReasonSucceeded, TotalMillis: now.Sub(t.start).Milliseconds(), Shard: t.r.Shard}
 	var phaseErr *PhaseError
 	switch {
 	case held:

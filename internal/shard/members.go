@@ -64,7 +64,7 @@ type Config struct {
 	// election (defaults 15s, 10s, 2s).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Epsilon bounds a member's slots at (1+Epsilon) × its share (default
-	// 0.25).
+	// DefaultEpsilon).
 	Epsilon float64
 	// Log logs joins, leaves and moves.
 	Log *zap.Logger
@@ -107,7 +107,7 @@ func New(cfg Config) (*Member, error) {
 		cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 15*time.Second, 10*time.Second, 2*time.Second
 	}
 	if cfg.Epsilon == 0 {
-		cfg.Epsilon = 0.25
+		cfg.Epsilon = DefaultEpsilon
 	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()

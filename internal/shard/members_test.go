@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -176,7 +177,7 @@ func spread(o *owners, want ...string) bool {
 	if count[""] != 0 || len(count) != len(want) {
 		return false
 	}
-	capacity := (Slots*5 + 4*len(want) - 1) / (4 * len(want))
+	capacity := int(math.Ceil((1 + DefaultEpsilon) * Slots / float64(len(want))))
 	for _, m := range want {
 		if count[m] == 0 || count[m] > capacity {
 			return false
@@ -201,7 +202,7 @@ func TestMembersSpreadAndHandOverTheSlots(t *testing.T) {
 	waitUntil(t, "a, b and c to share the slots", func() bool { return spread(o, "a", "b", "c") })
 	o.check()
 	three := o.snapshot()
-	if got := Place([]string{"a", "b", "c"}, 0.25); got != Assignment(three) {
+	if got := Place([]string{"a", "b", "c"}, DefaultEpsilon); got != Assignment(three) {
 		t.Errorf("the slots ticked differ from the placement over a, b and c")
 	}
 

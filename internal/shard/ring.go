@@ -23,6 +23,12 @@ import (
 // selector (the slots it owns) stays short.
 const Slots = 256
 
+// DefaultEpsilon bounds a member's slots at 1.1 × its share: a join moves
+// a few slots besides the joiner's (at most 6 of 256 when 1 to 9 members
+// join one by one, ring_test.go), where a looser bound moves fewer but
+// lets a member hold more.
+const DefaultEpsilon = 0.1
+
 // virtualPoints is how many points each member has on the ring.
 const virtualPoints = 256
 

@@ -1343,3 +1343,50 @@ func TestDeleteHooksNeedTheServiceAccountsRights(t *testing.T) {
 		t.Errorf("an object was pruned while the delete hooks could not run: %v", err)
 	}
 }
+
+// A new content pushed while a PreDelete Job runs neither kills that Job
+// nor runs the new one beside it: the new content's hooks wait for it.
+func TestANewContentDuringADeleteHookWaitsForIt(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	w, repo := newRepo(t, map[string]string{
+		"deploy/app.yaml":       "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ordinary\n",
+		"deploy/predelete.yaml": hookJob("backup", "PreDelete", "", false),
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	ready(t, h.tick(t, key, queue.WakeTimer))
+	if err := c.Delete(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		_, _ = h.r.Tick(ctx, key, queue.WakeTimer)
+		return len(jobsOf(t, app.Namespace)) == 1
+	})
+	first := jobsOf(t, app.Namespace)[0]
+	pushed(t, w, map[string]string{"deploy/predelete.yaml": strings.Replace(hookJob("backup", "PreDelete", "", false), "image: busybox", "image: busybox:1.37", 1)})
+	eventually(t, func() bool {
+		_, _ = h.r.Tick(ctx, key, queue.WakeTimer)
+		live := &plumbv1.App{}
+		return c.Get(ctx, key, live) == nil && live.Status.Sync != nil && strings.Contains(live.Status.Sync.Message, "waits for PreDelete hook Job/"+app.Namespace+"/backup")
+	})
+	if jobs := jobsOf(t, app.Namespace); len(jobs) != 1 || jobs[0].UID != first.UID {
+		t.Fatalf("the running PreDelete Job was replaced by the new content's: %v", jobs)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: "ordinary"}, &corev1.ConfigMap{}); err != nil {
+		t.Fatalf("an object was pruned while the PreDelete Job runs: %v", err)
+	}
+	endJob(t, app.Namespace, "backup", true)
+	eventually(t, func() bool { // the new content's run, once the first ended
+		_, _ = h.r.Tick(ctx, key, queue.WakeEvent)
+		jobs := jobsOf(t, app.Namespace)
+		return len(jobs) == 1 && jobs[0].UID != first.UID
+	})
+	endJob(t, app.Namespace, "backup", true)
+	eventually(t, func() bool {
+		_, _ = h.r.Tick(ctx, key, queue.WakeEvent)
+		return apierrors.IsNotFound(c.Get(ctx, key, &plumbv1.App{}))
+	})
+	waitGone(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "ordinary"}})
+}

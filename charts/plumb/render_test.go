@@ -88,6 +88,7 @@ func parseManifest(t *testing.T, manifest string) []*unstructured.Unstructured {
 // valueSets are the sets the chart is rendered and dry-run with.
 var valueSets = map[string]string{
 	"defaults":   ``,
+	"shards":     "shards: 3\nreplicas: 1",
 	"namespaces": "rbac: {mode: namespaces, namespaces: [team-a, team-b]}",
 	"none":       "rbac: {mode: none}\ncontroller: {defaultServiceAccount: plumb-app}",
 	"ingress": `webhook:
@@ -152,6 +153,8 @@ type rule struct {
 	APIGroups []string `json:"apiGroups"`
 	Resources []string `json:"resources"`
 	Verbs     []string `json:"verbs"`
+	// ResourceNames, when set, limit the rule to these objects.
+	ResourceNames []string `json:"resourceNames"`
 }
 
 func rulesOf(objects []*unstructured.Unstructured) []rule {
@@ -886,4 +889,52 @@ func installMonitoringCRDs(ctx context.Context, cfg *rest.Config) error {
 		}
 	}
 	return tc.waitForKinds(ctx, "monitoring.coreos.com", "ServiceMonitor", "PrometheusRule")
+}
+
+// shards: N runs N replicas, each told to spread the Apps, named after its
+// pod, with the rights over the members' Leases and a disruption budget.
+func TestShardsRunThatManyReplicasWithTheirLeases(t *testing.T) {
+	objects, _, err := render(t, values(t, valueSets["shards"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := find(objects, "Deployment", "")
+	if replicas, _, _ := unstructured.NestedFieldNoCopy(d.Object, "spec", "replicas"); fmt.Sprint(replicas) != "3" {
+		t.Errorf("replicas = %v, want shards (3) over replicas (1)", replicas)
+	}
+	if a := args(t, objects); !slices.Contains(a, "--shards=auto") {
+		t.Errorf("args %v lack --shards=auto", a)
+	}
+	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	env, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "env")
+	if len(env) != 1 || fmt.Sprint(env[0]) != "map[name:POD_NAME valueFrom:map[fieldRef:map[fieldPath:metadata.name]]]" {
+		t.Errorf("env %v, want POD_NAME from the pod's name", env)
+	}
+	var leases []string
+	for _, r := range rulesOf(objects) {
+		if slices.Contains(r.Resources, "leases") && len(r.ResourceNames) == 0 {
+			leases = append(leases, r.Verbs...)
+		}
+	}
+	for _, verb := range []string{"get", "list", "watch", "create", "update", "delete"} {
+		if !slices.Contains(leases, verb) {
+			t.Errorf("the Role's rules over any Lease (%v) lack %s", leases, verb)
+		}
+	}
+	if find(objects, "PodDisruptionBudget", "") == nil {
+		t.Error("no PodDisruptionBudget for three shards")
+	}
+
+	objects, _, err = render(t, values(t, valueSets["defaults"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := args(t, objects); slices.Contains(a, "--shards=auto") {
+		t.Error("the defaults spread the Apps over replicas")
+	}
+	for _, r := range rulesOf(objects) {
+		if slices.Contains(r.Resources, "leases") && slices.Contains(r.Verbs, "list") {
+			t.Errorf("the defaults may list Leases: %+v", r)
+		}
+	}
 }

@@ -100,6 +100,7 @@ func TestValidAppIsAcceptedDefaultedAndReadBack(t *testing.T) {
 			ObjectRef: plumbv1.ObjectRef{Version: "v1", Kind: "ConfigMap", Namespace: ns, Name: "settings"},
 			Fields:    []string{"/data/color"}, Managers: []string{"kubectl-edit"},
 		}}}
+		got.Status.Shard = "plumb-1"
 		if err := c.Status().Update(ctx, &got); err != nil {
 			t.Fatalf("updating status: %v", err)
 		}
@@ -112,13 +113,13 @@ func TestValidAppIsAcceptedDefaultedAndReadBack(t *testing.T) {
 		if len(lines) != 2 {
 			t.Fatalf("kubectl get apps printed %q", out)
 		}
-		if header := strings.Fields(lines[0]); !cmp.Equal(header, []string{"NAME", "READY", "REASON", "HEALTH", "REVISION", "DRIFT", "AGE"}) {
-			t.Errorf("printer columns = %v, want NAME READY REASON HEALTH REVISION DRIFT AGE", header)
+		if header := strings.Fields(lines[0]); !cmp.Equal(header, []string{"NAME", "READY", "REASON", "HEALTH", "REVISION", "DRIFT", "SHARD", "AGE"}) {
+			t.Errorf("printer columns = %v, want NAME READY REASON HEALTH REVISION DRIFT SHARD AGE", header)
 		}
 		row := strings.Fields(lines[1])
-		if len(row) < 6 || row[1] != "True" || row[2] != plumbv1.ReasonSucceeded || row[3] != plumbv1.ReasonHealthy ||
-			row[4] != got.Status.LastAppliedRevision || row[5] != "1" {
-			t.Errorf("row = %v, want web True Succeeded Healthy %s 1 <age>", row, got.Status.LastAppliedRevision)
+		if len(row) < 7 || row[1] != "True" || row[2] != plumbv1.ReasonSucceeded || row[3] != plumbv1.ReasonHealthy ||
+			row[4] != got.Status.LastAppliedRevision || row[5] != "1" || row[6] != "plumb-1" {
+			t.Errorf("row = %v, want web True Succeeded Healthy %s 1 plumb-1 <age>", row, got.Status.LastAppliedRevision)
 		}
 	})
 }

@@ -100,6 +100,9 @@ true
 {{/* The controller's arguments, from the values. */}}
 {{- define "plumb.args" -}}
 - controller
+{{- if gt (int .Values.shards) 0 }}
+- --shards=auto
+{{- end }}
 - --leader-elect=true
 - --leader-election-namespace={{ .Release.Namespace }}
 - --leader-election-id={{ include "plumb.fullname" . }}
@@ -156,3 +159,8 @@ true
 app.kubernetes.io/name: plumb-dashboard
 app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end -}}
+
+{{/* The controller's replicas: `shards` when the Apps are spread over them. */}}
+{{- define "plumb.replicas" -}}
+{{- if gt (int .Values.shards) 0 }}{{ int .Values.shards }}{{ else }}{{ int .Values.replicas }}{{ end -}}
+{{- end }}

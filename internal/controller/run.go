@@ -388,7 +388,7 @@ func (l *loop) shardedTerm(ctx context.Context) error {
 		q.Run(ctx)
 	}()
 	l.log.Info("Started ticking as a shard member", zap.String("identity", l.opts.ShardIdentity), zap.Int("workers", l.opts.Workers))
-	err = member.Run(ctx, &slots{gate: gate, queue: q, apps: l.mgr.GetCache(), drain: l.opts.ShutdownTimeout, metrics: l.metrics, log: l.log.Named("shard")})
+	err = member.Run(ctx, &slots{gate: gate, queue: q, released: l.tick.AppReleased, apps: l.mgr.GetCache(), drain: l.opts.ShutdownTimeout, metrics: l.metrics, log: l.log.Named("shard")})
 	<-ran
 	l.endTerm(stopDelivering, delivered)
 	return err
@@ -450,36 +450,49 @@ func (l *loop) countAppsPerSlot(ctx context.Context) (*[shard.Slots]atomic.Int64
 // slots is what a shard member does with its slots: it lets their Apps'
 // ticks through the gate, and enqueues the Apps of a slot it takes.
 type slots struct {
-	gate    *shard.Gate
-	queue   *queue.Queue[types.NamespacedName]
-	apps    cache.Cache
-	drain   time.Duration
-	metrics *metrics.Metrics
-	log     *zap.Logger
+	gate     *shard.Gate
+	queue    *queue.Queue[types.NamespacedName]
+	released func(types.NamespacedName) // forgets an App another replica ticks now
+	apps     cache.Cache
+	drain    time.Duration
+	metrics  *metrics.Metrics
+	log      *zap.Logger
 }
 
 func (s *slots) Take(taken []int) {
 	s.gate.Take(taken)
 	s.metrics.ObserveSlotMoves("take", len(taken))
+	for _, key := range s.appsOf(taken) {
+		s.queue.Add(key)
+	}
+}
+
+// appsOf lists the Apps of slots, from the App cache.
+func (s *slots) appsOf(slots []int) []types.NamespacedName {
 	in := map[int]bool{}
-	for _, slot := range taken {
+	for _, slot := range slots {
 		in[slot] = true
 	}
 	list := &plumbv1.AppList{}
 	if err := s.apps.List(context.Background(), list); err != nil {
-		s.log.Error("Could not list the Apps of the slots taken; their timers and events bring them", zap.Error(err))
-		return
+		s.log.Error("Could not list the Apps of the slots moved; their events bring them", zap.Error(err))
+		return nil
 	}
+	var out []types.NamespacedName
 	for i := range list.Items {
 		if key := client.ObjectKeyFromObject(&list.Items[i]); in[shard.SlotOf(key.Namespace, key.Name)] {
-			s.queue.Add(key)
+			out = append(out, key)
 		}
 	}
+	return out
 }
 
 func (s *slots) Release(released []int) {
 	s.gate.Release(released, s.drain)
 	s.metrics.ObserveSlotMoves("release", len(released))
+	for _, key := range s.appsOf(released) {
+		s.released(key)
+	}
 }
 
 func (s *slots) Lost() {

@@ -307,17 +307,8 @@ func (r *Reconciler) namespaceTerminating(ctx context.Context, app *plumbv1.App)
 // replica's finalizer having run, e.g. removed by hand), so that no
 // Notification is left with an alert that fires for ever.
 func (r *Reconciler) forgetDeleted(key types.NamespacedName) {
-	if r.Observer != nil {
-		r.Observer.Release(key)
-	}
-	if r.Credentials != nil {
-		r.Credentials.Release(key)
-	}
-	if r.Identities != nil {
-		r.Identities.Release(key)
-	}
 	r.endDriftEpisode(&plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
-	r.memory.forgetApp(key)
+	r.AppReleased(key)
 }
 
 // disownKept removes the deleted App's labels from the objects the prune

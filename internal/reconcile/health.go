@@ -52,6 +52,23 @@ func (r *Reconciler) AppDeleted(key types.NamespacedName) {
 	r.memory.forgetApp(key)
 }
 
+// AppReleased forgets what this replica holds for an App that another
+// replica ticks from now on (--shards=auto): its informers' use, its
+// credentials and identity, and its memory. A drift episode open is left
+// to the new owner, which finds the drift again.
+func (r *Reconciler) AppReleased(key types.NamespacedName) {
+	if r.Observer != nil {
+		r.Observer.Release(key)
+	}
+	if r.Credentials != nil {
+		r.Credentials.Release(key)
+	}
+	if r.Identities != nil {
+		r.Identities.Release(key)
+	}
+	r.memory.forgetApp(key)
+}
+
 // DependencyChanged asks for a tick of the App because an App it depends
 // on changed: was created or deleted, or changed its readiness.
 func (r *Reconciler) DependencyChanged(key types.NamespacedName) {

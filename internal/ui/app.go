@@ -41,9 +41,11 @@ type appPage struct {
 	Drift              driftView
 	ChangeSet          *plumbv1.ChangeSet
 	OrderedSync        *orderedSyncView
-	Diff               diffView
-	Events             []eventView
-	EventsError        string
+	// Shard is the controller replica that ticks the App (--shards=auto).
+	Shard       string
+	Diff        diffView
+	Events      []eventView
+	EventsError string
 	// Sync is the progress of a sync asked for from this page.
 	Sync *syncView
 	// Confirm asks to confirm Suspend.
@@ -164,6 +166,7 @@ func (s *Server) renderApp(w http.ResponseWriter, r *http.Request, viewer *Viewe
 	page.Inventory = appview.InventoryOf(app)
 	page.ChangeSet = app.Status.LastChangeSet
 	page.OrderedSync = orderedSyncOf(app.Status.Sync, now)
+	page.Shard = appview.Printable(app.Status.Shard)
 	events, err := s.eventsOf(r.Context(), viewer.Client, app)
 	if err != nil {
 		page.EventsError = refusal("list the App's Events", err)

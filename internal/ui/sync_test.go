@@ -64,3 +64,23 @@ func TestTheAppPageShowsTheOrderedSync(t *testing.T) {
 		t.Error("an App without an ordered sync shows the section")
 	}
 }
+
+// The App page names the replica that ticks the App when Apps are spread
+// over replicas, and says nothing of shards otherwise.
+func TestTheAppPageNamesItsShard(t *testing.T) {
+	s, err := New(Options{Identity: Local{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for shard, want := range map[string]string{"plumb-1": `<dt>Shard</dt><dd id="shard">plumb-1</dd>`, "": ""} {
+		rec := httptest.NewRecorder()
+		s.render(rec, http.StatusOK, "app.html", appPage{Found: true, Namespace: "shop", Name: "web", Shard: shard})
+		body := rec.Body.String()
+		if want != "" && !strings.Contains(body, want) {
+			t.Errorf("the page of an App ticked by %s lacks %q", shard, want)
+		}
+		if want == "" && strings.Contains(body, "Shard") {
+			t.Error("the page of an App without a shard mentions one")
+		}
+	}
+}

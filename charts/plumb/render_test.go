@@ -902,8 +902,8 @@ func TestShardsRunThatManyReplicasWithTheirLeases(t *testing.T) {
 	if replicas, _, _ := unstructured.NestedFieldNoCopy(d.Object, "spec", "replicas"); fmt.Sprint(replicas) != "3" {
 		t.Errorf("replicas = %v, want shards (3) over replicas (1)", replicas)
 	}
-	if a := args(t, objects); !slices.Contains(a, "--shards=auto") {
-		t.Errorf("args %v lack --shards=auto", a)
+	if a := args(t, objects); !slices.Contains(a, "--shards=auto") || slices.Contains(a, "--leader-elect=true") {
+		t.Errorf("args %v: want --shards=auto, and no leader election", a)
 	}
 	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
 	env, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "env")

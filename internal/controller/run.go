@@ -463,6 +463,7 @@ func (s *slots) Take(taken []int) {
 	s.gate.Take(taken)
 	s.metrics.ObserveSlotMoves("take", len(taken))
 	for _, key := range s.appsOf(taken) {
+		s.released(key) // what this replica remembers of it may be stale: another ticked it since
 		s.queue.Add(key)
 	}
 }

@@ -73,7 +73,10 @@ func (g *Gate) Release(slots []int, timeout time.Duration) {
 		g.held[s] = false
 	}
 	g.mu.Unlock()
-	deadline := time.NewTimer(timeout)
+	if timeout <= 0 {
+		g.cancel(slots)
+	}
+	deadline := time.NewTimer(max(timeout, time.Nanosecond))
 	defer deadline.Stop()
 	for {
 		g.mu.Lock()
@@ -94,16 +97,14 @@ func (g *Gate) Release(slots []int, timeout time.Duration) {
 	}
 }
 
-// Lose lets no tick in and cancels every tick under way at once.
+// Lose lets no tick in, cancels every tick under way at once, and waits
+// for them to leave.
 func (g *Gate) Lose() {
-	g.mu.Lock()
-	g.held = [Slots]bool{}
-	g.mu.Unlock()
 	all := make([]int, Slots)
 	for s := range all {
 		all[s] = s
 	}
-	g.cancel(all)
+	g.Release(all, 0)
 }
 
 func (g *Gate) cancel(slots []int) {

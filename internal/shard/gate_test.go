@@ -39,7 +39,7 @@ func TestTheGateDrainsAReleasedSlot(t *testing.T) {
 }
 
 // A tick still running when the release times out is cancelled; losing
-// every slot cancels every tick at once.
+// every slot cancels every tick at once, and waits for them to leave.
 func TestTheGateCancelsTicksThatDoNotEnd(t *testing.T) {
 	g := NewGate()
 	g.Take([]int{1, 2})
@@ -50,9 +50,15 @@ func TestTheGateCancelsTicksThatDoNotEnd(t *testing.T) {
 		t.Error("Release returned, and the tick that did not end was not cancelled")
 	}
 	ctx2, leave2, _ := g.Enter(context.Background(), 2)
-	defer leave2()
+	left := make(chan struct{})
+	go func() { <-ctx2.Done(); close(left); leave2() }() // a tick that ends when cancelled
 	g.Lose()
-	if ctx2.Err() == nil || g.Holds(2) {
-		t.Error("Lose left a tick running, or a slot held")
+	select {
+	case <-left:
+	default:
+		t.Error("Lose returned before the cancelled tick left")
+	}
+	if g.Holds(2) {
+		t.Error("Lose left a slot held")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,7 +40,14 @@ const (
 	LabelGroup = "plumb.dev/shard-group"
 	// AnnotationSlots lists the slots a member holds, as a bitmap in hex.
 	AnnotationSlots = "plumb.dev/slots"
+	// AnnotationToken names the process that writes a member's Lease: a
+	// second process of one identity (a pod force-deleted while it still
+	// runs) does not write over the first's Lease while it lives.
+	AnnotationToken = "plumb.dev/member-token"
 )
+
+// errIdentityTaken says another process writes this member's Lease.
+var errIdentityTaken = errors.New("another process writes this member's Lease (two replicas of one identity?); waiting until it has been unchanged for its duration")
 
 // Handler is what a member does with its slots.
 type Handler interface {
@@ -86,6 +94,13 @@ type Member struct {
 
 	// writing serializes the Lease's writes.
 	writing sync.Mutex
+	// token is this process's, in its Lease; foreign is another process's
+	// version of the Lease, and when it was first seen.
+	token   string
+	foreign struct {
+		version string
+		at      time.Time
+	}
 	// acting serializes Take and Lost, and guards epoch: a loss ends an
 	// epoch, and what was claimed in an earlier one is not started.
 	acting sync.Mutex
@@ -118,7 +133,7 @@ func New(cfg Config) (*Member, error) {
 	if !(cfg.RenewDeadline < cfg.LeaseDuration && cfg.RetryPeriod < cfg.RenewDeadline) {
 		return nil, fmt.Errorf("want retry period (%s) < renew deadline (%s) < lease duration (%s)", cfg.RetryPeriod, cfg.RenewDeadline, cfg.LeaseDuration)
 	}
-	return &Member{cfg: cfg, name: LeaseName(cfg.Group, cfg.Identity), seen: map[string]observed{}, wake: make(chan struct{}, 1)}, nil
+	return &Member{cfg: cfg, name: LeaseName(cfg.Group, cfg.Identity), seen: map[string]observed{}, wake: make(chan struct{}, 1), token: uuid.NewString()}, nil
 }
 
 // LeaseName is the name of a member's Lease.
@@ -172,7 +187,9 @@ func (m *Member) Run(ctx context.Context, h Handler) error {
 		}
 	}
 	m.cfg.Log.Info("Joined the shard group", zap.String("group", m.cfg.Group), zap.String("identity", m.cfg.Identity))
-	renewing, stopRenewing := context.WithCancel(ctx)
+	// Renewals and the watchdog outlive ctx: they go on while the ticks
+	// drain on the way out, and end only after.
+	renewing, stopRenewing := context.WithCancel(context.WithoutCancel(ctx))
 	renewed := make(chan struct{})
 	go func() { defer close(renewed); m.keepRenewing(renewing, h) }()
 	ticker := time.NewTicker(m.cfg.RetryPeriod)
@@ -219,7 +236,9 @@ func (m *Member) keepRenewing(ctx context.Context, h Handler) {
 }
 
 // watch stops every App once the Lease has gone unrenewed for the renew
-// deadline.
+// deadline: Lost cancels their ticks and waits for them to leave, and only
+// then is every slot let go (so that a renewal that succeeds later says
+// the slots are free only once no tick of them runs).
 func (m *Member) watch(ctx context.Context, h Handler) {
 	ticker := time.NewTicker(m.cfg.RetryPeriod / 2)
 	defer ticker.Stop()
@@ -229,23 +248,58 @@ func (m *Member) watch(ctx context.Context, h Handler) {
 			return
 		case <-ticker.C:
 		}
+		m.acting.Lock()
 		m.mu.Lock()
 		since := time.Since(m.lastRenew)
-		held := listOf(m.held)
+		held := len(listOf(m.held)) > 0
 		m.mu.Unlock()
-		if since > m.cfg.RenewDeadline && len(held) > 0 {
+		if since > m.cfg.RenewDeadline && held {
 			m.cfg.Log.Warn("The member's Lease was not renewed within the renew deadline; stopping every App", zap.Duration("since", since))
-			m.acting.Lock()
 			m.epoch++
-			m.set(held, false)
 			h.Lost()
-			m.acting.Unlock()
+			m.mu.Lock()
+			m.held = [Slots]bool{}
+			m.mu.Unlock()
+		}
+		m.acting.Unlock()
+	}
+}
+
+// staleAfter is how many Lease durations a member's Lease may go
+// unchanged before another member deletes it: a pod that crashed and never
+// came back (a new pod has another name) leaves no Lease behind for ever.
+const staleAfter = 4
+
+// forgetStale deletes the Leases of members gone for staleAfter
+// durations, unchanged since (a resourceVersion precondition).
+func (m *Member) forgetStale(ctx context.Context) {
+	m.mu.Lock()
+	var stale []string
+	versions := map[string]string{}
+	for name, o := range m.seen {
+		if time.Since(o.at) > staleAfter*o.duration {
+			stale = append(stale, name)
+			versions[name] = o.version
+		}
+	}
+	m.mu.Unlock()
+	for _, name := range stale {
+		version := versions[name]
+		err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &version}})
+		if err == nil || apierrors.IsNotFound(err) {
+			m.mu.Lock()
+			if m.seen[name].version == version {
+				delete(m.seen, name)
+			}
+			m.mu.Unlock()
+			m.cfg.Log.Info("Deleted the Lease of a member gone long ago", zap.String("lease", name))
 		}
 	}
 }
 
 // step releases and takes slots by the placement over the live members.
 func (m *Member) step(ctx context.Context, h Handler) {
+	m.forgetStale(ctx)
 	epoch := m.epochNow()
 	members, others := m.live()
 	placed := Place(members, m.cfg.Epsilon)
@@ -350,7 +404,7 @@ func (m *Member) leave() {
 	defer cancel()
 	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
 	lease, err := leases.Get(ctx, m.name, metav1.GetOptions{})
-	if err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == m.cfg.Identity {
+	if err == nil && lease.Annotations[AnnotationToken] == m.token {
 		err = leases.Delete(ctx, m.name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion}})
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -371,7 +425,8 @@ func (m *Member) renew(ctx context.Context) error {
 	slots := encode(m.held)
 	lease := m.lease
 	m.mu.Unlock()
-	now := metav1.NewMicroTime(time.Now())
+	sent := time.Now() // a write the server takes counts from before it was sent
+	now := metav1.NewMicroTime(sent)
 	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
 	if lease == nil {
 		current, err := leases.Get(ctx, m.name, metav1.GetOptions{})
@@ -382,13 +437,16 @@ func (m *Member) renew(ctx context.Context) error {
 			return err
 		}
 		lease = current
+		if lease != nil && lease.Annotations[AnnotationToken] != m.token && !m.quietForeign(lease) {
+			return errIdentityTaken
+		}
 	}
 	var written *coordinationv1.Lease
 	var err error
 	if lease == nil {
 		written, err = leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: m.name, Namespace: m.cfg.Namespace, Labels: map[string]string{LabelGroup: m.cfg.Group},
-				Annotations: map[string]string{AnnotationSlots: slots}},
+				Annotations: map[string]string{AnnotationSlots: slots, AnnotationToken: m.token}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(m.cfg.Identity), LeaseDurationSeconds: ptr.To(int32(m.cfg.LeaseDuration / time.Second)),
 				AcquireTime: &now, RenewTime: &now},
 		}, metav1.CreateOptions{})
@@ -398,7 +456,11 @@ func (m *Member) renew(ctx context.Context) error {
 			next.Annotations = map[string]string{}
 		}
 		next.Annotations[AnnotationSlots] = slots
-		next.Labels = map[string]string{LabelGroup: m.cfg.Group}
+		next.Annotations[AnnotationToken] = m.token
+		if next.Labels == nil {
+			next.Labels = map[string]string{}
+		}
+		next.Labels[LabelGroup] = m.cfg.Group
 		next.Spec.HolderIdentity = ptr.To(m.cfg.Identity)
 		next.Spec.LeaseDurationSeconds = ptr.To(int32(m.cfg.LeaseDuration / time.Second))
 		next.Spec.RenewTime = &now
@@ -413,9 +475,24 @@ func (m *Member) renew(ctx context.Context) error {
 		return err
 	}
 	m.mu.Lock()
-	m.lease, m.lastRenew = written, time.Now()
+	m.lease, m.lastRenew = written, sent
 	m.mu.Unlock()
 	return nil
+}
+
+// quietForeign says another process's Lease of this identity has gone
+// unchanged for its duration, as this process observed it: that process
+// is gone, and this one may write over it. m.writing is held.
+func (m *Member) quietForeign(lease *coordinationv1.Lease) bool {
+	if m.foreign.version != lease.ResourceVersion {
+		m.foreign.version, m.foreign.at = lease.ResourceVersion, time.Now()
+		return false
+	}
+	duration := m.cfg.LeaseDuration
+	if d := lease.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
+		duration = time.Duration(*d) * time.Second
+	}
+	return time.Since(m.foreign.at) >= duration
 }
 
 // observe records another member's Lease (or its deletion), and wakes the
@@ -428,8 +505,11 @@ func (m *Member) observe(obj any, deleted bool) {
 	m.mu.Lock()
 	before, known := m.seen[lease.Name]
 	switch {
+	case deleted && (!known || before.slots == [Slots]bool{} || decode(lease.Annotations[AnnotationSlots]) == [Slots]bool{}):
+		delete(m.seen, lease.Name) // it had let its slots go: a graceful leave
 	case deleted:
-		delete(m.seen, lease.Name)
+		// Deleted while it listed slots (by hand, say): its member may still
+		// tick them, so they stay its until the Lease would have expired.
 	case !known || before.version != lease.ResourceVersion:
 		duration := m.cfg.LeaseDuration
 		if d := lease.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
@@ -497,11 +577,16 @@ func encode(set [Slots]bool) string {
 	return hex.EncodeToString(b[:])
 }
 
-// decode reads what encode wrote (nothing, from anything else).
+// decode reads what encode wrote; anything else (a hand edit, another
+// version's format) holds every slot, so that no slot is taken from a
+// member whose claims cannot be read.
 func decode(text string) [Slots]bool {
 	var set [Slots]bool
 	b, err := hex.DecodeString(text)
 	if err != nil || len(b) != Slots/8 {
+		for s := range set {
+			set[s] = true
+		}
 		return set
 	}
 	for s := range Slots {

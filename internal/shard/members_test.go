@@ -11,12 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/plumb-dev/plumb/internal/testenv"
 )
@@ -35,10 +39,13 @@ type owners struct {
 	mu     sync.Mutex
 	owner  [Slots]string
 	takes  map[string]int // slots taken, by member
+	first  map[string]int // slots of each member's first take
 	faults []string
 }
 
-func newOwners(t *testing.T) *owners { return &owners{t: t, takes: map[string]int{}} }
+func newOwners(t *testing.T) *owners {
+	return &owners{t: t, takes: map[string]int{}, first: map[string]int{}}
+}
 
 func (o *owners) handler(identity string) Handler { return &handler{o: o, identity: identity} }
 
@@ -71,11 +78,16 @@ func (o *owners) check() {
 type handler struct {
 	o        *owners
 	identity string
+	// drain is how long its ticks take to end when slots are released.
+	drain time.Duration
 }
 
 func (h *handler) Take(slots []int) {
 	h.o.mu.Lock()
 	defer h.o.mu.Unlock()
+	if _, ok := h.o.first[h.identity]; !ok {
+		h.o.first[h.identity] = len(slots)
+	}
 	for _, s := range slots {
 		if other := h.o.owner[s]; other != "" && other != h.identity {
 			h.o.faults = append(h.o.faults, fmt.Sprintf("%s took slot %d, which %s ticks", h.identity, s, other))
@@ -86,7 +98,7 @@ func (h *handler) Take(slots []int) {
 }
 
 func (h *handler) Release(slots []int) {
-	time.Sleep(50 * time.Millisecond) // ticks under way drain
+	time.Sleep(max(h.drain, 50*time.Millisecond)) // ticks under way drain
 	h.o.mu.Lock()
 	defer h.o.mu.Unlock()
 	for _, s := range slots {
@@ -129,6 +141,19 @@ type running struct {
 
 func start(t *testing.T, o *owners, group, identity string) *running {
 	t.Helper()
+	return startDraining(t, o, group, identity, 0)
+}
+
+// startDraining starts a member whose ticks take drain to end.
+func startDraining(t *testing.T, o *owners, group, identity string, drain time.Duration) *running {
+	t.Helper()
+	return startAs(t, o, group, identity, identity, drain, zaptest.NewLogger(t).Named(identity))
+}
+
+// startAs starts a member of identity whose handler the oracle knows as
+// name, logging to log.
+func startAs(t *testing.T, o *owners, group, identity, name string, drain time.Duration, log *zap.Logger) *running {
+	t.Helper()
 	cfg := rest.CopyConfig(cluster.Config)
 	cut := &switchable{}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { cut.next = rt; return cut })
@@ -137,13 +162,13 @@ func start(t *testing.T, o *owners, group, identity string) *running {
 		t.Fatal(err)
 	}
 	m, err := New(Config{Client: client, Namespace: "default", Group: group, Identity: identity,
-		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond, Log: zaptest.NewLogger(t).Named(identity)})
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx, o.handler(identity)) }()
+	go func() { done <- m.Run(ctx, &handler{o: o, identity: name, drain: drain}) }()
 	var once sync.Once
 	r := &running{member: m, cut: cut}
 	r.stop = func() {
@@ -256,4 +281,79 @@ func clientOf(t *testing.T) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// A member stopping while its ticks take longer to drain than its Lease
+// lasts keeps renewing it meanwhile: the others take its slots only once
+// its ticks have ended.
+func TestAStoppingMemberRenewsWhileItsTicksDrain(t *testing.T) {
+	o, g := newOwners(t), group(t)
+	start(t, o, g, "a")
+	b := startDraining(t, o, g, "b", 5*time.Second) // the Lease lasts 3s
+	waitUntil(t, "a and b to share the slots", func() bool { return spread(o, "a", "b") })
+	b.stop()
+	waitUntil(t, "a to take b's slots", func() bool { return spread(o, "a") })
+	o.check()
+}
+
+// A second process of one identity (a pod force-deleted while it still
+// runs) does not write over the first's Lease while the first renews it,
+// so it takes no slot; once the first has gone, it takes them all.
+func TestASecondProcessOfOneIdentityWaitsForTheFirst(t *testing.T) {
+	o, g := newOwners(t), group(t)
+	first := startAs(t, o, g, "a", "a-first", 0, zaptest.NewLogger(t).Named("a-first"))
+	waitUntil(t, "the first to hold every slot", func() bool { return spread(o, "a-first") })
+	core, logs := observer.New(zap.InfoLevel)
+	startAs(t, o, g, "a", "a-second", 0, zap.New(core))
+	waitUntil(t, "the second to be refused a few times", func() bool {
+		return logs.FilterMessage("Could not write the member's Lease; retrying").Len() >= 3
+	})
+	if n := o.count()["a-second"]; n != 0 {
+		t.Errorf("the second process took %d slots while the first renews", n)
+	}
+	first.stop()
+	waitUntil(t, "the second to take every slot", func() bool { return spread(o, "a-second") })
+	o.check()
+}
+
+// A member that died leaves a Lease that lists slots (here one whose
+// slots cannot even be read: it holds them all): the others take none of
+// them while it lasts, take them all once it has gone unchanged for its
+// duration, and delete it once it has been gone for four.
+func TestADeadMembersLeaseIsWaitedOutThenDeleted(t *testing.T) {
+	o, g := newOwners(t), group(t)
+	c := clientOf(t)
+	ghost := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName(g, "ghost"), Namespace: "default",
+		Labels: map[string]string{LabelGroup: g}, Annotations: map[string]string{AnnotationSlots: "not a bitmap"}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("ghost"), LeaseDurationSeconds: ptr.To(int32(3))}}
+	if _, err := c.CoordinationV1().Leases("default").Create(context.Background(), ghost, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start(t, o, g, "a")
+	waitUntil(t, "a to take every slot once the ghost's Lease expired", func() bool { return spread(o, "a") })
+	o.mu.Lock()
+	first := o.first["a"]
+	o.mu.Unlock()
+	if first != Slots {
+		t.Errorf("a's first take was of %d slots: it took slots while the ghost's Lease, which holds them all, lasted", first)
+	}
+	waitUntil(t, "the ghost's Lease to be deleted", func() bool {
+		_, err := c.CoordinationV1().Leases("default").Get(context.Background(), ghost.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	o.check()
+}
+
+func TestUnreadableSlotsHoldEverySlot(t *testing.T) {
+	var some [Slots]bool
+	some[3], some[200] = true, true
+	if decode(encode(some)) != some {
+		t.Error("encode and decode disagree")
+	}
+	for _, text := range []string{"", "zz", "00"} {
+		all := decode(text)
+		if len(listOf(all)) != Slots {
+			t.Errorf("decode(%q) holds %d slots, want all %d", text, len(listOf(all)), Slots)
+		}
+	}
 }

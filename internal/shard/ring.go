@@ -1,7 +1,6 @@
 // Package shard spreads Apps over controller replicas. An App belongs to
 // one of Slots slots, by a hash of its namespace and name that never
-// changes (its objects carry it as a label, so a replica's informers can
-// select the objects of the slots it owns); the slots are placed on the
+// changes; the slots are placed on the
 // live members by consistent hashing with bounded loads (Mirrokni,
 // Thorup and Zadimoghaddam), so that no member holds more than its share
 // of slots by a bounded factor, and a member that joins or leaves moves
@@ -24,9 +23,9 @@ import (
 const Slots = 256
 
 // DefaultEpsilon bounds a member's slots at 1.1 × its share: a join moves
-// a few slots besides the joiner's (at most 6 of 256 when 1 to 9 members
-// join one by one, ring_test.go), where a looser bound moves fewer but
-// lets a member hold more.
+// a few slots besides the joiner's (at most 8 of 256 for ring_test.go's
+// two sets of names, joining one by one up to 9), where a looser bound
+// moves fewer but lets a member hold more.
 const DefaultEpsilon = 0.1
 
 // virtualPoints is how many points each member has on the ring.

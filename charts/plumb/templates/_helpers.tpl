@@ -102,8 +102,9 @@ true
 - controller
 {{- if gt (int .Values.shards) 0 }}
 - --shards=auto
-{{- end }}
+{{- else }}
 - --leader-elect=true
+{{- end }}
 - --leader-election-namespace={{ .Release.Namespace }}
 - --leader-election-id={{ include "plumb.fullname" . }}
 - --workers={{ .Values.controller.workers }}

@@ -28,10 +28,16 @@ func metricValue(t *testing.T, series string) float64 {
 // metricIfExposed scrapes the main controller for one series.
 func metricIfExposed(t *testing.T, series string) (float64, bool) {
 	t.Helper()
+	return metricOf(t, controller, series)
+}
+
+// metricOf scrapes controller p for one series.
+func metricOf(t *testing.T, p *controllerProcess, series string) (float64, bool) {
+	t.Helper()
 	var resp *http.Response
 	eventually(t, 30*time.Second, "the metrics endpoint", func() (bool, string) {
 		var err error
-		resp, err = http.Get("http://" + controller.metricsAddr + "/metrics")
+		resp, err = http.Get("http://" + p.metricsAddr + "/metrics")
 		return err == nil, fmt.Sprint(err)
 	})
 	defer resp.Body.Close()

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +86,34 @@ func tickSpans(t *testing.T, replica, logPath string) []tickSpan {
 // new owner), a replica stopped gracefully hands its Apps over, a push
 // sent to a replica that does not own the App converges, and no App is
 // ever ticked by two replicas at once (from every replica's log).
+// cachedOnlyTheirSlots waits until each replica's informers hold exactly
+// the ConfigMaps plumb manages (of any App: other tests' too) whose slot the
+// placement over members gives it: memory per replica falls as replicas
+// are added. The Apps of the test render only ConfigMaps, so no informer of
+// another kind runs.
+func cachedOnlyTheirSlots(t *testing.T, replicas map[string]*controllerProcess, members ...string) {
+	t.Helper()
+	placed := shard.Place(members, shard.DefaultEpsilon)
+	eventually(t, 2*time.Minute, "each replica to cache the objects of its slots, and only those", func() (bool, string) {
+		list := &corev1.ConfigMapList{}
+		if err := k8s.List(t.Context(), list, client.HasLabels{plumbv1.LabelAppName}); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int{}
+		for _, cm := range list.Items {
+			if slot, err := strconv.Atoi(cm.Labels[plumbv1.LabelSlot]); err == nil {
+				want[placed[slot]]++
+			}
+		}
+		got := map[string]int{}
+		for _, id := range members {
+			v, _ := metricOf(t, replicas[id], "plumb_cached_objects")
+			got[id] = int(v)
+		}
+		return maps.Equal(got, want), fmt.Sprintf("cached %v, want %v (of %d ConfigMaps)", got, want, len(list.Items))
+	})
+}
+
 func TestAppsAreSpreadOverReplicasAndHandedOver(t *testing.T) {
 	setUp(t)
 	ns := newNamespace(t)
@@ -157,6 +187,7 @@ func TestAppsAreSpreadOverReplicasAndHandedOver(t *testing.T) {
 			t.Errorf("replica %s ticks no App", id)
 		}
 	}
+	cachedOnlyTheirSlots(t, replicas, "a", "b", "c")
 
 	// kill -9: the others take b's Apps once its Lease has expired, and heal
 	// a drift of one of them.
@@ -168,6 +199,7 @@ func TestAppsAreSpreadOverReplicasAndHandedOver(t *testing.T) {
 	killed := replicas["b"]
 	delete(replicas, "b")
 	two := placedOn("a", "c")
+	cachedOnlyTheirSlots(t, replicas, "a", "c")
 	t.Logf("takeover after SIGKILL: every App ticked at its new owner %s after the kill (the Lease lasts 15s; measured by polling)", time.Since(killedAt).Round(100*time.Millisecond))
 	var victim string
 	for _, name := range names {

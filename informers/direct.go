@@ -36,6 +36,9 @@ func NewDirect(client dynamic.Interface, mapper meta.RESTMapper) *Direct {
 	return &Direct{client: client, mapper: mapper}
 }
 
+// Partial is false: Get reads every object there is.
+func (d *Direct) Partial() bool { return false }
+
 // Ensure checks that the API server serves each kind.
 func (d *Direct) Ensure(_ types.NamespacedName, gvks []schema.GroupVersionKind) error {
 	for _, gvk := range gvks {

@@ -15,8 +15,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -67,6 +71,13 @@ type Options struct {
 	// these namespaces; cluster-scoped kinds are then out of scope. Empty:
 	// every namespace, and cluster-scoped kinds.
 	Namespaces []string
+	// Sharded narrows the cache to the objects of the slots given to
+	// Narrow (their plumb.dev/slot label; none until Narrow is called), for
+	// a replica that ticks only the Apps of those slots. A Get that finds
+	// nothing then does not mean that the object does not exist (it may
+	// lack the slot label, or belong to an App of another slot): see
+	// Partial.
+	Sharded bool
 }
 
 // Cache holds the informers. It is safe for concurrent use.
@@ -81,6 +92,13 @@ type Cache struct {
 	// that Get (once per object and tick) need not ask the RESTMapper.
 	resources map[schema.GroupVersionKind]schema.GroupVersionResource // guarded by mu
 	users     map[types.NamespacedName]map[schema.GroupVersionResource]bool
+	// selection is the set of slot label values the informers select
+	// (nil: every object with the ownership label), guarded by mu.
+	selection map[string]bool
+	// successors are informers started with the current selection that
+	// take over from those in types once they have listed their objects,
+	// guarded by mu.
+	successors map[schema.GroupVersionResource]*typeInformer
 }
 
 // typeInformer is the informer of one resource type: one for every
@@ -98,6 +116,13 @@ type typeInformer struct {
 	// are ordered within one watch, not across the informers of several
 	// namespaces, so each informer has its own.
 	seenRV map[string]string
+
+	// selection is the slot label values this informer selects (nil: all).
+	selection map[string]bool
+	// predecessor, while this informer lists its objects to take over from
+	// another of an older selection, is that other one: an object of the
+	// initial list that it holds at the same resourceVersion is no event.
+	predecessor atomic.Pointer[typeInformer]
 }
 
 // New creates a cache.
@@ -108,14 +133,102 @@ func New(client dynamic.Interface, mapper meta.RESTMapper, opts Options) *Cache 
 	if opts.OnHealth == nil {
 		opts.OnHealth = func(types.NamespacedName) {}
 	}
-	return &Cache{
-		client:    client,
-		mapper:    mapper,
-		opts:      opts,
-		types:     map[schema.GroupVersionResource]*typeInformer{},
-		resources: map[schema.GroupVersionKind]schema.GroupVersionResource{},
-		users:     map[types.NamespacedName]map[schema.GroupVersionResource]bool{},
+	c := &Cache{
+		client:     client,
+		mapper:     mapper,
+		opts:       opts,
+		types:      map[schema.GroupVersionResource]*typeInformer{},
+		resources:  map[schema.GroupVersionKind]schema.GroupVersionResource{},
+		users:      map[types.NamespacedName]map[schema.GroupVersionResource]bool{},
+		successors: map[schema.GroupVersionResource]*typeInformer{},
 	}
+	if opts.Sharded {
+		c.selection = map[string]bool{}
+	}
+	return c
+}
+
+// Partial reports whether the cache holds only some of plumb's objects
+// (Options.Sharded): an object it lacks must be read from the API server
+// before it is taken for absent.
+func (c *Cache) Partial() bool {
+	return c.opts.Sharded
+}
+
+// takeOverTimeout bounds how long a successor may take to list its objects
+// before it takes over anyway (its sync errors then reach WaitForSync).
+const takeOverTimeout = time.Minute
+
+// Narrow sets the slots whose objects a sharded cache holds (their
+// plumb.dev/slot label values; Options.Sharded). Each running informer is
+// replaced by one of the new selection, which takes over once it has
+// listed its objects: until then the old one serves Get, so that a tick
+// never sees a half-filled cache. An object of the new list that the old
+// informer held at the same resourceVersion is no event; one it held
+// otherwise (changed meanwhile) is; one of a slot it did not select is
+// not (the caller enqueues the Apps of slots it takes once the returned
+// channel is closed: when every replacement has taken over, or was
+// dropped). Without Options.Sharded it does nothing.
+func (c *Cache) Narrow(slots []int) <-chan struct{} {
+	done := make(chan struct{})
+	if !c.opts.Sharded {
+		close(done)
+		return done
+	}
+	selection := make(map[string]bool, len(slots))
+	for _, slot := range slots {
+		selection[strconv.Itoa(slot)] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if maps.Equal(selection, c.selection) {
+		close(done)
+		return done
+	}
+	c.selection = selection
+	var takingOver sync.WaitGroup
+	for gvr, current := range c.types {
+		if previous, ok := c.successors[gvr]; ok {
+			previous.stop()
+		}
+		next := c.start(gvr, current.gvk, current)
+		c.successors[gvr] = next
+		takingOver.Go(func() { c.takeOver(gvr, next) })
+	}
+	go func() {
+		takingOver.Wait()
+		close(done)
+	}()
+	return done
+}
+
+// takeOver puts next in place of the informer of gvr once it has listed
+// its objects (or after takeOverTimeout), and stops the one it replaces;
+// it does nothing when next was replaced or released meanwhile.
+func (c *Cache) takeOver(gvr schema.GroupVersionResource, next *typeInformer) {
+	deadline := time.After(takeOverTimeout)
+	keys := next.relevant(nil)
+wait:
+	for !next.hasSynced(keys) {
+		select {
+		case <-next.done:
+			return
+		case <-deadline:
+			break wait
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.successors[gvr] != next {
+		return
+	}
+	delete(c.successors, gvr)
+	if old, ok := c.types[gvr]; ok {
+		old.stop()
+	}
+	c.types[gvr] = next
+	next.predecessor.Store(nil)
 }
 
 // Ensure records that app needs exactly these kinds: informers start for
@@ -150,7 +263,7 @@ func (c *Cache) Ensure(app types.NamespacedName, gvks []schema.GroupVersionKind)
 		if t, ok := c.types[gvr]; ok && !t.stopped() {
 			continue
 		}
-		c.types[gvr] = c.start(gvr, gvk)
+		c.types[gvr] = c.start(gvr, gvk, nil)
 	}
 	c.users[app] = next
 	for gvr := range previous {
@@ -189,11 +302,29 @@ func (c *Cache) releaseLocked(gvr schema.GroupVersionResource) {
 		t.stop()
 		delete(c.types, gvr)
 	}
+	if t, ok := c.successors[gvr]; ok {
+		t.stop()
+		delete(c.successors, gvr)
+	}
 	for gvk, r := range c.resources {
 		if r == gvr {
 			delete(c.resources, gvk)
 		}
 	}
+}
+
+// Len is the number of objects the informers hold (those taking over
+// from others not counted).
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, t := range c.types {
+		for _, informer := range t.informers {
+			n += len(informer.GetStore().ListKeys())
+		}
+	}
+	return n
 }
 
 // Stop stops every informer (the controller is shutting down).
@@ -205,15 +336,23 @@ func (c *Cache) Stop() {
 		<-t.done
 		delete(c.types, gvr)
 	}
+	for gvr, t := range c.successors {
+		t.stop()
+		<-t.done
+		delete(c.successors, gvr)
+	}
 	c.users = map[types.NamespacedName]map[schema.GroupVersionResource]bool{}
 	c.resources = map[schema.GroupVersionKind]schema.GroupVersionResource{}
 }
 
-// start creates and runs the informer of one type. c.mu is held.
-func (c *Cache) start(gvr schema.GroupVersionResource, gvk schema.GroupVersionKind) *typeInformer {
+// start creates and runs the informer of one type, of the current
+// selection; predecessor, when not nil, is the informer it is to replace.
+// c.mu is held.
+func (c *Cache) start(gvr schema.GroupVersionResource, gvk schema.GroupVersionKind, predecessor *typeInformer) *typeInformer {
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &typeInformer{gvk: gvk, informers: map[string]cache.SharedIndexInformer{}, seenRV: map[string]string{}, lastErr: map[string]error{},
-		stop: cancel, done: make(chan struct{})}
+		stop: cancel, done: make(chan struct{}), selection: c.selection}
+	t.predecessor.Store(predecessor)
 	namespaces := c.opts.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
@@ -233,9 +372,10 @@ func (c *Cache) start(gvr schema.GroupVersionResource, gvk schema.GroupVersionKi
 
 // informerOf creates the informer of gvr in one namespace (or all) for t.
 func (c *Cache) informerOf(t *typeInformer, gvr schema.GroupVersionResource, namespace string) cache.SharedIndexInformer {
+	selector := selectorOf(t.selection)
 	informer := dynamicinformer.NewFilteredDynamicInformer(c.client, gvr, namespace, 0,
 		cache.Indexers{},
-		func(opts *metav1.ListOptions) { opts.LabelSelector = plumbv1.LabelAppName }, // only objects plumb owns
+		func(opts *metav1.ListOptions) { opts.LabelSelector = selector }, // only objects plumb owns (of the slots held)
 	).Informer()
 	// The cache keeps objects compacted (package compact).
 	_ = informer.SetTransform(compact.Transform)
@@ -250,9 +390,12 @@ func (c *Cache) informerOf(t *typeInformer, gvr schema.GroupVersionResource, nam
 	// Handlers run after the store has the event's object, and raise seenRV
 	// only once they have reported the event: so seenRV never runs ahead of
 	// what Get returns, nor of the events reported.
-	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initialList bool) {
 			defer t.saw(namespace, obj)
+			if initialList && t.knownToPredecessor(namespace, obj) {
+				return
+			}
 			if !c.ownWrite(obj) {
 				c.notify(obj)
 			}
@@ -288,6 +431,49 @@ func (c *Cache) informerOf(t *typeInformer, gvr schema.GroupVersionResource, nam
 		},
 	})
 	return informer
+}
+
+// selectorOf is the label selector of the objects of a selection of slots
+// (nil: every object with the ownership label). An empty selection selects
+// nothing: no object has the slot label value "none".
+func selectorOf(selection map[string]bool) string {
+	if selection == nil {
+		return plumbv1.LabelAppName
+	}
+	values := slices.Sorted(maps.Keys(selection))
+	if len(values) == 0 {
+		values = []string{"none"}
+	}
+	return fmt.Sprintf("%s,%s in (%s)", plumbv1.LabelAppName, plumbv1.LabelSlot, strings.Join(values, ","))
+}
+
+// knownToPredecessor reports, for an object of the initial list of an
+// informer that replaces another, that the other needs no event for it: it
+// held the object at the same resourceVersion, or did not select the
+// object's slot (its App is enqueued once the replacement took over).
+func (t *typeInformer) knownToPredecessor(namespace string, obj any) bool {
+	predecessor := t.predecessor.Load()
+	o, ok := obj.(*compact.Object)
+	if predecessor == nil || !ok {
+		return false
+	}
+	if predecessor.selection != nil && !predecessor.selection[o.Label(plumbv1.LabelSlot)] {
+		return true
+	}
+	informer, err := predecessor.informerFor(namespace)
+	if err != nil {
+		return false
+	}
+	key := o.GetName()
+	if o.GetNamespace() != "" {
+		key = o.GetNamespace() + "/" + key
+	}
+	held, exists, err := informer.GetIndexer().GetByKey(key)
+	if err != nil || !exists {
+		return false
+	}
+	h, ok := held.(*compact.Object)
+	return ok && h.GetResourceVersion() == o.GetResourceVersion()
 }
 
 // relevant are the keys of the informers that hold objects of namespaces
@@ -431,6 +617,10 @@ func (c *Cache) WaitForSync(ctx context.Context, gvks []schema.GroupVersionKind,
 			case <-ctx.Done():
 				return t.syncError(keys, ctx.Err())
 			case <-t.done:
+				if next, err := c.typeOf(gvk); err == nil && next != t {
+					t, keys = next, next.relevant(namespaces) // replaced by one of a new selection
+					continue
+				}
 				return t.syncError(keys, errors.New("informer stopped"))
 			case <-time.After(20 * time.Millisecond):
 			}

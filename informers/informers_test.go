@@ -97,6 +97,12 @@ func newCache(t *testing.T, cfg *rest.Config) (*Cache, *events) {
 // newCacheIn is newCache watching only namespaces (nil: all).
 func newCacheIn(t *testing.T, cfg *rest.Config, namespaces []string) (*Cache, *events) {
 	t.Helper()
+	return newCacheWith(t, cfg, Options{Namespaces: namespaces})
+}
+
+// newCacheWith is newCache with opts; the events it reports are recorded.
+func newCacheWith(t *testing.T, cfg *rest.Config, opts Options) (*Cache, *events) {
+	t.Helper()
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +116,8 @@ func newCacheIn(t *testing.T, cfg *rest.Config, namespaces []string) (*Cache, *e
 		t.Fatal(err)
 	}
 	ev := &events{seen: map[types.NamespacedName]int{}}
-	c := New(dyn, mapper, Options{OnEvent: ev.record, IsOwnWrite: ev.ownWrite, Namespaces: namespaces})
+	opts.OnEvent, opts.IsOwnWrite = ev.record, ev.ownWrite
+	c := New(dyn, mapper, opts)
 	t.Cleanup(func() {
 		for _, app := range []types.NamespacedName{appA, appB} {
 			c.Release(app)

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/fluxcd/cli-utils/pkg/kstatus/polling"
@@ -22,6 +23,7 @@ import (
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/informers/compact"
 	"github.com/plumb-dev/plumb/internal/diff"
+	"github.com/plumb-dev/plumb/internal/shard"
 )
 
 // Owner is the App that owns objects.
@@ -33,6 +35,12 @@ type Owner struct {
 // Labels are the ownership labels of an owner.
 func (o Owner) Labels() map[string]string {
 	return map[string]string{plumbv1.LabelAppName: o.Name, plumbv1.LabelAppNamespace: o.Namespace}
+}
+
+// Slot is the value of the owner's slot label (plumbv1.LabelSlot): the
+// owner's shard slot, which a sharded replica's informers select on.
+func (o Owner) Slot() string {
+	return strconv.Itoa(shard.SlotOf(o.Namespace, o.Name))
 }
 
 // Owns reports whether an object carries the owner's labels.
@@ -61,7 +69,7 @@ func NewManager(c client.Client) *Manager {
 	return &Manager{client: c, resources: rm}
 }
 
-// StampContent sets the owner's labels on obj and the content hash
+// StampContent sets the owner's labels (and slot label) on obj and the content hash
 // annotation (the digest of the content, see diff.Hash), and returns the
 // hash; SetRevision sets the revision annotation beside it. known, when not "", is the hash of
 // this very content (labels included) computed before; it is not computed
@@ -69,6 +77,7 @@ func NewManager(c client.Client) *Manager {
 func StampContent(obj *unstructured.Unstructured, owner Owner, known string) (string, error) {
 	setMetadataString(obj, "labels", plumbv1.LabelAppName, owner.Name)
 	setMetadataString(obj, "labels", plumbv1.LabelAppNamespace, owner.Namespace)
+	setMetadataString(obj, "labels", plumbv1.LabelSlot, owner.Slot())
 	hash := known
 	if hash == "" {
 		var err error
@@ -225,7 +234,7 @@ func (m *Manager) Prune(ctx context.Context, stale []*unstructured.Unstructured,
 	return changes, kept, err
 }
 
-// Disown removes the owner's labels from obj (identified by its kind,
+// Disown removes the owner's labels (and the slot label) from obj (identified by its kind,
 // namespace and name), with a JSON patch that tests they are still the
 // owner's: no App claims the object any more. A deleted App leaves the
 // objects the prune guard keeps so.
@@ -235,7 +244,10 @@ func (m *Manager) Disown(ctx context.Context, obj *unstructured.Unstructured, ow
 	for _, key := range []string{plumbv1.LabelAppName, plumbv1.LabelAppNamespace} {
 		ops = append(ops, map[string]string{"op": "test", "path": "/metadata/labels/" + escape(key), "value": owner.Labels()[key]})
 	}
-	for _, key := range []string{plumbv1.LabelAppName, plumbv1.LabelAppNamespace} {
+	// The slot label goes too; an object an older plumb applied has none,
+	// and a remove of what is missing fails the patch: add, then remove.
+	ops = append(ops, map[string]string{"op": "add", "path": "/metadata/labels/" + escape(plumbv1.LabelSlot), "value": ""})
+	for _, key := range []string{plumbv1.LabelAppName, plumbv1.LabelAppNamespace, plumbv1.LabelSlot} {
 		ops = append(ops, map[string]string{"op": "remove", "path": "/metadata/labels/" + escape(key)})
 	}
 	patch, err := json.Marshal(ops)

@@ -12,6 +12,11 @@ const (
 	// check both before they touch an object.
 	LabelAppName      = "plumb.dev/app-name"
 	LabelAppNamespace = "plumb.dev/app-namespace"
+	// LabelSlot is the slot of the owning App (0–255, a hash of its
+	// namespace/name that never changes): a replica of a sharded
+	// controller (--shards=auto) watches only the objects of the slots it
+	// holds.
+	LabelSlot = "plumb.dev/slot"
 	// AnnotationRevision is the source revision that last changed the
 	// object's content (not rewritten when a commit leaves it unchanged).
 	AnnotationRevision = "plumb.dev/revision"

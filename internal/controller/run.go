@@ -249,11 +249,15 @@ func (l *loop) newTick() error {
 		NewObserver: func(events reconcile.ObjectEvents) reconcile.Observer {
 			l.observer = informers.New(l.clients.dynamic, l.mgr.GetRESTMapper(), informers.Options{
 				OnEvent: events.ObjectChanged, OnHealth: events.HealthChanged, IsOwnWrite: events.IsOwnWrite, Namespaces: l.opts.WatchNamespaces,
+				Sharded: l.opts.Shards == ShardsAuto,
 			})
 			return l.observer
 		},
 	})
 	if err != nil {
+		return err
+	}
+	if err := l.registry.Register(metrics.NewCachedObjects(l.observer.Len)); err != nil {
 		return err
 	}
 	// Per-App series, read from the App cache at scrape time (and the last
@@ -388,7 +392,7 @@ func (l *loop) shardedTerm(ctx context.Context) error {
 		q.Run(ctx)
 	}()
 	l.log.Info("Started ticking as a shard member", zap.String("identity", l.opts.ShardIdentity), zap.Int("workers", l.opts.Workers))
-	err = member.Run(ctx, &slots{gate: gate, queue: q, released: l.tick.AppReleased, apps: l.mgr.GetCache(), drain: l.opts.ShutdownTimeout, metrics: l.metrics, log: l.log.Named("shard")})
+	err = member.Run(ctx, &slots{gate: gate, queue: q, released: l.tick.AppReleased, apps: l.mgr.GetCache(), objects: l.observer, drain: l.opts.ShutdownTimeout, metrics: l.metrics, log: l.log.Named("shard")})
 	<-ran
 	l.endTerm(stopDelivering, delivered)
 	return err
@@ -454,18 +458,39 @@ type slots struct {
 	queue    *queue.Queue[types.NamespacedName]
 	released func(types.NamespacedName) // forgets an App another replica ticks now
 	apps     cache.Cache
+	objects  *informers.Cache // narrowed to the objects of the slots held
 	drain    time.Duration
 	metrics  *metrics.Metrics
 	log      *zap.Logger
 }
 
+// Take lets the ticks of the Apps of taken slots through, and enqueues
+// those Apps once the informers hold their objects.
 func (s *slots) Take(taken []int) {
+	apps := s.appsOf(taken)
+	for _, key := range apps {
+		s.released(key) // what this replica remembers of it may be stale: another ticked it since
+	}
 	s.gate.Take(taken)
 	s.metrics.ObserveSlotMoves("take", len(taken))
-	for _, key := range s.appsOf(taken) {
-		s.released(key) // what this replica remembers of it may be stale: another ticked it since
-		s.queue.Add(key)
+	synced := s.objects.Narrow(s.held())
+	go func() {
+		<-synced // a tick before that reads what the cache lacks from the API server
+		for _, key := range apps {
+			s.queue.Add(key)
+		}
+	}()
+}
+
+// held lists the slots whose ticks the gate lets through.
+func (s *slots) held() []int {
+	var held []int
+	for slot := range shard.Slots {
+		if s.gate.Holds(slot) {
+			held = append(held, slot)
+		}
 	}
+	return held
 }
 
 // appsOf lists the Apps of slots, from the App cache.
@@ -494,11 +519,13 @@ func (s *slots) Release(released []int) {
 	for _, key := range s.appsOf(released) {
 		s.released(key)
 	}
+	s.objects.Narrow(s.held()) // the objects of released slots leave the cache
 }
 
 func (s *slots) Lost() {
 	s.gate.Lose()
 	s.metrics.ObserveSlotMoves("lost", 1)
+	s.objects.Narrow(nil)
 }
 
 // term is a term of ticking: a new queue with every App in it, and a new

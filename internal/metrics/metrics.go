@@ -277,6 +277,17 @@ func (m *Metrics) ObserveShard(members, slots, apps int) {
 	m.shardApps.Set(float64(apps))
 }
 
+// NewCachedObjects serves plumb_cached_objects, read at scrape time from
+// count: the objects the Observe phase's informers hold. With
+// --shards=auto each replica holds those of the slots it holds, so the
+// series of the replicas add up to the objects plumb manages.
+func NewCachedObjects(count func() int) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "plumb_cached_objects",
+		Help: "Objects the informers of the Observe phase hold (with --shards=auto: those of the slots this replica holds).",
+	}, func() float64 { return float64(count()) })
+}
+
 // ObserveSlotMoves counts slots taken or released (action take or
 // release), or one loss of every slot (action lost, n 1).
 func (m *Metrics) ObserveSlotMoves(action string, n int) {

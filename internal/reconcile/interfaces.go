@@ -35,6 +35,10 @@ type Observer interface {
 	Get(gvk schema.GroupVersionKind, namespace, name string) (*compact.Object, error)
 	Fetch(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) (*compact.Object, error)
 	Release(app types.NamespacedName)
+	// Partial reports a cache that holds only some of plumb's objects (a
+	// sharded replica's): an object Get lacks is read with Fetch before it
+	// is taken for absent.
+	Partial() bool
 }
 
 // Applier asks the API server about ambiguous objects (one server-side

@@ -168,8 +168,10 @@ func TestADeletedAppsKeptNamespaceLosesItsLabels(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Name: nsName}, ns); err != nil || ns.DeletionTimestamp != nil {
 		t.Fatalf("the guarded Namespace was deleted with the App: %v", err)
 	}
-	if _, claimed := ns.Labels[plumbv1.LabelAppName]; claimed {
-		t.Errorf("the kept Namespace still claims the deleted App: %v", ns.Labels)
+	for _, label := range []string{plumbv1.LabelAppName, plumbv1.LabelAppNamespace, plumbv1.LabelSlot} {
+		if _, claimed := ns.Labels[label]; claimed {
+			t.Errorf("the kept Namespace still has label %s of the deleted App: %v", label, ns.Labels)
+		}
 	}
 	waitGone(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "goes"}})
 }

@@ -59,6 +59,8 @@ type harness struct {
 	// healthEvents the informers' health events, and after is the last
 	// delay EnqueueAfter was given.
 	enqueued, healthEvents, after atomic.Int64
+	// observer is the tick's informer cache.
+	observer *informers.Cache
 }
 
 func newHarness(t *testing.T) *harness {
@@ -69,6 +71,20 @@ func newHarness(t *testing.T) *harness {
 // newHarnessAs assembles a tick whose clients use base (a user's
 // credentials) and that enforces policy.
 func newHarnessAs(t *testing.T, base *rest.Config, policy Policy) *harness {
+	t.Helper()
+	return newHarnessWith(t, base, policy, false)
+}
+
+// newShardedHarness is newHarness with a sharded replica's cache
+// (informers.Options.Sharded), which holds the objects of the slots given
+// to h.observer.Narrow.
+func newShardedHarness(t *testing.T) *harness {
+	t.Helper()
+	return newHarnessWith(t, cluster.Config, Policy{}, true)
+}
+
+// newHarnessWith is newHarnessAs, with a sharded cache when sharded.
+func newHarnessWith(t *testing.T, base *rest.Config, policy Policy, sharded bool) *harness {
 	t.Helper()
 	counter := &testenv.RequestLog{}
 	cfg := counter.Wrap(base)
@@ -146,8 +162,10 @@ func newHarnessAs(t *testing.T, base *rest.Config, policy Policy) *harness {
 		NewObserver: func(events ObjectEvents) Observer {
 			observer := informers.New(dyn, mapper, informers.Options{IsOwnWrite: events.IsOwnWrite,
 				OnEvent:  events.ObjectChanged,
-				OnHealth: func(key types.NamespacedName) { h.healthEvents.Add(1); events.HealthChanged(key) }})
+				OnHealth: func(key types.NamespacedName) { h.healthEvents.Add(1); events.HealthChanged(key) },
+				Sharded:  sharded})
 			t.Cleanup(observer.Stop)
+			h.observer = observer
 			return observer
 		},
 	})

@@ -144,6 +144,7 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 			for k, v := range owner.Labels() { // its events reach the App's informers, and so the sync waiting for it
 				labels[k] = v
 			}
+			labels[plumbv1.LabelSlot] = owner.Slot() // and a sharded replica's
 			obj.SetLabels(labels)
 			hook := hookObject{obj: obj, place: place, index: len(order.hooks) + len(order.idle)}
 			if !runsNow(place, !app.DeletionTimestamp.IsZero()) {
@@ -298,7 +299,7 @@ func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app 
 		if !kinds[obj.GroupVersionKind()] {
 			continue // its kind is created by this tick
 		}
-		got, err := r.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+		got, err := r.live(ctx, obj)
 		if errors.Is(err, informers.ErrOutOfScope) {
 			return nil, fail("OutOfScope", err)
 		}
@@ -310,6 +311,20 @@ func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app 
 		}
 	}
 	return live, nil
+}
+
+// live is the live object of a desired or inventoried one, from the cache.
+// A sharded replica's cache holds only the objects labelled with the slots
+// it holds: one it lacks may exist without the slot label (applied by an
+// older plumb, or labelled by hand) or belong to an App of another slot, so
+// it is read from the API server (once: the apply then labels it, or the
+// ownership check refuses it). An unchanged tick reads nothing.
+func (r *Reconciler) live(ctx context.Context, obj *unstructured.Unstructured) (*compact.Object, error) {
+	got, err := r.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+	if err != nil || got != nil || !r.Observer.Partial() {
+		return got, err
+	}
+	return r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
 }
 
 // catchUp waits until each informer has seen plumb's last write of the

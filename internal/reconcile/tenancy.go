@@ -200,7 +200,7 @@ func (s *pass) authorize(ctx context.Context, serviceAccount string) error {
 	if app.Spec.PruneEnabled() {
 		owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 		for _, obj := range s.stale() {
-			cached, err := r.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+			cached, err := r.live(ctx, obj)
 			if err == nil && (cached == nil || !owner.OwnsLive(cached)) {
 				continue // gone, or not the App's any more: Prune only drops it from the inventory
 			}

@@ -54,10 +54,12 @@ fuzz: ## Run each native fuzz target for FUZZTIME executions (default 50000x).
 .PHONY: bench
 bench: controlplane tools bench-micro ## Measure plumb beside Flux-style, Argo-style and naive baselines (full sizes), and the micro-benchmarks.
 	go run ./hack/bench --json
+	go run ./hack/bench --shards
 
 .PHONY: bench-quick
 bench-quick: controlplane tools ## The performance harness at smaller sizes (a few minutes).
 	go run ./hack/bench --quick --json
+	go run ./hack/bench --quick --shards
 
 .PHONY: bench-micro
 bench-micro: controlplane tools ## The Go micro-benchmarks of internal/source/, internal/diff/ and internal/ui/, each beside its baseline.

@@ -2,7 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"testing"
+	"time"
+
+	"github.com/plumb-dev/plumb/internal/shard"
 )
 
 // TestSmallestScenarioCountsWhatItShould runs the quick harness's per-tick
@@ -130,4 +135,64 @@ func TestInsertBeforeKeepsTheScenariosOrder(t *testing.T) {
 	if keys != "abcd" {
 		t.Errorf("keys in order %q, want abcd", keys)
 	}
+}
+
+// TestShardsScenarioCountsWhatItShould runs the shards scenario on a tiny
+// fleet and checks its counts: every App is synced on one and on three
+// replicas; one replica caches every object of the fleet, three split them
+// without overlap; before a replica stops, every App is at the owner the
+// placement over three gives it, and after, at the owner the placement over
+// two gives it, so the Apps moved are those the placement moves.
+func TestShardsScenarioCountsWhatItShould(t *testing.T) {
+	ctx := context.Background()
+	size := shardSizes{Apps: 24, PerApp: 2, Interval: 10 * time.Second}
+	w, err := newWorld(ctx, t.Logf)
+	if err != nil {
+		t.Fatalf("starting the bench's world: %v", err)
+	}
+	defer w.close()
+	f, err := measureShards(ctx, w, size, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.runs) != 2 || f.runs[0].replicas != 1 || f.runs[1].replicas != 3 {
+		t.Fatalf("runs = %+v, want one of 1 replica and one of 3", f.runs)
+	}
+	objects := float64(size.Apps * size.PerApp)
+	if got := f.runs[0].cached; len(got) != 1 || got[0] != objects {
+		t.Errorf("one replica caches %v objects, want [%v]", got, objects)
+	}
+	total := 0.0
+	for _, n := range f.runs[1].cached {
+		total += n
+		if n >= objects {
+			t.Errorf("a replica of three caches %v objects, all %v of the fleet", n, objects)
+		}
+	}
+	if len(f.runs[1].cached) != 3 || total != objects {
+		t.Errorf("three replicas cache %v objects, want %v in all", f.runs[1].cached, objects)
+	}
+	for _, run := range f.runs {
+		if run.steadyTicks == 0 || run.cold <= 0 {
+			t.Errorf("%d replicas: %v ticks in an interval, cold sync %vs", run.replicas, run.steadyTicks, run.cold)
+		}
+	}
+	three := shard.Place([]string{"r0", "r1", "r2"}, shard.DefaultEpsilon)
+	two := shard.Place([]string{"r0", "r1"}, shard.DefaultEpsilon)
+	before, after := f.owners[0], f.owners[1]
+	moved := 0
+	for a := range size.Apps {
+		name := fmt.Sprintf("shard-%05d", a)
+		slot := shard.SlotOf(f.ns, name)
+		if before[name] != three[slot] || after[name] != two[slot] {
+			t.Errorf("%s (slot %d): owner %q then %q, want %q then %q", name, slot, before[name], after[name], three[slot], two[slot])
+		}
+		if three[slot] != two[slot] {
+			moved++
+		}
+	}
+	if want := float64(moved) / float64(size.Apps); f.moved != want {
+		t.Errorf("moved fraction %v, want %v", f.moved, want)
+	}
+	writeShards(io.Discard, f)
 }

@@ -10,6 +10,7 @@
 //
 //	go run ./bench            # full: 1,000 objects per App, 5 runs
 //	go run ./bench --quick    # smaller sizes, fewer runs
+//	go run ./bench --shards   # only the fleet on 1 and 3 replicas
 package main
 
 import (
@@ -58,9 +59,21 @@ func main() {
 	quick := flag.Bool("quick", false, "smaller sizes and fewer runs (a few minutes)")
 	asJSON := flag.Bool("json", false, "end with one JSON line: each figure's key and plumb's median")
 	quiet := flag.Bool("quiet", false, "no progress lines on stderr")
+	shards := flag.Bool("shards", false, "run only the shards scenario: a fleet on 1 and on 3 replicas (--shards=auto)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *shards {
+		size, label := fullShardSizes, "full"
+		if *quick {
+			size, label = quickShardSizes, "quick (smaller sizes: not the figures the README quotes)"
+		}
+		if err := runShards(ctx, os.Stdout, size, label, logTo(!*quiet)); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	size, label := fullSizes, "full"
 	if *quick {
 		size, label = quickSizes, "quick (smaller sizes: not the figures the README quotes)"
@@ -102,6 +115,25 @@ func run(ctx context.Context, out io.Writer, size sizes, label string, asJSON bo
 		fmt.Fprintln(out)
 		return writeJSON(out, results)
 	}
+	return nil
+}
+
+// runShards measures the shards scenario in a world of its own and writes
+// its report.
+func runShards(ctx context.Context, out io.Writer, size shardSizes, label string, logf func(string, ...any)) error {
+	log.SetOutput(io.Discard)
+	began := time.Now()
+	w, err := newWorld(ctx, logf)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	f, err := measureShards(ctx, w, size, logf)
+	if err != nil {
+		return fmt.Errorf("shards: %w", err)
+	}
+	fmt.Fprintf(out, "plumb bench, shards scenario, %s run; %s on %s\n\n", label, time.Since(began).Round(time.Second), hostDescription())
+	writeShards(out, f)
 	return nil
 }
 

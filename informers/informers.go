@@ -7,8 +7,10 @@
 // change nothing a tick looks at (status, resourceVersion, the times in
 // managedFields) and plumb's own writes; an update that changed only an
 // object's kstatus health is reported apart (Options.OnHealth). A tick reads live state from here,
-// never from the API server; objects are kept compacted (package compact),
-// and Fetch reads one whole when a drift must be described.
+// not from the API server; objects are kept compacted (package compact),
+// and Fetch reads one whole when a drift must be described, or, for a
+// sharded replica whose cache holds only its slots' objects (Narrow), when
+// the cache lacks an object.
 package informers
 
 import (
@@ -99,6 +101,9 @@ type Cache struct {
 	// take over from those in types once they have listed their objects,
 	// guarded by mu.
 	successors map[schema.GroupVersionResource]*typeInformer
+	// waiting are the channels of the Narrow calls whose informers have
+	// not all taken over yet, guarded by mu.
+	waiting []chan struct{}
 }
 
 // typeInformer is the informer of one resource type: one for every
@@ -106,8 +111,11 @@ type Cache struct {
 type typeInformer struct {
 	gvk       schema.GroupVersionKind
 	informers map[string]cache.SharedIndexInformer // by namespace; "" is all
-	stop      context.CancelFunc
-	done      chan struct{} // closed when every informer stopped
+	// handlers are the registrations of the event handler, by namespace:
+	// synced once the handler has been given the initial list.
+	handlers map[string]cache.ResourceEventHandlerRegistration
+	stop     context.CancelFunc
+	done     chan struct{} // closed when every informer stopped
 
 	mu      sync.Mutex
 	lastErr map[string]error // per informer (by namespace): its last list/watch error
@@ -165,10 +173,12 @@ const takeOverTimeout = time.Minute
 // listed its objects: until then the old one serves Get, so that a tick
 // never sees a half-filled cache. An object of the new list that the old
 // informer held at the same resourceVersion is no event; one it held
-// otherwise (changed meanwhile) is; one of a slot it did not select is
-// not (the caller enqueues the Apps of slots it takes once the returned
-// channel is closed: when every replacement has taken over, or was
-// dropped). Without Options.Sharded it does nothing.
+// otherwise (changed meanwhile), or has not reported yet, is; one of a slot
+// it did not select is not: the caller enqueues the Apps of slots it takes
+// once the returned channel is closed, when no replacement is left to take
+// over (a later Narrow's too: an informer replaced before it took over
+// never served the slots of the first). Without Options.Sharded it does
+// nothing.
 func (c *Cache) Narrow(slots []int) <-chan struct{} {
 	done := make(chan struct{})
 	if !c.opts.Sharded {
@@ -181,24 +191,21 @@ func (c *Cache) Narrow(slots []int) <-chan struct{} {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.waiting = append(c.waiting, done)
 	if maps.Equal(selection, c.selection) {
-		close(done)
+		c.closeWaitingLocked()
 		return done
 	}
 	c.selection = selection
-	var takingOver sync.WaitGroup
 	for gvr, current := range c.types {
 		if previous, ok := c.successors[gvr]; ok {
 			previous.stop()
 		}
 		next := c.start(gvr, current.gvk, current)
 		c.successors[gvr] = next
-		takingOver.Go(func() { c.takeOver(gvr, next) })
+		go c.takeOver(gvr, next)
 	}
-	go func() {
-		takingOver.Wait()
-		close(done)
-	}()
+	c.closeWaitingLocked()
 	return done
 }
 
@@ -207,9 +214,8 @@ func (c *Cache) Narrow(slots []int) <-chan struct{} {
 // it does nothing when next was replaced or released meanwhile.
 func (c *Cache) takeOver(gvr schema.GroupVersionResource, next *typeInformer) {
 	deadline := time.After(takeOverTimeout)
-	keys := next.relevant(nil)
 wait:
-	for !next.hasSynced(keys) {
+	for !next.handled() {
 		select {
 		case <-next.done:
 			return
@@ -229,6 +235,38 @@ wait:
 	}
 	c.types[gvr] = next
 	next.predecessor.Store(nil)
+	c.closeWaitingLocked()
+}
+
+// closeWaitingLocked ends the waits of the Narrow calls made so far once
+// no informer is left to take over. c.mu is held.
+func (c *Cache) closeWaitingLocked() {
+	if len(c.successors) > 0 {
+		return
+	}
+	for _, done := range c.waiting {
+		close(done)
+	}
+	c.waiting = nil
+}
+
+// handled reports whether every informer of t has given its handler the
+// initial list, or cannot list for a reason that retrying will not fix
+// soon (its errors then reach WaitForSync, as the informer it replaces
+// would have).
+func (t *typeInformer) handled() bool {
+	for key, registration := range t.handlers {
+		if registration.HasSynced() {
+			continue
+		}
+		t.mu.Lock()
+		last := t.lastErr[key]
+		t.mu.Unlock()
+		if last == nil || !(apierrors.IsNotFound(last) || apierrors.IsForbidden(last) || apierrors.IsUnauthorized(last)) {
+			return false
+		}
+	}
+	return true
 }
 
 // Ensure records that app needs exactly these kinds: informers start for
@@ -305,6 +343,7 @@ func (c *Cache) releaseLocked(gvr schema.GroupVersionResource) {
 	if t, ok := c.successors[gvr]; ok {
 		t.stop()
 		delete(c.successors, gvr)
+		c.closeWaitingLocked()
 	}
 	for gvk, r := range c.resources {
 		if r == gvr {
@@ -313,8 +352,9 @@ func (c *Cache) releaseLocked(gvr schema.GroupVersionResource) {
 	}
 }
 
-// Len is the number of objects the informers hold (those taking over
-// from others not counted).
+// Len is the number of objects the informers hold; those of informers
+// still listing to take over from others (Narrow) are not counted, so
+// during a change of slots the process holds more than Len says.
 func (c *Cache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -341,6 +381,7 @@ func (c *Cache) Stop() {
 		<-t.done
 		delete(c.successors, gvr)
 	}
+	c.closeWaitingLocked()
 	c.users = map[types.NamespacedName]map[schema.GroupVersionResource]bool{}
 	c.resources = map[schema.GroupVersionKind]schema.GroupVersionResource{}
 }
@@ -350,8 +391,8 @@ func (c *Cache) Stop() {
 // c.mu is held.
 func (c *Cache) start(gvr schema.GroupVersionResource, gvk schema.GroupVersionKind, predecessor *typeInformer) *typeInformer {
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &typeInformer{gvk: gvk, informers: map[string]cache.SharedIndexInformer{}, seenRV: map[string]string{}, lastErr: map[string]error{},
-		stop: cancel, done: make(chan struct{}), selection: c.selection}
+	t := &typeInformer{gvk: gvk, informers: map[string]cache.SharedIndexInformer{}, handlers: map[string]cache.ResourceEventHandlerRegistration{},
+		seenRV: map[string]string{}, lastErr: map[string]error{}, stop: cancel, done: make(chan struct{}), selection: c.selection}
 	t.predecessor.Store(predecessor)
 	namespaces := c.opts.Namespaces
 	if len(namespaces) == 0 {
@@ -390,7 +431,7 @@ func (c *Cache) informerOf(t *typeInformer, gvr schema.GroupVersionResource, nam
 	// Handlers run after the store has the event's object, and raise seenRV
 	// only once they have reported the event: so seenRV never runs ahead of
 	// what Get returns, nor of the events reported.
-	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+	t.handlers[namespace], _ = informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initialList bool) {
 			defer t.saw(namespace, obj)
 			if initialList && t.knownToPredecessor(namespace, obj) {
@@ -472,8 +513,16 @@ func (t *typeInformer) knownToPredecessor(namespace string, obj any) bool {
 	if err != nil || !exists {
 		return false
 	}
-	h, ok := held.(*compact.Object)
-	return ok && h.GetResourceVersion() == o.GetResourceVersion()
+	if h, ok := held.(*compact.Object); !ok || h.GetResourceVersion() != o.GetResourceVersion() {
+		return false
+	}
+	// The store has it before the handler reported it: an event still
+	// queued for the handler would be lost when the predecessor stops.
+	predecessor.mu.Lock()
+	seen := predecessor.seenRV[namespace]
+	predecessor.mu.Unlock()
+	cmp, err := resourceversion.CompareResourceVersion(seen, o.GetResourceVersion())
+	return err == nil && cmp >= 0
 }
 
 // relevant are the keys of the informers that hold objects of namespaces
@@ -677,7 +726,8 @@ func (c *Cache) typeOf(gvk schema.GroupVersionKind) (*typeInformer, error) {
 }
 
 // Get returns the cached object, or nil when the cache has none (it does not
-// exist or plumb does not own it). The object is compacted and shared with
+// exist, plumb does not own it, or, when Partial, it is not labelled with
+// a slot the cache holds). The object is compacted and shared with
 // the cache (it is immutable).
 func (c *Cache) Get(gvk schema.GroupVersionKind, namespace, name string) (*compact.Object, error) {
 	t, err := c.typeOf(gvk)
@@ -759,7 +809,16 @@ func (c *Cache) WaitForResourceVersion(ctx context.Context, gvk schema.GroupVers
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %s has not caught up with resourceVersion %s (at %q): %v", ErrNotSynced, gvk.Kind, rv, seen, ctx.Err())
 		case <-t.done:
-			return fmt.Errorf("%w: %s: informer stopped", ErrNotSynced, gvk.Kind)
+			next, err := c.typeOf(gvk)
+			if err != nil || next == t {
+				return fmt.Errorf("%w: %s: informer stopped", ErrNotSynced, gvk.Kind)
+			}
+			// Replaced by one of a new selection (Narrow): it lists, then
+			// watches, so it sees rv unless the object left its selection.
+			if key, watched = next.keyFor(namespace); !watched {
+				return nil
+			}
+			t = next
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

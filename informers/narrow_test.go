@@ -84,16 +84,19 @@ func TestNarrowKeepsTheObjectsOfTheSlotsGiven(t *testing.T) {
 
 	t.Run("taking a slot more keeps serving the objects held while the new informers list", func(t *testing.T) {
 		synced := cache.Narrow([]int{1, 2})
+		deadline := time.Now().Add(time.Minute)
 		for done := false; !done; {
 			select {
 			case <-synced:
 				done = true
-			case <-time.After(time.Minute):
-				t.Fatal("Narrow did not end")
 			default:
 				if !cached("one") {
 					t.Fatal("object one was missing from the cache while it took slot 2")
 				}
+				if time.Now().After(deadline) {
+					t.Fatal("Narrow did not end")
+				}
+				time.Sleep(time.Millisecond)
 			}
 		}
 		if got := held(); len(got) != 2 || got[0] != "one" || got[1] != "two" {
@@ -153,6 +156,41 @@ func TestNarrowKeepsTheObjectsOfTheSlotsGiven(t *testing.T) {
 		}
 		cache.Release(appB)
 	})
+}
+
+// A Narrow that a later one overtakes before its informers took over ends
+// only when the later one's have: until then, the cache serves neither's
+// slots, and the Apps of its slots must not be enqueued.
+func TestANarrowOvertakenEndsWithTheLaterOne(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+	ns := namespace(t, c)
+	for _, cm := range []*corev1.ConfigMap{inSlot(ns, "four", appA, 4), inSlot(ns, "five", appB, 5)} {
+		if err := c.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache, ev := newCacheWith(t, cluster.Config, Options{Sharded: true})
+	if err := cache.Ensure(appA, []schema.GroupVersionKind{configMapKind}); err != nil {
+		t.Fatal(err)
+	}
+	first := cache.Narrow([]int{4})
+	second := cache.Narrow([]int{4, 5})
+	for i, done := range []<-chan struct{}{first, second} {
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatalf("Narrow %d did not end", i+1)
+		}
+		for _, name := range []string{"four", "five"} {
+			if got, err := cache.Get(configMapKind, ns, name); got == nil || err != nil {
+				t.Errorf("after Narrow %d ended, %s is not cached (%v)", i+1, name, err)
+			}
+		}
+	}
+	if a, b := ev.count(appA), ev.count(appB); a != 0 || b != 0 {
+		t.Errorf("objects of slots taken were reported: App a %d, App b %d times; want 0", a, b)
+	}
 }
 
 func TestNarrowDoesNothingToAnUnshardedCache(t *testing.T) {

@@ -467,12 +467,14 @@ type slots struct {
 // Take lets the ticks of the Apps of taken slots through, and enqueues
 // those Apps once the informers hold their objects.
 func (s *slots) Take(taken []int) {
-	apps := s.appsOf(taken)
-	for _, key := range apps {
+	for _, key := range s.appsOf(taken) {
 		s.released(key) // what this replica remembers of it may be stale: another ticked it since
 	}
 	s.gate.Take(taken)
 	s.metrics.ObserveSlotMoves("take", len(taken))
+	// Listed again once the gate lets them through: an App created
+	// meanwhile was refused by the gate when its event came.
+	apps := s.appsOf(taken)
 	synced := s.objects.Narrow(s.held())
 	go func() {
 		<-synced // a tick before that reads what the cache lacks from the API server
@@ -522,10 +524,13 @@ func (s *slots) Release(released []int) {
 	s.objects.Narrow(s.held()) // the objects of released slots leave the cache
 }
 
+// Lost stops every tick. The informers keep their objects: a replica
+// cut off from the API server most often takes the same slots back, and
+// dropping them would make it list them all again when the server is
+// back, as every replica cut off would.
 func (s *slots) Lost() {
 	s.gate.Lose()
 	s.metrics.ObserveSlotMoves("lost", 1)
-	s.objects.Narrow(nil)
 }
 
 // term is a term of ticking: a new queue with every App in it, and a new

@@ -3,6 +3,7 @@ package diff
 import (
 	"encoding/hex"
 	"fmt"
+	"maps"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -13,6 +14,9 @@ import (
 // Hash is a stable digest of an object's content, without the revision and
 // content-hash annotations (they follow the content, see package
 // v1alpha1); an annotations map left empty without them counts as none.
+// The slot label is left out too: it names where the App is ticked, not
+// what Git says, so that objects applied before it existed keep their
+// hash (and an ordered App's content) when they gain it.
 //
 // It walks the object once, writing each value with its type and length
 // (maps with their keys in order) and hashes the result: no copy of the
@@ -24,7 +28,7 @@ func Hash(obj *unstructured.Unstructured) (string, error) {
 	e.Grow(1024)
 	err := e.Map(obj.Object, func(key string, v any) (any, bool) {
 		if metadata, ok := v.(map[string]any); ok && key == "metadata" {
-			return withoutOwnAnnotations(metadata), false
+			return withoutSlotLabel(withoutOwnAnnotations(metadata)), false
 		}
 		return v, false
 	})
@@ -40,38 +44,47 @@ func Hash(obj *unstructured.Unstructured) (string, error) {
 // (YAML's empty "annotations:"), as the stamped object will hold it;
 // metadata itself is not changed (it is copied only when it must be).
 func withoutOwnAnnotations(metadata map[string]any) map[string]any {
-	value, present := metadata["annotations"]
+	return withoutEntries(metadata, "annotations", plumbv1.AnnotationRevision, plumbv1.AnnotationContentHash)
+}
+
+// withoutSlotLabel returns metadata without the slot label, and without a
+// labels map left empty or null; metadata itself is not changed.
+func withoutSlotLabel(metadata map[string]any) map[string]any {
+	return withoutEntries(metadata, "labels", plumbv1.LabelSlot)
+}
+
+// withoutEntries returns metadata without keys in its map field, and
+// without the field when that leaves it empty or it is null; metadata is
+// copied only when something must go.
+func withoutEntries(metadata map[string]any, field string, keys ...string) map[string]any {
+	value, present := metadata[field]
 	if present && value == nil {
-		out := make(map[string]any, len(metadata))
-		for k, v := range metadata {
-			out[k] = v
-		}
-		delete(out, "annotations")
+		out := maps.Clone(metadata)
+		delete(out, field)
 		return out
 	}
-	annotations, ok := value.(map[string]any)
+	entries, ok := value.(map[string]any)
 	if !ok {
 		return metadata
 	}
-	_, rev := annotations[plumbv1.AnnotationRevision]
-	_, hash := annotations[plumbv1.AnnotationContentHash]
-	if !rev && !hash && len(annotations) > 0 {
-		return metadata
-	}
-	kept := make(map[string]any, len(annotations))
-	for k, v := range annotations {
-		if k != plumbv1.AnnotationRevision && k != plumbv1.AnnotationContentHash {
-			kept[k] = v
+	found := false
+	for _, key := range keys {
+		if _, ok := entries[key]; ok {
+			found = true
 		}
 	}
-	out := make(map[string]any, len(metadata))
-	for k, v := range metadata {
-		out[k] = v
+	if !found && len(entries) > 0 {
+		return metadata
 	}
+	kept := maps.Clone(entries)
+	for _, key := range keys {
+		delete(kept, key)
+	}
+	out := maps.Clone(metadata)
 	if len(kept) == 0 {
-		delete(out, "annotations")
+		delete(out, field)
 	} else {
-		out["annotations"] = kept
+		out[field] = kept
 	}
 	return out
 }

@@ -63,6 +63,29 @@ func TestHashLeavesOutPlumbsOwnAnnotations(t *testing.T) {
 	}
 }
 
+// An object that gains the slot label (applied before the label existed)
+// keeps its hash; its other labels still count.
+func TestHashLeavesOutTheSlotLabel(t *testing.T) {
+	owned := objectOf(t, `{"metadata":{"name":"a","labels":{"plumb.dev/app-name":"x"}},"data":{"k":"v"}}`)
+	slotted := objectOf(t, `{"metadata":{"name":"a","labels":{"plumb.dev/app-name":"x","plumb.dev/slot":"7"}},"data":{"k":"v"}}`)
+	plain := objectOf(t, `{"metadata":{"name":"a"},"data":{"k":"v"}}`)
+	onlySlot := objectOf(t, `{"metadata":{"name":"a","labels":{"plumb.dev/slot":"7"}},"data":{"k":"v"}}`)
+	if mustHash(t, owned) != mustHash(t, slotted) {
+		t.Error("the slot label changed the hash")
+	}
+	if mustHash(t, plain) != mustHash(t, onlySlot) {
+		t.Error("a labels map holding only the slot label hashed unlike none")
+	}
+	if mustHash(t, owned) == mustHash(t, plain) {
+		t.Error("another label did not change the hash")
+	}
+	before := slotted.DeepCopy()
+	mustHash(t, slotted)
+	if !reflect.DeepEqual(before.Object, slotted.Object) {
+		t.Error("Hash changed the object")
+	}
+}
+
 // TestHashTellsContentsApart checks pairs that a careless encoding would
 // confuse: key/value boundaries, types, nesting, order of list items.
 func TestHashTellsContentsApart(t *testing.T) {

@@ -284,7 +284,7 @@ func (m *Metrics) ObserveShard(members, slots, apps int) {
 func NewCachedObjects(count func() int) prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "plumb_cached_objects",
-		Help: "Objects the informers of the Observe phase hold (with --shards=auto: those of the slots this replica holds).",
+		Help: "Objects the informers of the Observe phase hold (with --shards=auto: those of the slots this replica holds; informers listing to replace others during a change of slots are not counted).",
 	}, func() float64 { return float64(count()) })
 }
 

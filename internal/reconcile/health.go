@@ -226,6 +226,10 @@ func (r *Reconciler) assess(app *plumbv1.App) *plumbv1.HealthStatus {
 	return summary.Status()
 }
 
+// partialReadTimeout bounds the read of an object that a sharded
+// replica's cache lacks when its health is assessed.
+const partialReadTimeout = 10 * time.Second
+
 // objectHealth is one of the App's objects' health: from the informer
 // cache, or as plumb's own last write left it while the cache has not
 // caught up with that write.
@@ -233,6 +237,15 @@ func (r *Reconciler) objectHealth(key types.NamespacedName, ref plumbv1.ObjectRe
 	id := idOfRef(ref)
 	gvk := schema.GroupVersionKind{Group: ref.Group, Version: ref.Version, Kind: ref.Kind}
 	cached, err := r.Observer.Get(gvk, ref.Namespace, ref.Name)
+	if err == nil && cached == nil && r.Observer.Partial() {
+		// A sharded replica's cache lacks it: not labelled with the slot
+		// yet (its tick relabels it), or a slot taken a moment ago.
+		ctx, cancel := context.WithTimeout(context.Background(), partialReadTimeout)
+		if fetched, ferr := r.Observer.Fetch(ctx, gvk, ref.Namespace, ref.Name); ferr == nil && fetched != nil && fetched.Label(plumbv1.LabelAppName) != "" {
+			cached = fetched
+		}
+		cancel()
+	}
 	rv, written := r.memory.written(key, id)
 	known := rv != "" && written != (health.Result{})
 	switch {

@@ -324,7 +324,11 @@ func (r *Reconciler) live(ctx context.Context, obj *unstructured.Unstructured) (
 	if err != nil || got != nil || !r.Observer.Partial() {
 		return got, err
 	}
-	return r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+	fetched, err := r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+	if err != nil || fetched == nil || fetched.Label(plumbv1.LabelAppName) == "" {
+		return nil, err // an object no App owns is not in any replica's cache either
+	}
+	return fetched, nil
 }
 
 // catchUp waits until each informer has seen plumb's last write of the

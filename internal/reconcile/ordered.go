@@ -181,6 +181,9 @@ func (s *pass) applyOrdered(ctx context.Context, changes *fluxssa.ChangeSet, log
 	if !s.changesAnything() && !retry && (sync == nil || sync.Phase == plumbv1.SyncPhaseSucceeded) {
 		next.Phase, next.FinishedAt, next.Message = plumbv1.SyncPhaseSucceeded, &now, "nothing to change: no hook ran"
 		app.Status.Sync = next
+		if len(s.planned.apply) > 0 { // objects that only gain the slot label
+			return s.applyAll(ctx, changes, log)
+		}
 		return nil
 	}
 	app.Status.Sync = next
@@ -253,10 +256,13 @@ func (s *pass) runsHooks() bool {
 }
 
 // changesAnything says the plan applies or prunes something: an object
-// that left Git and that the last tick found kept is no change.
+// that left Git and that the last tick found kept is no change, nor is one
+// that only gains the slot label.
 func (s *pass) changesAnything() bool {
-	if len(s.planned.apply) > 0 {
-		return true
+	for _, obj := range s.planned.apply {
+		if !s.planned.relabelled[idOf(obj)] {
+			return true
+		}
 	}
 	if !s.app.Spec.PruneEnabled() {
 		return false

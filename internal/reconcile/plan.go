@@ -31,6 +31,10 @@ type plan struct {
 	// conflicts are, per object, the fields left to a manager that keeps
 	// changing them (reported every tick while they last).
 	conflicts map[objectID][]fieldConflict
+	// relabelled are the objects of apply that Git did not change and
+	// that only gain the slot label (applied by a plumb before it had the
+	// label): applied quietly, no change of the App's content.
+	relabelled map[objectID]bool
 }
 
 // drift is one drifted object.
@@ -71,6 +75,10 @@ type differ struct {
 	kinds         *tickKinds
 	applied       map[objectID]string
 	newNamespaces map[string]bool
+	// owner is the App as the owner of its objects, and slot the value of
+	// its slot label.
+	owner ssa.Owner
+	slot  string
 }
 
 func (r *Reconciler) differ(app *plumbv1.App, applier Applier, log *zap.Logger) *differ {
@@ -85,6 +93,8 @@ func (r *Reconciler) differ(app *plumbv1.App, applier Applier, log *zap.Logger) 
 func (df *differ) plan(ctx context.Context, desired []*unstructured.Unstructured,
 	live map[objectID]*compact.Object, kinds *tickKinds, revision string) (*plan, error) {
 	df.revision, df.kinds = revision, kinds
+	df.owner = ssa.Owner{Name: df.app.Name, Namespace: df.app.Namespace}
+	df.slot = df.owner.Slot()
 	df.applied = appliedFieldsOf(df.app.Status.Inventory)
 	df.newNamespaces = map[string]bool{}
 	for _, obj := range desired {
@@ -92,7 +102,7 @@ func (df *differ) plan(ctx context.Context, desired []*unstructured.Unstructured
 			df.newNamespaces[obj.GetName()] = true
 		}
 	}
-	p := &plan{drifted: map[objectID]drift{}, left: map[objectID]bool{}, conflicts: map[objectID][]fieldConflict{}}
+	p := &plan{drifted: map[objectID]drift{}, left: map[objectID]bool{}, conflicts: map[objectID][]fieldConflict{}, relabelled: map[objectID]bool{}}
 	for _, obj := range desired {
 		j, err := df.judge(ctx, obj, live[idOf(obj)])
 		if err != nil {
@@ -200,6 +210,10 @@ func (df *differ) add(p *plan, obj *unstructured.Unstructured, j judgement) {
 			// Git's values, under another manager: take the fields back,
 			// quietly (no drift), so that plumb can remove them later.
 			p.apply = append(p.apply, obj)
+		} else if j.live != nil && df.owner.OwnsLive(j.live) && j.live.Label(plumbv1.LabelSlot) != df.slot {
+			// Applied by a plumb before the slot label: it gains it.
+			p.apply = append(p.apply, obj)
+			p.relabelled[id] = true
 		}
 	case diff.Create, diff.Update, diff.Ambiguous:
 		if !j.newConflict {

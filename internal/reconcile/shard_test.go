@@ -9,11 +9,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/informers/compact"
+	"github.com/plumb-dev/plumb/internal/diff"
 	"github.com/plumb-dev/plumb/internal/shard"
 	"github.com/plumb-dev/plumb/queue"
 )
@@ -124,4 +127,119 @@ func TestAShardedReplicaReadsWhatItsCacheLacks(t *testing.T) {
 			t.Errorf("an unchanged tick of a sharded replica made %d API requests, want 0: %v", len(got), got)
 		}
 	})
+}
+
+// An object that a plumb from before the slot label applied (its labels,
+// hash, revision and plumb's fields without the label) gains the label at
+// the next tick, quietly: no drift, its revision kept, and an ordered App's
+// sync not started again (its hook is not run again).
+func TestAnObjectAppliedBeforeTheSlotLabelGainsItQuietly(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	w, repo := newRepo(t, map[string]string{
+		"deploy/presync.yaml":  hookConfigMap("schema", "PreSync"),
+		"deploy/settings.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  color: blue\n",
+	})
+	app := newApp(t, repo, noWait)
+	key := client.ObjectKeyFromObject(app)
+	slot := shard.SlotOf(key.Namespace, key.Name)
+	first := newShardedHarness(t)
+	narrow(t, first, slot)
+	ready(t, first.tick(t, key, queue.WakeTimer))
+	got := first.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	if got.Status.Sync == nil || got.Status.Sync.Phase != plumbv1.SyncPhaseSucceeded {
+		t.Fatalf("status.sync = %+v, want the sync succeeded", got.Status.Sync)
+	}
+	syncStarted := got.Status.Sync.StartedAt
+	settingsKey := types.NamespacedName{Namespace: key.Namespace, Name: "settings"}
+	hook := &corev1.ConfigMap{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: "schema"}, hook); err != nil {
+		t.Fatal(err)
+	}
+
+	// What an older plumb would have left: the same apply by field manager
+	// plumb, without the slot label, and its inventory entry.
+	live := &corev1.ConfigMap{}
+	if err := c.Get(ctx, settingsKey, live); err != nil {
+		t.Fatal(err)
+	}
+	revision := live.Annotations[plumbv1.AnnotationRevision]
+	labels := map[string]any{}
+	for k, v := range live.Labels {
+		if k != plumbv1.LabelSlot {
+			labels[k] = v
+		}
+	}
+	annotations := map[string]any{}
+	for k, v := range live.Annotations {
+		annotations[k] = v
+	}
+	old := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "settings", "namespace": key.Namespace, "labels": labels, "annotations": annotations},
+		"data":     map[string]any{"color": "blue"}}}
+	oldHash, err := diff.Hash(old) // the content hash the older plumb computed, without the label
+	if err != nil {
+		t.Fatal(err)
+	}
+	annotations[plumbv1.AnnotationContentHash] = oldHash
+	if err := c.Patch(ctx, old, client.Apply, client.FieldOwner(plumbv1.FieldManager), client.ForceOwnership); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := old.GetLabels()[plumbv1.LabelSlot]; ok {
+		t.Fatal("the older plumb's apply kept the slot label")
+	}
+	compacted, err := compact.Of(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record, err := diff.RecordFromLive(annotations[plumbv1.AnnotationContentHash].(string), compacted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := &plumbv1.App{}
+	if err := c.Get(ctx, key, stored); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range stored.Status.Inventory.Entries {
+		if e.Kind == "ConfigMap" && e.Name == "settings" {
+			stored.Status.Inventory.Entries[i].AppliedFields = record.FieldsDigest()
+		}
+	}
+	if err := c.Status().Update(ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+
+	// A commit outside the App's path: a new revision, the same content.
+	pushed(t, w, map[string]string{"README.md": "docs\n"})
+	upgraded := newShardedHarness(t) // a new process: it remembers nothing
+	narrow(t, upgraded, slot)
+	got = upgraded.tick(t, key, queue.WakeTimer)
+	ready(t, got)
+	if err := c.Get(ctx, settingsKey, live); err != nil {
+		t.Fatal(err)
+	}
+	if live.Labels[plumbv1.LabelSlot] != strconv.Itoa(slot) || live.Annotations[plumbv1.AnnotationRevision] != revision {
+		t.Errorf("after the tick: labels %v, revision %q; want the slot label %d and the revision %q kept",
+			live.Labels, live.Annotations[plumbv1.AnnotationRevision], slot, revision)
+	}
+	if got.Status.Sync == nil || !got.Status.Sync.StartedAt.Equal(&syncStarted) {
+		t.Errorf("status.sync = %+v, want the sync started at %v, not a new one", got.Status.Sync, syncStarted)
+	}
+	again := &corev1.ConfigMap{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: "schema"}, again); err != nil || again.UID != hook.UID {
+		t.Errorf("the PreSync hook was run again (uid %s, was %s): %v", again.UID, hook.UID, err)
+	}
+	for _, e := range upgraded.recorded() {
+		if strings.Contains(e, "Drift") {
+			t.Errorf("gaining the slot label was reported as a drift: %s", e)
+		}
+	}
+	waitCached(t, upgraded, live)
+	ready(t, upgraded.tick(t, key, queue.WakeTimer))
+	upgraded.counter.Reset()
+	ready(t, upgraded.tick(t, key, queue.WakeEvent))
+	if got := upgraded.counter.Matching(""); len(got) != 0 {
+		t.Errorf("the tick after made %d API requests, want 0: %v", len(got), got)
+	}
 }

@@ -200,13 +200,16 @@ func (s *pass) authorize(ctx context.Context, serviceAccount string) error {
 	if app.Spec.PruneEnabled() {
 		owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 		for _, obj := range s.stale() {
-			cached, err := r.live(ctx, obj)
-			if err == nil && (cached == nil || !owner.OwnsLive(cached)) {
+			live, err := r.live(ctx, obj)
+			if err == nil && (live == nil || !owner.OwnsLive(live)) {
 				continue // gone, or not the App's any more: Prune only drops it from the inventory
 			}
-			if _, kept := r.keptInCache(obj, owner); !kept {
-				deletes = append(deletes, ssa.Access{Verb: "delete", Object: obj})
+			if err == nil {
+				if _, kept := ssa.PruneGuardLive(live); kept {
+					continue
+				}
 			}
+			deletes = append(deletes, ssa.Access{Verb: "delete", Object: obj})
 		}
 	}
 	user := impersonation.Username(app.Namespace, serviceAccount)

@@ -80,6 +80,35 @@ func tickSpans(t *testing.T, replica, logPath string) []tickSpan {
 	return out
 }
 
+// appliesSince counts, per App, the ticks of a controller's log that
+// applied objects ("Applied objects") at or after since.
+func appliesSince(t *testing.T, logPath string, since time.Time) map[string]int {
+	t.Helper()
+	f, err := os.Open(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]int{}
+	scanner := bufio.NewScanner(f)
+	scanner.Buffer(make([]byte, 1<<20), 16<<20)
+	for scanner.Scan() {
+		parts := strings.Split(scanner.Text(), "\t")
+		if len(parts) < 6 || parts[len(parts)-2] != "Applied objects" {
+			continue
+		}
+		at, err := time.Parse("2006-01-02T15:04:05.000Z0700", parts[0])
+		if err != nil || at.Before(since.Truncate(time.Millisecond)) {
+			continue
+		}
+		var fields struct{ App string }
+		if json.Unmarshal([]byte(parts[len(parts)-1]), &fields) == nil && fields.App != "" {
+			out[fields.App]++
+		}
+	}
+	return out
+}
+
 // Three controller processes spread 60 Apps over them by Leases: each App
 // is ticked by the replica the placement gives it; a replica killed with
 // SIGKILL has its Apps taken over (a drift of one of them healed by its
@@ -227,7 +256,18 @@ func TestAppsAreSpreadOverReplicasAndHandedOver(t *testing.T) {
 	}
 	readyAt(t, ns, "app-0", second)
 
-	// A graceful stop hands a's Apps over to c.
+	// A graceful stop hands a's Apps over to c, while a push that changes
+	// every App is under way: each App applies it once, by a or by c.
+	changed := map[string]string{}
+	for i := range apps {
+		changed[fmt.Sprintf("apps/app-%d/config.yaml", i)] = configMapYAML(fmt.Sprintf("config-%d", i), "handed-over")
+	}
+	third := commit(t, w, changed)
+	pushedAt := time.Now()
+	headers, body = githubPush(t, url, ns)
+	if code, answer, err := sendHookTo(replicas["c"].webhookAddr, "github", headers, body); err != nil || code != http.StatusAccepted {
+		t.Fatalf("the push to replica c: %d %q %v", code, answer, err)
+	}
 	stoppedAt := time.Now()
 	if err := replicas["a"].stop(); err != nil {
 		t.Logf("replica a's exit: %v", err)
@@ -248,6 +288,20 @@ func TestAppsAreSpreadOverReplicasAndHandedOver(t *testing.T) {
 		return n == apps, fmt.Sprintf("%d of %d", n, apps)
 	})
 	t.Logf("handover after a graceful stop: every App ticked by c %s after the stop began (measured by polling)", time.Since(stoppedAt).Round(100*time.Millisecond))
+	for _, name := range names {
+		readyAt(t, ns, name, third)
+	}
+	applies := map[string]int{}
+	for _, p := range []*controllerProcess{stopped, replicas["c"]} {
+		for app, n := range appliesSince(t, p.logPath, pushedAt) {
+			applies[app] += n
+		}
+	}
+	for _, name := range names {
+		if n := applies[ns+"/"+name]; n != 1 {
+			t.Errorf("%s applied the pushed commit %d times over the handover, want once", name, n)
+		}
+	}
 
 	// Never two replicas on one App at once.
 	var spans []tickSpan

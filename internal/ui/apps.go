@@ -34,6 +34,9 @@ type appRow struct {
 	DriftBy      string `json:"driftBy,omitempty"`
 	Suspended    bool   `json:"suspended,omitempty"`
 	Message      string `json:"message,omitempty"`
+	// Shard is the controller replica that last ticked the App
+	// (--shards=auto; empty with one replica ticking every App).
+	Shard string `json:"shard,omitempty"`
 	// SyncHandled is status.lastHandledSyncRequest and SyncRequested the
 	// sync annotation, which the App page follows after a Sync
 	// (syncrequest.Answers).
@@ -50,7 +53,7 @@ func rowOf(app *plumbv1.App, now time.Time) appRow {
 		Revision: appview.ShortRevision(app.Status.LastAppliedRevision), LastTick: appview.Age(app.Status.LastTickTime, now),
 		FailingPhase: appview.FailingPhase(app), Message: readyMessage(app), Suspended: app.Spec.Suspend,
 		RevisionURL: commitURL(app.Spec.Source.GitRepository().URL, app.Status.LastAppliedRevision), SyncHandled: app.Status.LastHandledSyncRequest,
-		SyncRequested: syncrequest.Requested(app)}
+		SyncRequested: syncrequest.Requested(app), Shard: appview.Printable(app.Status.Shard)}
 	row.Drift = appview.DriftCount(app)
 	if t := app.Status.LastTickTime; t != nil {
 		row.LastTickAt = t.UnixMilli()

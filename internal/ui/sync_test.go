@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -82,5 +83,29 @@ func TestTheAppPageNamesItsShard(t *testing.T) {
 		if want == "" && strings.Contains(body, "Shard") {
 			t.Error("the page of an App without a shard mentions one")
 		}
+	}
+}
+
+// The Apps list names the replica that last ticked each App, from
+// status.shard, in the page and in the rows the live updates send.
+func TestTheAppsListNamesEachAppsShard(t *testing.T) {
+	s, err := New(Options{Identity: Local{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}}
+	app.Status.Shard = "plumb-2"
+	row := rowOf(app, time.Now())
+	if row.Shard != "plumb-2" {
+		t.Fatalf("row.Shard = %q, want plumb-2", row.Shard)
+	}
+	encoded, err := json.Marshal(row)
+	if err != nil || !strings.Contains(string(encoded), `"shard":"plumb-2"`) {
+		t.Errorf("the live row %s (%v) lacks the shard", encoded, err)
+	}
+	rec := httptest.NewRecorder()
+	s.render(rec, http.StatusOK, "apps.html", appsPage{Apps: []appRow{row}})
+	if body := rec.Body.String(); !strings.Contains(body, `<th scope="col">Shard</th>`) || !strings.Contains(body, `<td data-label="Shard">plumb-2</td>`) {
+		t.Errorf("the Apps list lacks the Shard column or its value:\n%s", body)
 	}
 }

@@ -202,6 +202,7 @@
     tr.appendChild(tick);
     tr.appendChild(cell('Failing phase', r.failingPhase || ''));
     tr.appendChild(cell('Drift', String(r.drift) + (r.driftBy ? ' by ' + r.driftBy : ''), 'drift'));
+    tr.appendChild(cell('Shard', r.shard || ''));
     tr.appendChild(cell('Message', r.message || '', 'message'));
     tr.dataset.signature = signature;
     return tr;
@@ -231,7 +232,7 @@
     if (wanted.length === 0) {
       var empty = document.createElement('tr');
       var td = document.createElement('td');
-      td.colSpan = 9;
+      td.colSpan = 10;
       td.textContent = 'No Apps' + (namespace ? ' in namespace ' + namespace : '') + '.';
       empty.appendChild(td);
       wanted.push(empty);

@@ -19,6 +19,7 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/shard"
 	"github.com/plumb-dev/plumb/internal/source/git/gittest"
 	"github.com/plumb-dev/plumb/internal/testenv"
 	"github.com/plumb-dev/plumb/webhook"
@@ -190,6 +192,55 @@ controller: {noCrossNamespace: false}`))
 		deleteApps(t, k8s, "hello", "scoped", "elsewhere")
 	})
 
+	t.Run("upgrade to shards: 2: two pods spread the Apps over their Leases", func(t *testing.T) {
+		helmUpgrade(t, helm, values(t, "webhook: {providers: [github, gitlab]}\nshards: 2"))
+		deployment := &appsv1.Deployment{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: releaseNamespace, Name: "plumb"}, deployment); err != nil {
+			t.Fatal(err)
+		}
+		if r := deployment.Spec.Replicas; r == nil || *r != 2 {
+			t.Fatalf("the Deployment runs %v replicas, want 2", r)
+		}
+		pods := []string{"plumb-6d9f-a", "plumb-6d9f-b"}
+		for _, pod := range pods {
+			p := runAsTheChart(t, plumbBin, "POD_NAME="+pod)
+			defer p.stop(t)
+		}
+		apps := []string{"spread-1", "spread-2", "spread-3", "spread-4"}
+		for _, name := range apps {
+			createApp(t, k8s, "hello", name, repoURL, name)
+		}
+		placed := shard.Place(pods, shard.DefaultEpsilon)
+		poll(t, "every App Ready at the pod the placement gives it", func() (bool, string) {
+			wrong := []string{}
+			for _, name := range apps {
+				app := &plumbv1.App{}
+				if err := k8s.Get(ctx, client.ObjectKey{Namespace: "hello", Name: name}, app); err != nil {
+					return false, err.Error()
+				}
+				if !apimeta.IsStatusConditionTrue(app.Status.Conditions, plumbv1.ConditionReady) || app.Status.Shard != placed[shard.SlotOf("hello", name)] {
+					wrong = append(wrong, fmt.Sprintf("%s at %q", name, app.Status.Shard))
+				}
+			}
+			return len(wrong) == 0, strings.Join(wrong, ", ")
+		})
+		leases := &coordinationv1.LeaseList{}
+		if err := k8s.List(ctx, leases, client.InNamespace(releaseNamespace), client.HasLabels{shard.LabelGroup}); err != nil {
+			t.Fatal(err)
+		}
+		var holders []string
+		for _, l := range leases.Items {
+			if l.Spec.HolderIdentity != nil {
+				holders = append(holders, *l.Spec.HolderIdentity)
+			}
+		}
+		slices.Sort(holders)
+		if !slices.Equal(holders, pods) {
+			t.Errorf("the shard Leases are held by %v, want one per pod %v", holders, pods)
+		}
+		deleteApps(t, k8s, "hello", apps...)
+	})
+
 	t.Run("uninstall leaves nothing behind but the CRDs", func(t *testing.T) {
 		if _, err := action.NewUninstall(helm).Run("plumb"); err != nil {
 			t.Fatalf("helm uninstall: %v", err)
@@ -266,7 +317,7 @@ func pushExample(t *testing.T) string {
 		return "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: " + name + ", namespace: hello}\ndata: {greeting: hello}\n"
 	}
 	service := "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: hello}\nspec: {ports: [{port: 80}], selector: {app: web}}\n"
-	if _, err := w.Commit("the example", map[string]string{
+	files := map[string]string{
 		"web/configmap.yaml":       configMap("web"),
 		"web/service.yaml":         service,
 		"outside/clusterrole.yaml": "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: plumb-chart-test-outside}\nrules: []\n",
@@ -274,7 +325,11 @@ func pushExample(t *testing.T) string {
 		"elsewhere/configmap.yaml": strings.ReplaceAll(configMap("elsewhere"), "namespace: hello", "namespace: other"),
 		"tenant/configmap.yaml":    configMap("tenant"),
 		"tenant/service.yaml":      strings.ReplaceAll(service, "name: web", "name: tenant"),
-	}); err != nil {
+	}
+	for i := 1; i <= 4; i++ {
+		files[fmt.Sprintf("spread-%d/configmap.yaml", i)] = configMap(fmt.Sprintf("spread-%d", i))
+	}
+	if _, err := w.Commit("the example", files); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Push("main"); err != nil {
@@ -353,7 +408,7 @@ type chartProcess struct {
 // runAsTheChart starts plumb with the installed Deployment's arguments,
 // a token of its ServiceAccount from the TokenRequest API, and the files
 // its volumes would hold; only addresses and folders are local ones.
-func runAsTheChart(t *testing.T, plumbBin string) *chartProcess {
+func runAsTheChart(t *testing.T, plumbBin string, env ...string) *chartProcess {
 	t.Helper()
 	ctx := context.Background()
 	tc, err := newTestClientsFor(cluster.Config)
@@ -421,6 +476,7 @@ func runAsTheChart(t *testing.T, plumbBin string) *chartProcess {
 		t.Fatal(err)
 	}
 	p.cmd = exec.Command(plumbBin, args...)
+	p.cmd.Env = append(os.Environ(), env...) // what the pod's env would set
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -69,12 +70,15 @@ type shardFigures struct {
 // stops one of the three and counts the Apps that changed owner.
 func measureShards(ctx context.Context, w *world, size shardSizes, logf func(string, ...any)) (*shardFigures, error) {
 	f := &shardFigures{size: size}
+	// One file per App (its ConfigMaps as YAML documents): the repository
+	// stays under the Read phase's file count limit (20,000 by default).
 	files := map[string]string{}
 	for a := range size.Apps {
+		docs := make([]string, size.PerApp)
 		for o := range size.PerApp {
-			name := fmt.Sprintf("s%05d-%d", a, o)
-			files[fmt.Sprintf("shard-%05d/cm-%d.yaml", a, o)] = fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\ndata:\n  value: shards\n", name)
+			docs[o] = fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: s%05d-%d\ndata:\n  value: shards\n", a, o)
 		}
+		files[fmt.Sprintf("shard-%05d/config.yaml", a)] = strings.Join(docs, "---\n")
 	}
 	logf("Committing %d Apps of %d ConfigMaps each", size.Apps, size.PerApp)
 	r, _, err := w.newRepo(files)
@@ -200,7 +204,30 @@ func (f *shardFigures) measureRun(ctx context.Context, w *world, r *repo, replic
 	}
 	ctls = nil
 	logf("Deleting the run's ConfigMaps")
-	return run, w.k8s.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns), client.HasLabels{plumbv1.LabelAppName})
+	return run, deleteConfigMaps(ctx, w, ns)
+}
+
+// deleteConfigMaps deletes the ConfigMaps plumb applied in ns. A delete of
+// tens of thousands outlasts the API server's request timeout while the
+// server goes on deleting: it is asked again until none is left.
+func deleteConfigMaps(ctx context.Context, w *world, ns string) error {
+	deadline := time.Now().Add(15 * time.Minute)
+	for {
+		err := w.k8s.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns), client.HasLabels{plumbv1.LabelAppName})
+		if err != nil && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
+			return err
+		}
+		left := &corev1.ConfigMapList{}
+		if err := w.k8s.List(ctx, left, client.InNamespace(ns), client.HasLabels{plumbv1.LabelAppName}, client.Limit(1)); err != nil {
+			return err
+		}
+		if len(left.Items) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("ConfigMaps of %s still there after 15 minutes of deleting", ns)
+		}
+	}
 }
 
 // measureLeave stops the last of ctls gracefully and waits until every

@@ -60,6 +60,7 @@ func main() {
 	asJSON := flag.Bool("json", false, "end with one JSON line: each figure's key and plumb's median")
 	quiet := flag.Bool("quiet", false, "no progress lines on stderr")
 	shards := flag.Bool("shards", false, "run only the shards scenario: a fleet on 1 and on 3 replicas (--shards=auto)")
+	shardApps := flag.Int("shard-apps", 0, "with --shards: the fleet's Apps (0: the size's, 10,000 or 300 with --quick)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -67,6 +68,9 @@ func main() {
 		size, label := fullShardSizes, "full"
 		if *quick {
 			size, label = quickShardSizes, "quick (smaller sizes: not the figures the README quotes)"
+		}
+		if *shardApps > 0 && *shardApps != size.Apps {
+			size.Apps, label = *shardApps, fmt.Sprintf("%s, with %d Apps (not the figures the README quotes)", label, *shardApps)
 		}
 		if err := runShards(ctx, os.Stdout, size, label, logTo(!*quiet)); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %v\n", err)

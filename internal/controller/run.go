@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -409,6 +410,36 @@ func (l *loop) endTerm(stopDelivering func(), delivered func()) {
 	l.log.Info("Stopped ticking")
 }
 
+// waitForShardMembers holds a leader's term while replicas of its group
+// that spread the Apps over shards (--shards=auto) still hold slots: a
+// rolling update from one mode to the other runs both, and both would tick
+// those Apps. Where the controller may not list Leases it cannot tell, and
+// goes on.
+func (l *loop) waitForShardMembers(ctx context.Context) {
+	waiting := false
+	for {
+		members, err := shard.ActiveMembers(ctx, l.clients.clientset, l.opts.LeaderElectionNamespace, l.opts.LeaderElectionID)
+		switch {
+		case apierrors.IsForbidden(err):
+			l.log.Warn("Could not list the Leases of shard members (forbidden), so a replica that runs with --shards=auto during a change of mode may tick Apps at the same time", zap.Error(err))
+			return
+		case err == nil && len(members) == 0:
+			if waiting {
+				l.log.Info("The shard members of this group have stopped")
+			}
+			return
+		case !waiting:
+			l.log.Info("Waiting for the shard members of this group (--shards=auto) to stop before ticking", zap.Strings("members", members), zap.Error(err))
+			waiting = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
 // shardIdentity is this replica's name in its shard group, when Apps are
 // spread over replicas.
 func (l *loop) shardIdentity() string {
@@ -464,8 +495,15 @@ type slots struct {
 	log      *zap.Logger
 }
 
+// takenTickDelay bounds how long the Apps of taken slots wait for the
+// informers to hold their objects before they are enqueued anyway: during
+// a churn of members, each change of slots starts new informers, and
+// Narrow's channel closes only once none is left listing.
+const takenTickDelay = 10 * time.Second
+
 // Take lets the ticks of the Apps of taken slots through, and enqueues
-// those Apps once the informers hold their objects.
+// those Apps once the informers hold their objects, or after
+// takenTickDelay.
 func (s *slots) Take(taken []int) {
 	for _, key := range s.appsOf(taken) {
 		s.released(key) // what this replica remembers of it may be stale: another ticked it since
@@ -477,7 +515,10 @@ func (s *slots) Take(taken []int) {
 	apps := s.appsOf(taken)
 	synced := s.objects.Narrow(s.held())
 	go func() {
-		<-synced // a tick before that reads what the cache lacks from the API server
+		select { // a tick before that reads what the cache lacks from the API server
+		case <-synced:
+		case <-time.After(takenTickDelay):
+		}
 		for _, key := range apps {
 			s.queue.Add(key)
 		}
@@ -521,7 +562,12 @@ func (s *slots) Release(released []int) {
 	for _, key := range s.appsOf(released) {
 		s.released(key)
 	}
-	s.objects.Narrow(s.held()) // the objects of released slots leave the cache
+	if held := s.held(); len(held) > 0 {
+		s.objects.Narrow(held) // the objects of released slots leave the cache
+	}
+	// Holding no slot (on the way out, most often), the cache is kept, as
+	// Lost keeps it: narrowed to nothing it would list every kind again
+	// just before it stops.
 }
 
 // Lost stops every tick. The informers keep their objects: a replica
@@ -556,6 +602,9 @@ func (l *loop) term(lost, stop <-chan struct{}) {
 			}
 		}
 	}()
+	if l.opts.LeaderElect {
+		l.waitForShardMembers(runCtx)
+	}
 	l.apps.set(q)
 	list := &plumbv1.AppList{}
 	if l.mgr.GetCache().WaitForCacheSync(runCtx) && l.mgr.GetCache().List(runCtx, list) == nil {

@@ -46,6 +46,10 @@ const (
 	AnnotationToken = "plumb.dev/member-token"
 )
 
+// errLeaderRuns says a replica of the group runs with leader election
+// (during a change of mode): it ticks every App, so no slot is taken.
+var errLeaderRuns = errors.New("a replica of this group that runs with leader election (not --shards=auto) holds the group's Lease and ticks every App; taking no slot until it stops")
+
 // errIdentityTaken says another process writes this member's Lease.
 var errIdentityTaken = errors.New("another process writes this member's Lease (two replicas of one identity?); waiting until it has been unchanged for its duration")
 
@@ -378,6 +382,20 @@ func (m *Member) take(ctx context.Context, slots []int) ([]int, error) {
 	for i := range list.Items {
 		m.observe(&list.Items[i], false)
 	}
+	// Read after the claim, as a leader reads the members' claims after it
+	// took its Lease (ActiveMembers): of the two, one sees the other.
+	leader, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Get(ctx, m.cfg.Group, metav1.GetOptions{})
+	switch {
+	case err == nil && Held(leader, time.Now()):
+		m.set(slots, false)
+		if err := m.renew(ctx); err != nil {
+			m.cfg.Log.Info("Could not write the slots given back; the next renewal will", zap.Error(err))
+		}
+		return nil, fmt.Errorf("%w (held by %s)", errLeaderRuns, *leader.Spec.HolderIdentity)
+	case err != nil && !apierrors.IsNotFound(err):
+		m.set(slots, false)
+		return nil, err
+	}
 	_, others := m.live()
 	var taken, contested []int
 	for _, s := range slots {
@@ -478,6 +496,42 @@ func (m *Member) renew(ctx context.Context) error {
 	m.lease, m.lastRenew = written, sent
 	m.mu.Unlock()
 	return nil
+}
+
+// Held reports whether a Lease is held at now: it names a holder and was
+// renewed within its duration (by its writer's clock).
+func Held(lease *coordinationv1.Lease, now time.Time) bool {
+	spec := lease.Spec
+	if spec.HolderIdentity == nil || *spec.HolderIdentity == "" || spec.RenewTime == nil {
+		return false
+	}
+	duration := 15 * time.Second
+	if d := spec.LeaseDurationSeconds; d != nil && *d > 0 {
+		duration = time.Duration(*d) * time.Second
+	}
+	return now.Sub(spec.RenewTime.Time) < duration
+}
+
+// ActiveMembers lists the members of group whose Leases are held and list
+// slots. A replica that runs with leader election waits until there are
+// none before it ticks (during a change of mode, a rolling update runs
+// both): it reads them after it took its own Lease, as a member reads that
+// Lease after it claimed slots.
+func ActiveMembers(ctx context.Context, client kubernetes.Interface, namespace, group string) ([]string, error) {
+	list, err := client.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{LabelGroup: group}.String()})
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	var active []string
+	for i := range list.Items {
+		lease := &list.Items[i]
+		if Held(lease, now) && decode(lease.Annotations[AnnotationSlots]) != [Slots]bool{} {
+			active = append(active, *lease.Spec.HolderIdentity)
+		}
+	}
+	slices.Sort(active)
+	return active, nil
 }
 
 // quietForeign says another process's Lease of this identity has gone

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -356,4 +357,47 @@ func TestUnreadableSlotsHoldEverySlot(t *testing.T) {
 			t.Errorf("decode(%q) holds %d slots, want all %d", text, len(listOf(all)), Slots)
 		}
 	}
+}
+
+// A replica that runs with leader election holds the group's Lease (named
+// after the group) and ticks every App, as during a rolling update from
+// one mode to the other: a member takes no slot while that Lease is held,
+// and takes them all once it is released. ActiveMembers, which the leader
+// waits on, lists the member only once it holds slots.
+func TestAMemberTakesNoSlotWhileALeaderHoldsTheGroupsLease(t *testing.T) {
+	o, g := newOwners(t), group(t)
+	c := clientOf(t)
+	now := metav1.NewMicroTime(time.Now())
+	leader := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: g, Namespace: "default"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("the-leader"), LeaseDurationSeconds: ptr.To(int32(600)), RenewTime: &now}}
+	leader, err := c.CoordinationV1().Leases("default").Create(context.Background(), leader, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	startAs(t, o, g, "a", "a", 0, zap.New(core))
+	waitUntil(t, "a to be refused slots a few times", func() bool {
+		n := 0
+		for _, e := range logs.FilterMessage("Could not take slots; retrying").All() {
+			if strings.Contains(fmt.Sprint(e.ContextMap()["error"]), "leader election") {
+				n++
+			}
+		}
+		return n >= 3
+	})
+	if n := o.count()["a"]; n != 0 {
+		t.Errorf("a took %d slots while a leader holds the group's Lease", n)
+	}
+	if active, err := ActiveMembers(context.Background(), c, "default", g); err != nil || len(active) != 0 {
+		t.Errorf("ActiveMembers while a holds no slot: %v, %v; want none", active, err)
+	}
+	leader.Spec.HolderIdentity = ptr.To("") // released, as leader election releases it on the way out
+	if _, err := c.CoordinationV1().Leases("default").Update(context.Background(), leader, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "a to take every slot once the leader let go", func() bool { return spread(o, "a") })
+	if active, err := ActiveMembers(context.Background(), c, "default", g); err != nil || len(active) != 1 || active[0] != "a" {
+		t.Errorf("ActiveMembers while a holds every slot: %v, %v; want [a]", active, err)
+	}
+	o.check()
 }

@@ -231,11 +231,37 @@ wait:
 	}
 	delete(c.successors, gvr)
 	if old, ok := c.types[gvr]; ok {
+		for _, obj := range vanished(old, next) {
+			c.notify(obj)
+		}
 		old.stop()
 	}
 	c.types[gvr] = next
 	next.predecessor.Store(nil)
 	c.closeWaitingLocked()
+}
+
+// vanished are the objects old holds that next selects but lacks: deleted
+// before next listed, while old had not yet handled the deletion (its
+// event would be lost when old stops), so each is an event.
+func vanished(old, next *typeInformer) []any {
+	var out []any
+	for namespace, informer := range old.informers {
+		successor, ok := next.informers[namespace]
+		if !ok {
+			continue
+		}
+		for _, obj := range informer.GetStore().List() {
+			o, ok := obj.(*compact.Object)
+			if !ok || (next.selection != nil && !next.selection[o.Label(plumbv1.LabelSlot)]) {
+				continue
+			}
+			if _, exists, err := successor.GetStore().Get(obj); err == nil && !exists {
+				out = append(out, obj)
+			}
+		}
+	}
+	return out
 }
 
 // closeWaitingLocked ends the waits of the Narrow calls made so far once

@@ -8,10 +8,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/informers/compact"
 )
 
 // inSlot is owned with the slot label.
@@ -202,5 +206,41 @@ func TestNarrowDoesNothingToAnUnshardedCache(t *testing.T) {
 	case <-cache.Narrow([]int{1}):
 	default:
 		t.Error("Narrow of an unsharded cache did not end at once")
+	}
+}
+
+// A takeover reports, as events, the objects the replaced informer holds
+// that its successor selects but lacks: deleted before the successor
+// listed, while the replaced one had not handled the deletion yet (that
+// event would be lost with it). Objects the successor does not select, or
+// holds, are no events.
+func TestATakeoverReportsWhatVanishedMeanwhile(t *testing.T) {
+	store := func(objects ...*corev1.ConfigMap) cache.SharedIndexInformer {
+		t.Helper()
+		informer := cache.NewSharedIndexInformer(&cache.ListWatch{}, &unstructured.Unstructured{}, 0, cache.Indexers{})
+		for _, cm := range objects {
+			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := compact.Of(&unstructured.Unstructured{Object: u})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := informer.GetStore().Add(o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return informer
+	}
+	kept, gone, released := inSlot("ns", "kept", appA, 1), inSlot("ns", "gone", appA, 1), inSlot("ns", "released", appB, 2)
+	old := &typeInformer{informers: map[string]cache.SharedIndexInformer{"": store(kept, gone, released)}, selection: map[string]bool{"1": true, "2": true}}
+	next := &typeInformer{informers: map[string]cache.SharedIndexInformer{"": store(kept)}, selection: map[string]bool{"1": true}}
+	var names []string
+	for _, obj := range vanished(old, next) {
+		names = append(names, obj.(*compact.Object).GetName())
+	}
+	if len(names) != 1 || names[0] != "gone" {
+		t.Errorf("vanished = %v, want [gone]: deleted meanwhile, of a slot both select", names)
 	}
 }

@@ -112,14 +112,14 @@ func healthOnly(wake queue.Wake, cause Trigger, marks enqueueMarks) bool {
 // updates status.health and the Healthy condition, and Ready when the
 // App's last full tick in this term applied its current spec (else Ready
 // keeps saying what failed).
-func (r *Reconciler) reassess(app *plumbv1.App, log *zap.Logger) {
+func (r *Reconciler) reassess(ctx context.Context, app *plumbv1.App, log *zap.Logger) {
 	start := r.now()
 	key := client.ObjectKeyFromObject(app)
 	outcome := r.memory.appliedOf(key)
 	if outcome != nil && outcome.generation != app.Generation {
 		outcome = nil
 	}
-	verdict, newlyFailed := r.settleHealth(app, outcome, false)
+	verdict, newlyFailed := r.settleHealth(ctx, app, outcome, false)
 	if newlyFailed {
 		r.metrics().ObservePhaseFailure(string(PhaseHealth), plumbv1.ReasonHealthCheckFailed)
 	}
@@ -138,14 +138,14 @@ func (r *Reconciler) reassess(app *plumbv1.App, log *zap.Logger) {
 // are in progress it asks for a tick when the health timeout passes. It
 // returns the verdict for Ready (Healthy when Ready does not wait), and
 // whether Ready has just turned HealthCheckFailed.
-func (r *Reconciler) settleHealth(app *plumbv1.App, outcome *appliedOutcome, changed bool) (verdict health.Verdict, newlyFailed bool) {
+func (r *Reconciler) settleHealth(ctx context.Context, app *plumbv1.App, outcome *appliedOutcome, changed bool) (verdict health.Verdict, newlyFailed bool) {
 	key := client.ObjectKeyFromObject(app)
 	now := r.now()
 	previousReady := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
 	wasFailed := previousReady != nil && previousReady.Reason == plumbv1.ReasonHealthCheckFailed
 	previousHealthy := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionHealthy)
 
-	summary := r.assess(app)
+	summary := r.assess(ctx, app)
 	summary.WaitingSince = health.Since(app.Status.Health, summary, changed, now)
 	app.Status.Health = summary
 	timeout := app.Spec.HealthTimeoutOrDefault()
@@ -207,7 +207,7 @@ func keepDriftConflict(app *plumbv1.App, now time.Time) {
 // assess sums up the health of each object of the App's inventory (but
 // those the prune guard keeps), from the cache: for an object plumb wrote,
 // as the write left it until the cache shows that version or a newer one.
-func (r *Reconciler) assess(app *plumbv1.App) *plumbv1.HealthStatus {
+func (r *Reconciler) assess(ctx context.Context, app *plumbv1.App) *plumbv1.HealthStatus {
 	var summary health.Summary
 	if app.Status.Inventory == nil {
 		return summary.Status()
@@ -221,7 +221,7 @@ func (r *Reconciler) assess(app *plumbv1.App) *plumbv1.HealthStatus {
 		if kept[idOfRef(e.ObjectRef)] {
 			continue
 		}
-		summary.Add(e.ObjectRef, r.objectHealth(key, e.ObjectRef))
+		summary.Add(e.ObjectRef, r.objectHealth(ctx, key, e.ObjectRef))
 	}
 	return summary.Status()
 }
@@ -233,14 +233,14 @@ const partialReadTimeout = 10 * time.Second
 // objectHealth is one of the App's objects' health: from the informer
 // cache, or as plumb's own last write left it while the cache has not
 // caught up with that write.
-func (r *Reconciler) objectHealth(key types.NamespacedName, ref plumbv1.ObjectRef) health.Result {
+func (r *Reconciler) objectHealth(ctx context.Context, key types.NamespacedName, ref plumbv1.ObjectRef) health.Result {
 	id := idOfRef(ref)
 	gvk := schema.GroupVersionKind{Group: ref.Group, Version: ref.Version, Kind: ref.Kind}
 	cached, err := r.Observer.Get(gvk, ref.Namespace, ref.Name)
 	if err == nil && cached == nil && r.Observer.Partial() {
 		// A sharded replica's cache lacks it: not labelled with the slot
 		// yet (its tick relabels it), or a slot taken a moment ago.
-		ctx, cancel := context.WithTimeout(context.Background(), partialReadTimeout)
+		ctx, cancel := context.WithTimeout(ctx, partialReadTimeout) // the tick's: a drain or a lost slot cancels it
 		if fetched, ferr := r.Observer.Fetch(ctx, gvk, ref.Namespace, ref.Name); ferr == nil && fetched != nil && fetched.Label(plumbv1.LabelAppName) != "" {
 			cached = fetched
 		}

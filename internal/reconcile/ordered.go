@@ -662,7 +662,7 @@ func (s *pass) runWaves(ctx context.Context, sync *plumbv1.SyncStatus, changes *
 			return "", failed, err
 		}
 		if waiting == "" {
-			waiting, failed = s.waveHealth(w)
+			waiting, failed = s.waveHealth(ctx, w)
 		}
 		if failed != "" {
 			return "", fmt.Sprintf("wave %d: %s", w, failed), nil
@@ -694,12 +694,12 @@ func (s *pass) runWaves(ctx context.Context, sync *plumbv1.SyncStatus, changes *
 
 // waveHealth judges the health of a wave's ordinary objects: waiting names
 // the first not healthy yet, failed the first that failed.
-func (s *pass) waveHealth(wave int) (waiting, failed string) {
+func (s *pass) waveHealth(ctx context.Context, wave int) (waiting, failed string) {
 	for _, obj := range s.desired {
 		if s.order.waveOf(obj) != wave {
 			continue
 		}
-		result := s.r.objectHealth(s.key, refOf(obj))
+		result := s.r.objectHealth(ctx, s.key, refOf(obj))
 		switch result.Status {
 		case health.Current:
 		case health.Failed:

@@ -211,7 +211,7 @@ func (r *Reconciler) Tick(ctx context.Context, key types.NamespacedName, wake qu
 	if r.Shard != "" {
 		t.app.Status.Shard = r.Shard
 	}
-	if outcome, skipped := r.skip(t); skipped {
+	if outcome, skipped := r.skip(ctx, t); skipped {
 		return outcome, nil
 	}
 	return r.runPhases(ctx, t)
@@ -261,7 +261,7 @@ func (r *Reconciler) begin(ctx context.Context, key types.NamespacedName, wake q
 // skip ends a tick that runs no phase: a suspended App's, or one that
 // only re-assesses health (no tick's outcome: the retry or timer stays as
 // it was).
-func (r *Reconciler) skip(t *tick) (queue.Outcome, bool) {
+func (r *Reconciler) skip(ctx context.Context, t *tick) (queue.Outcome, bool) {
 	app := t.app
 	if app.Spec.Suspend {
 		app.Status.LastHandledSyncRequest = app.Annotations[plumbv1.AnnotationSyncRequestedAt]
@@ -271,7 +271,7 @@ func (r *Reconciler) skip(t *tick) (queue.Outcome, bool) {
 	}
 	if healthOnly(t.wake, t.cause, t.marks) && !syncUnderWay(app) {
 		t.onlyIfChanged = true
-		r.reassess(app, t.log)
+		r.reassess(ctx, app, t.log)
 		return queue.Kept(t.interval), true
 	}
 	return queue.Outcome{}, false
@@ -293,12 +293,12 @@ func (r *Reconciler) runPhases(ctx context.Context, t *tick) (queue.Outcome, err
 		t.app.Status.LastTickTime = &now
 		return queue.Every(t.interval), held.queueErr
 	}
-	return r.finish(t, changes, err, start)
+	return r.finish(ctx, t, changes, err, start)
 }
 
 // finish records a tick's outcome: conditions and change set, then the
 // health of what it applied, the notifications and the tick's metrics.
-func (r *Reconciler) finish(t *tick, changes *fluxssa.ChangeSet, err error, start time.Time) (queue.Outcome, error) {
+func (r *Reconciler) finish(ctx context.Context, t *tick, changes *fluxssa.ChangeSet, err error, start time.Time) (queue.Outcome, error) {
 	app := t.app
 	outcome := r.recordOutcome(app, changes, err, start, t.log)
 	answered := ""
@@ -314,7 +314,7 @@ func (r *Reconciler) finish(t *tick, changes *fluxssa.ChangeSet, err error, star
 		// heal or a prune does not postpone the one under way.
 		newWait := changedObjects(changes) &&
 			(t.original.Status.LastAppliedRevision != app.Status.LastAppliedRevision || t.original.Status.ObservedGeneration != app.Generation)
-		verdict, _ = r.settleHealth(app, outcome, newWait)
+		verdict, _ = r.settleHealth(ctx, app, outcome, newWait)
 		r.metrics().ObservePhase(string(PhaseHealth), r.now().Sub(healthStart))
 	}
 	if syncUnderWay(app) && err == nil {

@@ -100,7 +100,7 @@ func (s *pass) applyObjects(ctx context.Context, changes *fluxssa.ChangeSet, obj
 		}
 	}
 	if cs != nil {
-		changes.Append(cs.Entries)
+		changes.Append(s.withoutRelabels(cs.Entries))
 	}
 	if err != nil {
 		exists := map[objectID]bool{}
@@ -118,6 +118,23 @@ func (s *pass) applyObjects(ctx context.Context, changes *fluxssa.ChangeSet, obj
 	}
 	log.Info("Applied objects", zap.Int("changed", len(objects)))
 	return nil
+}
+
+// withoutRelabels leaves out the entries of objects applied only to gain
+// the slot label (applied by a plumb from before it): not a change of
+// the App's, so no Event, change set entry or change metric.
+func (s *pass) withoutRelabels(entries []fluxssa.ChangeSetEntry) []fluxssa.ChangeSetEntry {
+	if s.planned == nil || len(s.planned.relabelled) == 0 {
+		return entries
+	}
+	out := make([]fluxssa.ChangeSetEntry, 0, len(entries))
+	for _, e := range entries {
+		m := e.ObjMetadata
+		if !s.planned.relabelled[objectID{Group: m.GroupKind.Group, Kind: m.GroupKind.Kind, Namespace: m.Namespace, Name: m.Name}] {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // removeAdditions heals the fields other managers added inside plumb's

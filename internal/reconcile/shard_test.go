@@ -231,9 +231,12 @@ func TestAnObjectAppliedBeforeTheSlotLabelGainsItQuietly(t *testing.T) {
 		t.Errorf("the PreSync hook was run again (uid %s, was %s): %v", again.UID, hook.UID, err)
 	}
 	for _, e := range upgraded.recorded() {
-		if strings.Contains(e, "Drift") {
-			t.Errorf("gaining the slot label was reported as a drift: %s", e)
+		if strings.Contains(e, "Drift") || strings.Contains(e, plumbv1.ReasonApplied) {
+			t.Errorf("gaining the slot label was reported as a drift or a change: %s", e)
 		}
+	}
+	if cs := got.Status.LastChangeSet; cs != nil && cs.Revision == got.Status.LastAppliedRevision {
+		t.Errorf("gaining the slot label was recorded as the revision's change set: %+v", cs)
 	}
 	waitCached(t, upgraded, live)
 	ready(t, upgraded.tick(t, key, queue.WakeTimer))

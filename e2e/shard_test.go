@@ -248,13 +248,27 @@ func TestAppsAreSpreadOverReplicasAndHandedOver(t *testing.T) {
 		return got.Data["color"] == "blue", got.Data["color"]
 	})
 
-	// A push sent to a's receiver reaches every App, c's too.
-	second := commit(t, w, map[string]string{"apps/app-0/config.yaml": configMapYAML("config-0", "pushed")})
+	// A push sent to a's receiver reaches an App that c ticks.
+	var ofC string
+	for _, name := range names {
+		if two[name] == "c" {
+			ofC = name
+			break
+		}
+	}
+	if ofC == "" {
+		t.Fatalf("c ticks no App: %v", count(two))
+	}
+	i := strings.TrimPrefix(ofC, "app-")
+	second := commit(t, w, map[string]string{"apps/" + ofC + "/config.yaml": configMapYAML("config-"+i, "pushed")})
 	headers, body := githubPush(t, url, ns)
 	if code, answer, err := sendHookTo(replicas["a"].webhookAddr, "github", headers, body); err != nil || code != http.StatusAccepted {
 		t.Fatalf("the push to replica a: %d %q %v", code, answer, err)
 	}
-	readyAt(t, ns, "app-0", second)
+	readyAt(t, ns, ofC, second)
+	if got, _ := getConfigMap(t, ns, "config-"+i); got.Data["color"] != "pushed" {
+		t.Errorf("config-%s after the push to a non-owner: %v, want color pushed", i, got.Data)
+	}
 
 	// A graceful stop hands a's Apps over to c, while a push that changes
 	// every App is under way: each App applies it once, by a or by c.
@@ -270,7 +284,7 @@ func TestAppsAreSpreadOverReplicasAndHandedOver(t *testing.T) {
 	}
 	stoppedAt := time.Now()
 	if err := replicas["a"].stop(); err != nil {
-		t.Logf("replica a's exit: %v", err)
+		t.Errorf("replica a did not stop gracefully on SIGTERM (killed, or a failed exit), so this is no graceful handover: %v", err)
 	}
 	stopped := replicas["a"]
 	delete(replicas, "a")
@@ -300,6 +314,23 @@ func TestAppsAreSpreadOverReplicasAndHandedOver(t *testing.T) {
 	for _, name := range names {
 		if n := applies[ns+"/"+name]; n != 1 {
 			t.Errorf("%s applied the pushed commit %d times over the handover, want once", name, n)
+		}
+	}
+	// No tick lost or doubled: each App's status records exactly one tick
+	// of the push (its webhook trigger), at the pushed commit, by a or c.
+	list := &plumbv1.AppList{}
+	if err := k8s.List(t.Context(), list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range list.Items {
+		var pushTicks []string
+		for _, tick := range a.Status.RecentTicks {
+			if tick.Trigger == "webhook" && strings.HasSuffix(tick.Revision, third) {
+				pushTicks = append(pushTicks, fmt.Sprintf("by %s at %s (%s)", tick.Shard, tick.Start.UTC().Format(time.RFC3339), tick.Result))
+			}
+		}
+		if len(pushTicks) != 1 {
+			t.Errorf("%s's ticks of the push (trigger webhook, revision %s) over the handover: %v, want exactly one", a.Name, third, pushTicks)
 		}
 	}
 

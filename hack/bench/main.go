@@ -62,6 +62,10 @@ func main() {
 	shards := flag.Bool("shards", false, "run only the shards scenario: a fleet on 1 and on 3 replicas (--shards=auto)")
 	shardApps := flag.Int("shard-apps", 0, "with --shards: the fleet's Apps (0: the size's, 10,000 or 300 with --quick)")
 	flag.Parse()
+	if *shardApps != 0 && !*shards {
+		fmt.Fprintln(os.Stderr, "bench: --shard-apps sizes the shards scenario: give --shards too")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *shards {

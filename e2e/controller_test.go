@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +21,9 @@ type controllerProcess struct {
 	metricsAddr string
 	webhookAddr string
 	exited      chan error
+
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // webhookSecret is the secret of every provider the e2e controllers serve.
@@ -67,16 +72,22 @@ func startController(t *testing.T, name string, extra ...string) *controllerProc
 	return p
 }
 
-// stop sends SIGTERM and waits up to 30s; it returns the exit error.
+// stop sends SIGTERM and waits up to 30s; it returns the exit error. A
+// second stop returns the first one's error.
 func (p *controllerProcess) stop() error {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.exited:
-		return err
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		return <-p.exited
-	}
+	p.stopOnce.Do(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case p.stopErr = <-p.exited:
+		case <-time.After(30 * time.Second):
+			_ = p.cmd.Process.Kill()
+			p.stopErr = <-p.exited
+			if p.stopErr == nil {
+				p.stopErr = errors.New("killed after 30 s")
+			}
+		}
+	})
+	return p.stopErr
 }
 
 // tail is the end of the controller's log.

@@ -109,6 +109,9 @@ type Member struct {
 	// epoch, and what was claimed in an earlier one is not started.
 	acting sync.Mutex
 	epoch  int
+	// leader judges the group's leader-election Lease (a replica in the
+	// other mode).
+	leader Freshness
 }
 
 // observed is another member's Lease as this replica last saw it change.
@@ -386,7 +389,7 @@ func (m *Member) take(ctx context.Context, slots []int) ([]int, error) {
 	// took its Lease (ActiveMembers): of the two, one sees the other.
 	leader, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Get(ctx, m.cfg.Group, metav1.GetOptions{})
 	switch {
-	case err == nil && Held(leader, time.Now()):
+	case err == nil && m.leader.Held(leader, time.Now()):
 		m.set(slots, false)
 		if err := m.renew(ctx); err != nil {
 			m.cfg.Log.Info("Could not write the slots given back; the next renewal will", zap.Error(err))
@@ -498,26 +501,51 @@ func (m *Member) renew(ctx context.Context) error {
 	return nil
 }
 
-// Held reports whether a Lease is held at now: it names a holder and was
-// renewed within its duration (by its writer's clock).
-func Held(lease *coordinationv1.Lease, now time.Time) bool {
-	spec := lease.Spec
-	if spec.HolderIdentity == nil || *spec.HolderIdentity == "" || spec.RenewTime == nil {
+// Freshness tells held Leases from expired ones by when this process saw
+// each one change (its resourceVersion), as leader election does, so that
+// clocks need not agree. It is safe for concurrent use.
+type Freshness struct {
+	mu   sync.Mutex
+	seen map[string]seenLease // by namespace/name
+}
+
+// seenLease is a Lease's version and when this process first saw it.
+type seenLease struct {
+	version string
+	at      time.Time
+}
+
+// Held reports whether lease is held at now: it names a holder and has
+// changed within its duration, as this process saw it (a Lease seen for
+// the first time, or changed, counts from now).
+func (f *Freshness) Held(lease *coordinationv1.Lease, now time.Time) bool {
+	if h := lease.Spec.HolderIdentity; h == nil || *h == "" {
 		return false
 	}
 	duration := 15 * time.Second
-	if d := spec.LeaseDurationSeconds; d != nil && *d > 0 {
+	if d := lease.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
 		duration = time.Duration(*d) * time.Second
 	}
-	return now.Sub(spec.RenewTime.Time) < duration
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.seen == nil {
+		f.seen = map[string]seenLease{}
+	}
+	key := lease.Namespace + "/" + lease.Name
+	if seen, ok := f.seen[key]; ok && seen.version == lease.ResourceVersion {
+		return now.Sub(seen.at) < duration
+	}
+	f.seen[key] = seenLease{version: lease.ResourceVersion, at: now}
+	return true
 }
 
-// ActiveMembers lists the members of group whose Leases are held and list
+// ActiveMembers lists the members of group whose Leases are held (as
+// fresh judges them: pass the same Freshness to each call) and list
 // slots. A replica that runs with leader election waits until there are
 // none before it ticks (during a change of mode, a rolling update runs
 // both): it reads them after it took its own Lease, as a member reads that
 // Lease after it claimed slots.
-func ActiveMembers(ctx context.Context, client kubernetes.Interface, namespace, group string) ([]string, error) {
+func ActiveMembers(ctx context.Context, client kubernetes.Interface, namespace, group string, fresh *Freshness) ([]string, error) {
 	list, err := client.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.Set{LabelGroup: group}.String()})
 	if err != nil {
 		return nil, err
@@ -526,7 +554,7 @@ func ActiveMembers(ctx context.Context, client kubernetes.Interface, namespace, 
 	var active []string
 	for i := range list.Items {
 		lease := &list.Items[i]
-		if Held(lease, now) && decode(lease.Annotations[AnnotationSlots]) != [Slots]bool{} {
+		if fresh.Held(lease, now) && decode(lease.Annotations[AnnotationSlots]) != [Slots]bool{} {
 			active = append(active, *lease.Spec.HolderIdentity)
 		}
 	}

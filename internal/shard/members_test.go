@@ -388,7 +388,7 @@ func TestAMemberTakesNoSlotWhileALeaderHoldsTheGroupsLease(t *testing.T) {
 	if n := o.count()["a"]; n != 0 {
 		t.Errorf("a took %d slots while a leader holds the group's Lease", n)
 	}
-	if active, err := ActiveMembers(context.Background(), c, "default", g); err != nil || len(active) != 0 {
+	if active, err := ActiveMembers(context.Background(), c, "default", g, &Freshness{}); err != nil || len(active) != 0 {
 		t.Errorf("ActiveMembers while a holds no slot: %v, %v; want none", active, err)
 	}
 	leader.Spec.HolderIdentity = ptr.To("") // released, as leader election releases it on the way out
@@ -396,7 +396,7 @@ func TestAMemberTakesNoSlotWhileALeaderHoldsTheGroupsLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "a to take every slot once the leader let go", func() bool { return spread(o, "a") })
-	if active, err := ActiveMembers(context.Background(), c, "default", g); err != nil || len(active) != 1 || active[0] != "a" {
+	if active, err := ActiveMembers(context.Background(), c, "default", g, &Freshness{}); err != nil || len(active) != 1 || active[0] != "a" {
 		t.Errorf("ActiveMembers while a holds every slot: %v, %v; want [a]", active, err)
 	}
 	o.check()

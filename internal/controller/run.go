@@ -413,28 +413,35 @@ func (l *loop) endTerm(stopDelivering func(), delivered func()) {
 // waitForShardMembers holds a leader's term while replicas of its group
 // that spread the Apps over shards (--shards=auto) still hold slots: a
 // rolling update from one mode to the other runs both, and both would tick
-// those Apps. Where the controller may not list Leases it cannot tell, and
-// goes on.
-func (l *loop) waitForShardMembers(ctx context.Context) {
-	waiting := false
+// those Apps. A member's Lease counts until it has gone unchanged for its
+// duration, as this replica sees it. Where the controller may not list
+// Leases it cannot tell, and goes on. It reports whether the term may
+// tick (false: it ended meanwhile).
+func (l *loop) waitForShardMembers(ctx context.Context) bool {
+	var fresh shard.Freshness
+	var waiting bool
+	var lastLog time.Time
 	for {
-		members, err := shard.ActiveMembers(ctx, l.clients.clientset, l.opts.LeaderElectionNamespace, l.opts.LeaderElectionID)
+		members, err := shard.ActiveMembers(ctx, l.clients.clientset, l.opts.LeaderElectionNamespace, l.opts.LeaderElectionID, &fresh)
 		switch {
+		case ctx.Err() != nil:
+			return false
 		case apierrors.IsForbidden(err):
-			l.log.Warn("Could not list the Leases of shard members (forbidden), so a replica that runs with --shards=auto during a change of mode may tick Apps at the same time", zap.Error(err))
-			return
+			l.log.Warn("Could not list the Leases of shard members (forbidden): a replica of this group that runs with --shards=auto, during a change of mode, may tick Apps at the same time", zap.Error(err))
+			return true
 		case err == nil && len(members) == 0:
 			if waiting {
 				l.log.Info("The shard members of this group have stopped")
 			}
-			return
-		case !waiting:
+			return true
+		case time.Since(lastLog) >= 30*time.Second:
 			l.log.Info("Waiting for the shard members of this group (--shards=auto) to stop before ticking", zap.Strings("members", members), zap.Error(err))
-			waiting = true
+			lastLog = time.Now()
 		}
+		waiting = true
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-time.After(2 * time.Second):
 		}
 	}
@@ -514,13 +521,21 @@ func (s *slots) Take(taken []int) {
 	// meanwhile was refused by the gate when its event came.
 	apps := s.appsOf(taken)
 	synced := s.objects.Narrow(s.held())
+	enqueue := func() {
+		for _, key := range apps {
+			s.queue.Add(key)
+		}
+	}
 	go func() {
 		select { // a tick before that reads what the cache lacks from the API server
 		case <-synced:
+			enqueue()
 		case <-time.After(takenTickDelay):
-		}
-		for _, key := range apps {
-			s.queue.Add(key)
+			enqueue()
+			// Once the informers hold the slots' objects, again: a change
+			// that their initial list shows is no event.
+			<-synced
+			enqueue()
 		}
 	}()
 }
@@ -602,8 +617,9 @@ func (l *loop) term(lost, stop <-chan struct{}) {
 			}
 		}
 	}()
-	if l.opts.LeaderElect {
-		l.waitForShardMembers(runCtx)
+	if l.opts.LeaderElect && !l.waitForShardMembers(runCtx) {
+		close(ran) // the term ended while it waited: nothing ticked
+		return
 	}
 	l.apps.set(q)
 	list := &plumbv1.AppList{}

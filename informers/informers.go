@@ -231,8 +231,10 @@ wait:
 	}
 	delete(c.successors, gvr)
 	if old, ok := c.types[gvr]; ok {
-		for _, obj := range vanished(old, next) {
-			c.notify(obj)
+		if next.listed() { // else (a timeout, a list refused) its store says nothing of deletions
+			for _, obj := range vanished(old, next) {
+				c.notify(obj)
+			}
 		}
 		old.stop()
 	}
@@ -274,6 +276,17 @@ func (c *Cache) closeWaitingLocked() {
 		close(done)
 	}
 	c.waiting = nil
+}
+
+// listed reports whether every informer of t has given its handler the
+// initial list.
+func (t *typeInformer) listed() bool {
+	for _, registration := range t.handlers {
+		if !registration.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // handled reports whether every informer of t has given its handler the

@@ -130,7 +130,8 @@ func (s *pass) withoutRelabels(entries []fluxssa.ChangeSetEntry) []fluxssa.Chang
 	out := make([]fluxssa.ChangeSetEntry, 0, len(entries))
 	for _, e := range entries {
 		m := e.ObjMetadata
-		if !s.planned.relabelled[objectID{Group: m.GroupKind.Group, Kind: m.GroupKind.Kind, Namespace: m.Namespace, Name: m.Name}] {
+		relabelled := s.planned.relabelled[objectID{Group: m.GroupKind.Group, Kind: m.GroupKind.Kind, Namespace: m.Namespace, Name: m.Name}]
+		if !relabelled || e.Action != fluxssa.ConfiguredAction { // created: it was deleted meanwhile, a change
 			out = append(out, e)
 		}
 	}

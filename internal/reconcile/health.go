@@ -241,10 +241,14 @@ func (r *Reconciler) objectHealth(ctx context.Context, key types.NamespacedName,
 		// A sharded replica's cache lacks it: not labelled with the slot
 		// yet (its tick relabels it), or a slot taken a moment ago.
 		ctx, cancel := context.WithTimeout(ctx, partialReadTimeout) // the tick's: a drain or a lost slot cancels it
-		if fetched, ferr := r.Observer.Fetch(ctx, gvk, ref.Namespace, ref.Name); ferr == nil && fetched != nil && fetched.Label(plumbv1.LabelAppName) != "" {
+		fetched, ferr := r.Observer.Fetch(ctx, gvk, ref.Namespace, ref.Name)
+		cancel()
+		switch {
+		case ferr != nil:
+			return health.Result{Status: health.Unknown, Message: "not observed: " + ferr.Error()}
+		case fetched != nil && fetched.Label(plumbv1.LabelAppName) != "":
 			cached = fetched
 		}
-		cancel()
 	}
 	rv, written := r.memory.written(key, id)
 	known := rv != "" && written != (health.Result{})

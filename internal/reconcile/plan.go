@@ -211,9 +211,10 @@ func (df *differ) add(p *plan, obj *unstructured.Unstructured, j judgement) {
 			// quietly (no drift), so that plumb can remove them later.
 			p.apply = append(p.apply, obj)
 		} else if j.live != nil && df.owner.OwnsLive(j.live) && j.live.Label(plumbv1.LabelSlot) != df.slot {
-			// Applied by a plumb before the slot label: it gains it.
+			// Applied by a plumb before the slot label: it gains it (a
+			// quiet apply, unless it releases fields too).
 			p.apply = append(p.apply, obj)
-			p.relabelled[id] = true
+			p.relabelled[id] = !j.newConflict
 		}
 	case diff.Create, diff.Update, diff.Ambiguous:
 		if !j.newConflict {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
@@ -219,6 +220,9 @@ func deleteConfigMaps(ctx context.Context, w *world, ns string) error {
 	var lastErr error
 	for {
 		if err := w.k8s.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns), client.HasLabels{plumbv1.LabelAppName}); err != nil {
+			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+				return err // asking again cannot help
+			}
 			lastErr = err
 		}
 		left := &corev1.ConfigMapList{}

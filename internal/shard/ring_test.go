@@ -88,11 +88,14 @@ func TestAJoinOrALeaveMovesFewSlots(t *testing.T) {
 		sets = append(sets, podNames(r, 2+i%5))
 	}
 	most, fewest := 0, 1.0
-	for _, names := range sets {
+	for i, names := range sets {
 		for n := 1; n < len(names); n++ {
 			before, after := Place(names[:n], DefaultEpsilon), Place(names[:n+1], DefaultEpsilon)
 			joiner := loads(after)[names[n]]
 			got := moved(before, after)
+			if i < 2 {
+				t.Logf("%s…: %d → %d members: %d slots moved (%.1f%%), the joiner's %d, its share %.1f", names[0], n, n+1, got, 100*float64(got)/Slots, joiner, float64(Slots)/float64(n+1))
+			}
 			most = max(most, got-joiner)
 			for _, l := range loads(after) {
 				fewest = min(fewest, float64(l)*float64(n+1)/Slots)

@@ -22,6 +22,7 @@ import (
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.lastAppliedRevision`
 // +kubebuilder:printcolumn:name="Drift",type=integer,JSONPath=`.status.drift.count`,description="Objects whose live state differs from Git and was left so"
 // +kubebuilder:printcolumn:name="Shard",type=string,JSONPath=`.status.shard`,description="The controller replica that ticks the App (with --shards=auto)"
+// +kubebuilder:printcolumn:name="Destination",type=string,JSONPath=`.status.destination`,priority=1,description="The kubeconfig Secret of the cluster the App applies to (empty: the cluster plumb runs in)"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type App struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -152,11 +153,49 @@ type AppSpec struct {
 	// +optional
 	DependsOn []AppReference `json:"dependsOn,omitempty"`
 
+	// Destination is the cluster the App's objects are applied to. Without
+	// it they go to the cluster plumb runs in.
+	// +optional
+	Destination *Destination `json:"destination,omitempty"`
+
 	// Helm configures rendering when source.path holds a Helm chart (a
 	// Chart.yaml). A folder with a kustomization.yaml is built with
 	// Kustomize, and any other folder is read as plain manifests.
 	// +optional
 	Helm *HelmSpec `json:"helm,omitempty"`
+}
+
+// Destination names another cluster for an App's objects.
+type Destination struct {
+	// KubeConfig is how plumb reaches the cluster: a self-contained
+	// kubeconfig in a Secret of the App's own namespace. Its
+	// current-context is used. It must hold its certificates and token
+	// inline (no file paths), and no exec or auth-provider plugin unless the
+	// controller allows them (--allow-kubeconfig-plugins). The Secret is
+	// read again when it changes, so a rotated token is used from the next
+	// tick on.
+	KubeConfig KubeConfigReference `json:"kubeConfig"`
+}
+
+// KubeConfigReference names the Secret that holds a kubeconfig.
+type KubeConfigReference struct {
+	// SecretRef is the Secret, in the App's namespace, and its key.
+	SecretRef SecretKeyReference `json:"secretRef"`
+}
+
+// SecretKeyReference names one key of a Secret in the App's namespace.
+type SecretKeyReference struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+	// Key of the Secret's data that holds the kubeconfig. Empty reads
+	// "value", else "value.yaml" (Cluster API's convention).
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +optional
+	Key string `json:"key,omitempty"`
 }
 
 // AppReference names an App.
@@ -799,6 +838,12 @@ type AppStatus struct {
 	// +optional
 	Shard string `json:"shard,omitempty"`
 
+	// Destination is the cluster the App's objects were last applied to:
+	// the name of its kubeconfig Secret, or empty for the cluster plumb
+	// runs in.
+	// +optional
+	Destination string `json:"destination,omitempty"`
+
 	// DeleteHooks says the App's source, as last read, has delete hooks
 	// (PreDelete or PostDelete): the App's finalizer reads its source
 	// again and runs them around the prune. An App without them is
@@ -1277,6 +1322,10 @@ const (
 	ReasonReadFailed = "ReadFailed"
 	// ReasonObserveFailed: the live state could not be observed.
 	ReasonObserveFailed = "ObserveFailed"
+	// ReasonClusterUnreachable: the App's destination cluster (another
+	// cluster than plumb's, spec.destination) did not answer; its last
+	// applied state is kept and nothing is pruned.
+	ReasonClusterUnreachable = "ClusterUnreachable"
 	// ReasonDiffFailed: desired and live state could not be compared.
 	ReasonDiffFailed = "DiffFailed"
 	// ReasonApplyFailed: the API server refused an apply.
@@ -1328,6 +1377,10 @@ const (
 	// ReasonOrphaned is the Event of a deleted App whose objects are left
 	// in place.
 	ReasonOrphaned = "Orphaned"
+	// ReasonDestinationChanged is the Event of an App whose destination
+	// changed: the objects it applied to the former one are left there,
+	// not pruned.
+	ReasonDestinationChanged = "DestinationChanged"
 	// ReasonVerified: a trusted key verified the source's signature.
 	ReasonVerified = "Verified"
 	// ReasonVerificationFailed: no signature of the revision verified.

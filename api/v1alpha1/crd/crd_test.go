@@ -584,3 +584,21 @@ func TestHelmOptionsRoundTrip(t *testing.T) {
 		t.Errorf("helm values read back (-want +got):\n%s", diff)
 	}
 }
+
+// kubectl get apps -o wide shows the destination of an App (a column of
+// priority 1, so not in the default listing).
+func TestTheWideListingShowsTheDestination(t *testing.T) {
+	def, err := crd.App()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range def.Spec.Versions[0].AdditionalPrinterColumns {
+		if c.Name == "Destination" {
+			if c.JSONPath != ".status.destination" || c.Priority != 1 {
+				t.Errorf("the Destination column %+v, want .status.destination at priority 1", c)
+			}
+			return
+		}
+	}
+	t.Error("the CRD has no Destination column")
+}

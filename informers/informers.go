@@ -55,6 +55,10 @@ var ErrNotStarted = errors.New("no informer for the kind")
 // list or watch error (e.g. forbidden by RBAC) is wrapped in the message.
 var ErrNotSynced = errors.New("cache not synced")
 
+// ErrTooManyKinds is returned by Ensure when the App's kinds would take the
+// cache beyond Options.MaxTypes.
+var ErrTooManyKinds = errors.New("too many kinds")
+
 // Options configure a Cache.
 type Options struct {
 	// OnEvent is called with the owning App's key of an object that was
@@ -80,6 +84,10 @@ type Options struct {
 	// lack the slot label, or belong to an App of another slot): see
 	// Partial.
 	Sharded bool
+	// MaxTypes bounds how many kinds the cache watches at once (0: no
+	// bound): an Ensure that would need more fails with ErrTooManyKinds and
+	// starts none, for a cluster whose Apps a tenant may fill with kinds.
+	MaxTypes int
 }
 
 // Cache holds the informers. It is safe for concurrent use.
@@ -332,6 +340,9 @@ func (c *Cache) Ensure(app types.NamespacedName, gvks []schema.GroupVersionKind)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.withinBudgetLocked(app, wanted); err != nil {
+		return err
+	}
 	previous := c.users[app]
 	next := map[schema.GroupVersionResource]bool{}
 	for gvr, gvk := range wanted {
@@ -353,6 +364,30 @@ func (c *Cache) Ensure(app types.NamespacedName, gvks []schema.GroupVersionKind)
 	}
 	if len(clusterScoped) > 0 {
 		return fmt.Errorf("%w (%v): cluster-scoped kinds %v cannot be watched", ErrOutOfScope, c.opts.Namespaces, clusterScoped)
+	}
+	return nil
+}
+
+// withinBudgetLocked fails when watching wanted too would take the cache
+// beyond Options.MaxTypes kinds. c.mu is held.
+func (c *Cache) withinBudgetLocked(app types.NamespacedName, wanted map[schema.GroupVersionResource]schema.GroupVersionKind) error {
+	if c.opts.MaxTypes <= 0 {
+		return nil
+	}
+	after := map[schema.GroupVersionResource]bool{}
+	for user, used := range c.users {
+		if user == app {
+			continue // its kinds are replaced by wanted
+		}
+		for gvr := range used {
+			after[gvr] = true
+		}
+	}
+	for gvr := range wanted {
+		after[gvr] = true
+	}
+	if len(after) > c.opts.MaxTypes {
+		return fmt.Errorf("%w: the App's kinds would make this cluster's cache watch %d kinds, more than its limit of %d", ErrTooManyKinds, len(after), c.opts.MaxTypes)
 	}
 	return nil
 }

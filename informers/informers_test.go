@@ -583,3 +583,24 @@ func compacted(t *testing.T, u *unstructured.Unstructured) *compact.Object {
 	}
 	return o
 }
+
+// With MaxTypes, an Ensure that would take the cache beyond that many
+// kinds fails with ErrTooManyKinds and starts none of them; kinds already
+// watched do not count twice.
+func TestACacheWatchesNoMoreKindsThanItsBudget(t *testing.T) {
+	cache, _ := newCacheWith(t, cluster.Config, Options{MaxTypes: 1})
+	secretKind := schema.GroupVersionKind{Version: "v1", Kind: "Secret"}
+	if err := cache.Ensure(appA, []schema.GroupVersionKind{configMapKind}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.Ensure(appB, []schema.GroupVersionKind{configMapKind}); err != nil {
+		t.Errorf("a kind already watched counted again: %v", err)
+	}
+	err := cache.Ensure(appB, []schema.GroupVersionKind{configMapKind, secretKind})
+	if !errors.Is(err, ErrTooManyKinds) {
+		t.Fatalf("a second kind beyond a budget of 1: %v, want ErrTooManyKinds", err)
+	}
+	if got := cache.running(); len(got) != 1 || got[0].Resource != "configmaps" {
+		t.Errorf("running after the refusal: %v, want configmaps only", got)
+	}
+}

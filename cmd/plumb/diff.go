@@ -35,6 +35,9 @@ type diffFlags struct {
 	gitCacheDir  string
 	withMyRights bool
 	policy       reconcile.Policy
+	// allowPlugins lets a destination's kubeconfig run a credential plugin
+	// on this machine.
+	allowPlugins bool
 }
 
 func newDiffCommand(cluster *clusterFlags) *cobra.Command {
@@ -98,6 +101,8 @@ diff and flux diff), so that CI can gate on it.`,
 	flags.BoolVar(&f.policy.NoCrossNamespace, "no-cross-namespace", false, "preview as a controller run with --no-cross-namespace would tick")
 	flags.BoolVar(&f.policy.AllowInsecureRegistries, "allow-insecure-registries", false, "preview as a controller run with --allow-insecure-registries would tick: an OCI, Helm or bucket App may read its registry, repository or S3 server over plain HTTP, and a chart its dependencies")
 	flags.StringVar(&f.policy.DefaultServiceAccount, "default-service-account", "", "preview as a controller run with --default-service-account would tick: an App naming no ServiceAccount acts as this one")
+	flags.BoolVar(&f.policy.NoRemoteClusters, "no-remote-clusters", false, "preview as a controller run with --no-remote-clusters would tick: an App naming another cluster fails")
+	flags.BoolVar(&f.allowPlugins, "allow-kubeconfig-plugins", false, "let the kubeconfig of an App's destination (spec.destination) run its exec credential plugin or auth-provider on this machine")
 	flags.BoolVar(&f.withMyRights, "with-my-rights", false, "preview an App that acts as a ServiceAccount with your own rights, not by impersonating the ServiceAccount")
 	flags.StringVar(&f.gitCacheDir, "git-cache-dir", "", "folder that keeps the clones of repositories between runs, for one run at a time (default: a new folder each run, removed after it)")
 	_ = cmd.MarkFlagDirname("path")
@@ -145,7 +150,7 @@ func runDiff(cmd *cobra.Command, cluster *clusterFlags, name string, f diffFlags
 		policy.DefaultServiceAccount = ""
 	}
 	previewer, err := preview.New(preview.Options{Config: cfg, GitCacheDir: cacheDir, LocalDir: f.path, Policy: policy,
-		RenderCommand: []string{self, renderSandboxCommand}})
+		RenderCommand: []string{self, renderSandboxCommand}, AllowKubeConfigPlugins: f.allowPlugins})
 	if err != nil {
 		return 0, err
 	}

@@ -85,6 +85,7 @@ subjectaccessreviews, and list and watch on Apps.`,
 	flags.StringVar(&f.groupsPrefix, "groups-prefix", "", "with --proxy: put before each group the proxy names (as --oidc-groups-prefix)")
 	flags.StringVar(&f.endpoint.ProxySecretFile, "proxy-secret-file", "", "with --proxy: a file holding a secret that the proxy sends in the X-Plumb-Proxy-Secret header: requests with it are the proxy's")
 	flags.BoolVar(&f.policy.NoCrossNamespace, "no-cross-namespace", false, "preview (the App page's diff) as a controller run with --no-cross-namespace ticks")
+	flags.BoolVar(&f.policy.NoRemoteClusters, "no-remote-clusters", false, "preview as a controller run with --no-remote-clusters ticks: an App naming another cluster fails")
 	flags.BoolVar(&f.policy.AllowInsecureRegistries, "allow-insecure-registries", false, "preview as a controller run with --allow-insecure-registries ticks: an OCI, Helm or bucket App may read its registry, repository or S3 server over plain HTTP, and a chart its dependencies")
 	flags.StringVar(&f.policy.DefaultServiceAccount, "default-service-account", "", "preview as a controller run with --default-service-account ticks (with --proxy, the App page says such Apps cannot be previewed: Kubernetes impersonates once)")
 	flags.IntVar(&f.limits.MaxFiles, "max-repository-files", f.limits.MaxFiles, "previews: the controller's --max-repository-files")

@@ -89,6 +89,14 @@ type Options struct {
 	// Policy holds the tenancy rules: the default ServiceAccount Apps act
 	// as, and the lockdown flags.
 	Policy reconcile.Policy
+	// AllowKubeConfigPlugins lets an App's destination kubeconfig run an
+	// exec credential plugin or an auth-provider.
+	AllowKubeConfigPlugins bool
+	// MaxDestinations bounds the destination clusters connected at once
+	// (0: destination's default, 32); MaxDestinationKinds the kinds
+	// watched in each (0: no bound).
+	MaxDestinations     int
+	MaxDestinationKinds int
 	// NotificationBlockedPrefixes are the addresses no Notification's sink
 	// may be reached at (nil: notify.DefaultBlockedPrefixes()).
 	NotificationBlockedPrefixes []netip.Prefix

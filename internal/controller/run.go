@@ -39,6 +39,7 @@ import (
 	"github.com/plumb-dev/plumb/internal/controller/leadership"
 	"github.com/plumb-dev/plumb/internal/controller/runtimelog"
 	"github.com/plumb-dev/plumb/internal/credentials"
+	"github.com/plumb-dev/plumb/internal/destination"
 	"github.com/plumb-dev/plumb/internal/impersonation"
 	"github.com/plumb-dev/plumb/internal/metrics"
 	"github.com/plumb-dev/plumb/internal/notify"
@@ -66,7 +67,10 @@ type loop struct {
 	apps     *currentQueue // the current term's queue
 	observer *informers.Cache
 	secrets  *credentials.Cache
-	notifier *notify.Terms
+	// destinations are the other clusters Apps deploy into (nil with
+	// --no-remote-clusters).
+	destinations *destination.Manager[*remote]
+	notifier     *notify.Terms
 }
 
 // clients are the API clients the tick uses besides the manager's.
@@ -238,7 +242,7 @@ func (l *loop) newTick() error {
 	if err != nil {
 		return err
 	}
-	l.secrets = credentials.New(l.clients.clientset)
+	l.secrets = credentials.New(l.clients.clientset, func(app types.NamespacedName) { l.tick.CredentialsChanged(app) })
 	l.notifier = notifications(l.mgr, l.opts, l.metrics, l.log.Named("notify"))
 	l.apps = &currentQueue{} // each term has a queue of its own; events between terms are dropped
 	l.tick, err = reconcile.New(reconcile.Deps{
@@ -246,7 +250,7 @@ func (l *loop) newTick() error {
 		Credentials: l.secrets, Mapper: l.mgr.GetRESTMapper(), Cluster: clusterinfo.New(l.clients.discovery, 0),
 		Reader: reader, Applier: ssa.NewManager(l.clients.direct), Identities: l.identities(), Policy: l.opts.Policy,
 		Events: l.mgr.GetEventRecorderFor("plumb"), Log: l.log.Named("tick"), Shard: l.shardIdentity(),
-		Enqueue: l.apps.AddEvent, EnqueueAfter: l.apps.AddAfter,
+		Enqueue: l.apps.AddEvent, EnqueueAfter: l.apps.AddAfter, NewDestinations: l.newDestinations,
 		NewObserver: func(events reconcile.ObjectEvents) reconcile.Observer {
 			l.observer = informers.New(l.clients.dynamic, l.mgr.GetRESTMapper(), informers.Options{
 				OnEvent: events.ObjectChanged, OnHealth: events.HealthChanged, IsOwnWrite: events.IsOwnWrite, Namespaces: l.opts.WatchNamespaces,
@@ -406,6 +410,9 @@ func (l *loop) endTerm(stopDelivering func(), delivered func()) {
 	delivered()
 	l.apps.set(nil)
 	l.observer.Stop()
+	if l.destinations != nil {
+		l.destinations.Stop()
+	}
 	l.secrets.Stop()
 	l.log.Info("Stopped ticking")
 }

@@ -7,9 +7,11 @@
 package credentials
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -25,6 +27,8 @@ import (
 // Cache watches the Secrets that Apps use. It is safe for concurrent use.
 type Cache struct {
 	client kubernetes.Interface
+	// changed is told of each App that uses a Secret whose data changed.
+	changed func(app types.NamespacedName)
 
 	mu      sync.Mutex
 	watches map[types.NamespacedName]*watch                        // by Secret
@@ -41,9 +45,12 @@ type watch struct {
 	lastErr error // the last list/watch error
 }
 
-// New creates a cache that reads Secrets with client.
-func New(client kubernetes.Interface) *Cache {
-	return &Cache{client: client, watches: map[types.NamespacedName]*watch{}, uses: map[types.NamespacedName]map[types.NamespacedName]bool{}}
+// New creates a cache that reads Secrets with client. changed, when not
+// nil, is told of each App that uses a Secret whose data changed (a
+// rotated token or password), so that it ticks with the new one at once;
+// it must not block.
+func New(client kubernetes.Interface, changed func(app types.NamespacedName)) *Cache {
+	return &Cache{client: client, changed: changed, watches: map[types.NamespacedName]*watch{}, uses: map[types.NamespacedName]map[types.NamespacedName]bool{}}
 }
 
 // Get returns the Secret name in app's namespace, as the watch of that
@@ -119,13 +126,17 @@ func (c *Cache) Release(app types.NamespacedName, keep ...string) {
 // Stop stops every watch.
 func (c *Cache) Stop() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	var stopping []*watch
 	for key, w := range c.watches {
 		w.stop()
-		<-w.done
+		stopping = append(stopping, w)
 		delete(c.watches, key)
 	}
 	c.uses = map[types.NamespacedName]map[types.NamespacedName]bool{}
+	c.mu.Unlock()
+	for _, w := range stopping {
+		<-w.done // outside c.mu: a change being told of takes it
+	}
 }
 
 // Watched is how many Secrets are watched.
@@ -172,6 +183,16 @@ func (c *Cache) start(key types.NamespacedName) *watch {
 	informer := cache.NewSharedIndexInformer(lw, &corev1.Secret{}, 0, cache.Indexers{})
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &watch{informer: informer, stop: cancel, done: make(chan struct{})}
+	_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, newObj any) {
+			before, ok1 := oldObj.(*corev1.Secret)
+			after, ok2 := newObj.(*corev1.Secret)
+			if ok1 && ok2 && !maps.EqualFunc(before.Data, after.Data, bytes.Equal) {
+				c.tellUsers(key)
+			}
+		},
+		DeleteFunc: func(any) { c.tellUsers(key) },
+	})
 	_ = informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		w.mu.Lock()
 		w.lastErr = err
@@ -182,6 +203,24 @@ func (c *Cache) start(key types.NamespacedName) *watch {
 		informer.RunWithContext(ctx)
 	}()
 	return w
+}
+
+// tellUsers tells of the Apps that use the Secret key that it changed.
+func (c *Cache) tellUsers(key types.NamespacedName) {
+	if c.changed == nil {
+		return
+	}
+	c.mu.Lock()
+	var apps []types.NamespacedName
+	for app, used := range c.uses {
+		if used[key] {
+			apps = append(apps, app)
+		}
+	}
+	c.mu.Unlock()
+	for _, app := range apps {
+		c.changed(app)
+	}
 }
 
 func (w *watch) lastError() error {

@@ -3,6 +3,8 @@ package credentials
 import (
 	"context"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,7 +58,11 @@ func TestASecretIsWatchedAloneAndReadWithoutRequests(t *testing.T) {
 	ns := namespaceWithSecrets(t, admin, map[string]string{"git": "one", "unrelated": "not-for-plumb"})
 	other := namespaceWithSecrets(t, admin, map[string]string{"git": "another-namespace"})
 	client, requests := counted(t, cluster.Config)
-	c := New(client)
+	var changed sync.Map // App → how many times it was told
+	c := New(client, func(app types.NamespacedName) {
+		n, _ := changed.LoadOrStore(app, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+	})
 	defer c.Stop()
 	ctx := context.Background()
 	app := types.NamespacedName{Namespace: ns, Name: "web"}
@@ -111,6 +117,17 @@ func TestASecretIsWatchedAloneAndReadWithoutRequests(t *testing.T) {
 		if err != nil {
 			t.Error("the cache never showed the new password")
 		}
+		// The App that uses it is told, so that it ticks with it.
+		err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			n, ok := changed.Load(app)
+			return ok && n.(*atomic.Int32).Load() == 1, nil
+		})
+		if err != nil {
+			t.Error("the App that uses the changed Secret was not told once")
+		}
+		if _, ok := changed.Load(types.NamespacedName{Namespace: other, Name: "web"}); ok {
+			t.Error("an App of another namespace was told")
+		}
 	})
 
 	t.Run("a missing Secret is NotFound", func(t *testing.T) {
@@ -147,7 +164,7 @@ func TestWithoutListAndWatchRightsTheSecretIsRead(t *testing.T) {
 	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	c := New(kubernetes.NewForConfigOrDie(cfg))
+	c := New(kubernetes.NewForConfigOrDie(cfg), nil)
 	defer c.Stop()
 	timeout, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -162,7 +179,7 @@ func TestWithoutListAndWatchRightsTheSecretIsRead(t *testing.T) {
 func TestAnAppUsesTwoSecretsAndReleasesOnlyTheOneItDropped(t *testing.T) {
 	admin := kubernetes.NewForConfigOrDie(cluster.Config)
 	ns := namespaceWithSecrets(t, admin, map[string]string{"registry": "one", "keys": "two"})
-	c := New(admin)
+	c := New(admin, nil)
 	defer c.Stop()
 	ctx := context.Background()
 	app := types.NamespacedName{Namespace: ns, Name: "web"}

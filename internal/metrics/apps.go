@@ -33,7 +33,7 @@ type AppCollector struct {
 	list        AppLister
 	lastSuccess LastSuccess
 
-	lastSuccessDesc, interval, failures, drifted, ready, suspended, sourceInfo, sourceVerified *prometheus.Desc
+	lastSuccessDesc, interval, failures, drifted, ready, suspended, sourceInfo, sourceVerified, destinationInfo *prometheus.Desc
 }
 
 // NewAppCollector serves the series of the Apps list returns; lastSuccess
@@ -58,6 +58,8 @@ func NewAppCollector(list AppLister, lastSuccess LastSuccess) *AppCollector {
 			"1 when the App is suspended, else 0.", app, nil),
 		sourceInfo: prometheus.NewDesc("plumb_app_source_info",
 			"1 for each App, labelled with its kind of source (git, oci, helm or bucket), to join other series on.", append(app, "kind"), nil),
+		destinationInfo: prometheus.NewDesc("plumb_app_destination_info",
+			"1 for each App that deploys into another cluster than plumb's, labelled with its destination (the kubeconfig Secret's name), to join other series on.", append(app, "destination"), nil),
 		sourceVerified: prometheus.NewDesc("plumb_app_source_verified",
 			"1 when the App's source asks for signature verification and its last read revision verified, 0 when it did not; absent without verification.", app, nil),
 	}
@@ -65,7 +67,7 @@ func NewAppCollector(list AppLister, lastSuccess LastSuccess) *AppCollector {
 
 // Describe implements prometheus.Collector.
 func (c *AppCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.lastSuccessDesc, c.interval, c.failures, c.drifted, c.ready, c.suspended, c.sourceInfo, c.sourceVerified} {
+	for _, d := range []*prometheus.Desc{c.lastSuccessDesc, c.interval, c.failures, c.drifted, c.ready, c.suspended, c.sourceInfo, c.sourceVerified, c.destinationInfo} {
 		ch <- d
 	}
 }
@@ -118,6 +120,9 @@ func (c *AppCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.ready, flag(apimeta.IsStatusConditionTrue(app.Status.Conditions, plumbv1.ConditionReady)), ns, name)
 		gauge(c.suspended, flag(app.Spec.Suspend), ns, name)
 		gauge(c.sourceInfo, 1, ns, name, string(app.Spec.Source.Kind()))
+		if d := app.Spec.Destination; d != nil {
+			gauge(c.destinationInfo, 1, ns, name, d.KubeConfig.SecretRef.Name)
+		}
 		if app.Spec.Source.Verification() != nil {
 			if cond := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionSourceVerified); cond != nil {
 				gauge(c.sourceVerified, flag(cond.Status == metav1.ConditionTrue), ns, name)

@@ -34,7 +34,8 @@ func TestTheAppCollectorServesEachAppsSeriesFromItsStatus(t *testing.T) {
 		},
 		{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "new", CreationTimestamp: created},
-			Spec:       plumbv1.AppSpec{Suspend: true},
+			Spec: plumbv1.AppSpec{Suspend: true,
+				Destination: &plumbv1.Destination{KubeConfig: plumbv1.KubeConfigReference{SecretRef: plumbv1.SecretKeyReference{Name: "cluster-b"}}}},
 			Status: plumbv1.AppStatus{
 				Phases:     plumbv1.PhasesStatus{Read: plumbv1.PhaseStatus{ConsecutiveFailures: 3}},
 				Conditions: []metav1.Condition{{Type: plumbv1.ConditionReady, Status: metav1.ConditionFalse}},
@@ -53,6 +54,9 @@ plumb_app_consecutive_failures{name="web",namespace="team-a",phase="apply"} 0
 plumb_app_consecutive_failures{name="web",namespace="team-a",phase="diff"} 0
 plumb_app_consecutive_failures{name="web",namespace="team-a",phase="observe"} 0
 plumb_app_consecutive_failures{name="web",namespace="team-a",phase="read"} 0
+# HELP plumb_app_destination_info 1 for each App that deploys into another cluster than plumb's, labelled with its destination (the kubeconfig Secret's name), to join other series on.
+# TYPE plumb_app_destination_info gauge
+plumb_app_destination_info{destination="cluster-b",name="new",namespace="team-b"} 1
 # HELP plumb_app_drifted_objects Objects of the App left drifted after its last tick, labelled with the App's drift policy (heal or alert).
 # TYPE plumb_app_drifted_objects gauge
 plumb_app_drifted_objects{drift_policy="alert",name="web",namespace="team-a"} 2

@@ -56,8 +56,12 @@ func (d *Dispatcher) alertRequest(ctx context.Context, n *plumbv1.Notification, 
 	if e.Kind == plumbv1.EventDriftResolved {
 		ends = e.Time
 	}
+	labels := map[string]string{"alertname": AlertName, "namespace": e.App.Namespace, "name": e.App.Name, "severity": "warning"}
+	if e.Destination != "" {
+		labels["destination"] = e.Destination
+	}
 	alert := amAlert{
-		Labels: map[string]string{"alertname": AlertName, "namespace": e.App.Namespace, "name": e.App.Name, "severity": "warning"},
+		Labels: labels,
 		Annotations: map[string]string{
 			"summary":     Summary(e),
 			"description": strings.TrimPrefix(slackText(e), "*"+slackEscape.Replace(Summary(e))+"*\n"),

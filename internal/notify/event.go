@@ -25,6 +25,9 @@ type Event struct {
 	// Notifications select on.
 	App       types.NamespacedName `json:"-"`
 	AppLabels map[string]string    `json:"-"`
+	// Destination is the cluster the App deploys into, the name of its
+	// kubeconfig Secret (empty: the cluster plumb runs in).
+	Destination string `json:"destination,omitempty"`
 	// Source is the App's repository URL, without credentials (commit
 	// statuses find the repository from it).
 	Source string `json:"source"`
@@ -76,3 +79,11 @@ type FieldChange struct {
 
 // appKey is the App's key as "namespace/name".
 func (e *Event) appKey() string { return e.App.Namespace + "/" + e.App.Name }
+
+// appWhere is the App's key, and its destination cluster when it has one.
+func (e *Event) appWhere() string {
+	if e.Destination != "" {
+		return e.appKey() + " (cluster " + e.Destination + ")"
+	}
+	return e.appKey()
+}

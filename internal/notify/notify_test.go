@@ -849,3 +849,30 @@ func TestATermEndingDuringADeliveryReportsNoFailure(t *testing.T) {
 		t.Errorf("%d deliveries counted dropped, want the one cut short", got)
 	}
 }
+
+// An App that deploys into another cluster is named with its destination:
+// in the alert's labels, the summary and the webhook's JSON; an App into
+// plumb's own cluster carries no destination.
+func TestADestinationIsNamedInAlertsAndPayloads(t *testing.T) {
+	r := newReceiver(t)
+	f := newFixture(t, Options{}, notification("am", plumbv1.SinkAlertmanager, r.URL, ""))
+	remote := driftEvent(false)
+	remote.Destination = "cluster-b"
+	f.d.Notify(remote)
+	waitFor(t, "the alert", func() bool { return len(r.got()) == 1 })
+	var alerts []amAlert
+	if err := json.Unmarshal(r.got()[0].body, &alerts); err != nil || len(alerts) != 1 {
+		t.Fatalf("request: %s", r.got()[0].body)
+	}
+	if a := alerts[0]; a.Labels["destination"] != "cluster-b" || !strings.Contains(a.Annotations["summary"], "team/web (cluster cluster-b)") {
+		t.Errorf("alert %+v, want the label destination=cluster-b and the summary naming it", a)
+	}
+	payload, err := json.Marshal(remote)
+	if err != nil || !strings.Contains(string(payload), `"destination":"cluster-b"`) {
+		t.Errorf("payload %s, %v: want the destination", payload, err)
+	}
+	local := driftEvent(false)
+	if payload, _ := json.Marshal(local); strings.Contains(string(payload), "destination") || strings.Contains(Summary(&local), "cluster") {
+		t.Errorf("an App into plumb's own cluster: payload %s, summary %q; want no destination", payload, Summary(&local))
+	}
+}

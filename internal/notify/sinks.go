@@ -174,9 +174,9 @@ func Summary(e *Event) string {
 		if e.Count == 1 {
 			objects = "object"
 		}
-		return fmt.Sprintf("Drift in App %s at %s: %d %s changed outside Git, %s", e.appKey(), e.Revision, e.Count, objects, what)
+		return fmt.Sprintf("Drift in App %s at %s: %d %s changed outside Git, %s", e.appWhere(), e.Revision, e.Count, objects, what)
 	case plumbv1.EventDriftResolved:
-		return fmt.Sprintf("Drift in App %s resolved: its objects match Git at %s", e.appKey(), e.Revision)
+		return fmt.Sprintf("Drift in App %s resolved: its objects match Git at %s", e.appWhere(), e.Revision)
 	default:
 		return e.Message
 	}

@@ -30,6 +30,7 @@ import (
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/informers"
 	"github.com/plumb-dev/plumb/internal/clusterinfo"
+	"github.com/plumb-dev/plumb/internal/destination"
 	"github.com/plumb-dev/plumb/internal/impersonation"
 	"github.com/plumb-dev/plumb/internal/reconcile"
 	"github.com/plumb-dev/plumb/internal/source"
@@ -62,7 +63,10 @@ type Options struct {
 	RenderCommand     []string
 	RenderTimeout     time.Duration
 	RenderMemoryBytes uint64
-	Log               *zap.Logger
+	// AllowKubeConfigPlugins lets a destination's kubeconfig run an exec
+	// credential plugin or an auth-provider on this machine.
+	AllowKubeConfigPlugins bool
+	Log                    *zap.Logger
 }
 
 // DefaultRenderMemoryBytes is the memory a preview's Kustomize or Helm
@@ -183,7 +187,7 @@ func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.P
 	r, err := reconcile.New(reconcile.Deps{
 		Client:      p.apps,
 		APIReader:   p.apps,
-		Credentials: secrets{clientset: p.clientset, local: p.opts.LocalDir != "" && !readsChartAccounts(app)},
+		Credentials: secrets{clientset: p.clientset, local: p.opts.LocalDir != "" && !readsChartAccounts(app), kubeConfig: kubeConfigSecret(app)},
 		Mapper:      p.apps.RESTMapper(),
 		Cluster:     clusterinfo.New(p.discovery, 0),
 		Reader:      reader,
@@ -192,8 +196,11 @@ func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.P
 		},
 		Applier:    applier,
 		Identities: identities,
+		NewDestinations: func(reconcile.ObjectEvents) reconcile.Destinations {
+			return destinations{scheme: p.scheme, parse: destination.ParseOptions{AllowPlugins: p.opts.AllowKubeConfigPlugins}}
+		},
 		Policy: reconcile.Policy{NoCrossNamespace: p.opts.Policy.NoCrossNamespace, DefaultServiceAccount: p.opts.Policy.DefaultServiceAccount,
-			AllowInsecureRegistries: p.opts.Policy.AllowInsecureRegistries},
+			AllowInsecureRegistries: p.opts.Policy.AllowInsecureRegistries, NoRemoteClusters: p.opts.Policy.NoRemoteClusters},
 		Events: noEvents{},
 		Log:    p.opts.Log,
 	})
@@ -239,10 +246,21 @@ func readsChartAccounts(app *plumbv1.App) bool {
 type secrets struct {
 	clientset kubernetes.Interface
 	local     bool
+	// kubeConfig is the Secret of the App's destination, read even for a
+	// working copy.
+	kubeConfig string
+}
+
+// kubeConfigSecret names the Secret of an App's destination ("" for none).
+func kubeConfigSecret(app *plumbv1.App) string {
+	if d := app.Spec.Destination; d != nil {
+		return d.KubeConfig.SecretRef.Name
+	}
+	return ""
 }
 
 func (s secrets) Get(ctx context.Context, app types.NamespacedName, name string) (*corev1.Secret, error) {
-	if s.local {
+	if s.local && name != s.kubeConfig {
 		return &corev1.Secret{}, nil
 	}
 	return s.clientset.CoreV1().Secrets(app.Namespace).Get(ctx, name, metav1.GetOptions{})
@@ -254,3 +272,71 @@ func (secrets) Release(types.NamespacedName, ...string) {}
 type noEvents struct{}
 
 func (noEvents) Eventf(runtime.Object, string, string, string, ...any) {}
+
+// destinations reach an App's destination cluster for a preview, with the
+// kubeconfig its Secret holds (read with the previewer's own rights): one
+// request per object, as plumb's own cluster is read.
+type destinations struct {
+	scheme *runtime.Scheme
+	parse  destination.ParseOptions
+}
+
+func (d destinations) For(_ types.NamespacedName, secret string, kubeconfig []byte) (*reconcile.Target, error) {
+	cfg, server, err := destination.Parse(kubeconfig, d.parse)
+	if err != nil {
+		return nil, fmt.Errorf("Secret %s: %w", secret, err)
+	}
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("discovering the kinds of %s: %w", server, err)
+	}
+	direct, err := client.New(cfg, client.Options{Scheme: d.scheme, Mapper: mapper, HTTPClient: httpClient})
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	probeConfig := rest.CopyConfig(cfg)
+	probeConfig.Timeout = 5 * time.Second
+	probe, err := discovery.NewDiscoveryClientForConfig(probeConfig)
+	if err != nil {
+		return nil, err
+	}
+	identities := impersonation.New(cfg, impersonation.Options[reconcile.Applier]{
+		Build: func(cfg *rest.Config) (reconcile.Applier, error) {
+			c, err := client.New(cfg, client.Options{Scheme: d.scheme, Mapper: mapper})
+			if err != nil {
+				return nil, err
+			}
+			return ssa.NewManager(c), nil
+		},
+		Exists: func(ctx context.Context, namespace, name string) (bool, error) {
+			sa := &corev1.ServiceAccount{}
+			err := direct.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, sa)
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			return err == nil, err
+		},
+	})
+	return &reconcile.Target{Name: secret, Server: server, Observer: informers.NewDirect(dyn, mapper), Applier: ssa.NewManager(direct),
+		Identities: identities, Mapper: mapper, Cluster: clusterinfo.New(disco, 0),
+		Reachable: func() error {
+			if _, err := probe.ServerVersion(); err != nil {
+				return fmt.Errorf("%s did not answer: %w", server, err)
+			}
+			return nil
+		}}, nil
+}
+
+func (destinations) Release(types.NamespacedName) {}

@@ -95,8 +95,8 @@ func (s *pass) applyObjects(ctx context.Context, changes *fluxssa.ChangeSet, obj
 		if rec, recErr := diff.RecordOf(a.Desired, a.Live); recErr == nil {
 			r.memory.remember(key, id, rec)
 		}
-		if isCRD(a.Desired) && r.Cluster != nil {
-			r.Cluster.Invalidate()
+		if cluster := s.target.Cluster; isCRD(a.Desired) && cluster != nil {
+			cluster.Invalidate()
 		}
 	}
 	if cs != nil {
@@ -219,7 +219,7 @@ func (s *pass) prune(ctx context.Context, changes *fluxssa.ChangeSet, log *zap.L
 	var kept []plumbv1.KeptObject
 	var stale []*unstructured.Unstructured
 	for _, obj := range s.stale() {
-		if guard, ok := r.keptInCache(obj, owner); ok {
+		if guard, ok := r.keptInCache(s.target, obj, owner); ok {
 			kept = append(kept, keptObject(obj, guard))
 			changes.Add(fluxssa.ChangeSetEntry{Subject: idOf(obj).String(), Action: ssa.KeptAction})
 			continue
@@ -274,8 +274,8 @@ func (s *pass) byWaveDescending(stale []*unstructured.Unstructured) [][]*unstruc
 // owner's, as kept by the prune guard. Anything else (not cached, not the
 // owner's any more, its kind not watched, the guard lifted) is for Prune
 // to decide from the API server.
-func (r *Reconciler) keptInCache(obj *unstructured.Unstructured, owner ssa.Owner) (ssa.Guard, bool) {
-	live, err := r.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+func (r *Reconciler) keptInCache(target *Target, obj *unstructured.Unstructured, owner ssa.Owner) (ssa.Guard, bool) {
+	live, err := target.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
 	if err != nil || live == nil || !owner.OwnsLive(live) {
 		return ssa.Guard{}, false
 	}

@@ -138,7 +138,11 @@ func (r *Reconciler) gateOnDependencies(ctx context.Context, app *plumbv1.App, r
 			continue
 		}
 		if why := notReadyAtRevision(other, dep.Namespace == app.Namespace); why != "" {
-			waiting = append(waiting, fmt.Sprintf("App %s %s", dep, why))
+			where := ""
+			if name := kubeConfigSecret(other); name != "" && dep.Namespace == app.Namespace {
+				where = " (into the cluster of Secret " + name + ")"
+			}
+			waiting = append(waiting, fmt.Sprintf("App %s%s %s", dep, where, why))
 		}
 	}
 	if len(waiting) == 0 {
@@ -205,7 +209,7 @@ func (r *Reconciler) refuseDependencies(ctx context.Context, app *plumbv1.App) (
 	if sa == "" {
 		return "", allowed // the App acts with the controller's own rights
 	}
-	applier, err := r.applierFor(ctx, app)
+	applier, err := r.applierFor(ctx, app, r.local) // Apps live in plumb's own cluster
 	if err != nil {
 		return "could not act as the App's ServiceAccount to ask whether it may read the Apps it depends on in other namespaces: " + err.Error(), notAsked
 	}

@@ -84,10 +84,31 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 		app.Status.Inventory = nil
 		write()
 	}
-	if app.Spec.PruneEnabled() && !app.Spec.Suspend {
-		stale := r.staleObjects(app.Status.Inventory, nil, newTickKinds(r.Mapper))
+	var target *Target
+	var targetErr error
+	prunes := app.Spec.PruneEnabled() && !app.Spec.Suspend
+	if prunes && inventoryLen(app) > 0 {
+		if target, targetErr = r.targetOf(ctx, app); targetErr == nil {
+			targetErr = reach(target)
+		}
+	}
+	switch {
+	case !prunes:
+		log.Info("Orphaned the deleted App's objects", zap.Int("objects", inventoryLen(app)))
+	case inventoryLen(app) == 0:
+	case destinationLost(targetErr):
+		// Its namespace is being deleted, most likely, or the cluster is
+		// no longer to be reached: its objects there are left in place.
+		r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonOrphaned,
+			"the App is deleted but its destination cannot be used, so its %d objects there are left in place, not pruned: %v", inventoryLen(app), targetErr)
+		log.Warn("Orphaned the deleted App's objects: its destination cannot be used", zap.Int("objects", inventoryLen(app)), zap.Error(targetErr))
+	case targetErr != nil:
+		r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonPruneFailed, "pruning the deleted App's objects: %v", targetErr)
+		return queue.Every(interval), fmt.Errorf("pruning the objects of deleted App %s/%s: %w", app.Namespace, app.Name, targetErr)
+	default:
+		stale := r.staleObjects(app.Status.Inventory, nil, newTickKinds(target.Mapper))
 		if len(stale) > 0 {
-			applier, err := r.applierFor(ctx, app)
+			applier, err := r.applierFor(ctx, app, target)
 			switch {
 			case errors.Is(err, impersonation.ErrServiceAccountNotFound) && r.serviceAccountGone(ctx, app):
 				// Its namespace is being deleted, most likely: orphan the
@@ -118,8 +139,6 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 				log.Info("Pruned the deleted App's objects", zap.String("changes", changeSummary(cs)))
 			}
 		}
-	} else {
-		log.Info("Orphaned the deleted App's objects", zap.Int("objects", inventoryLen(app)))
 	}
 	if runsHooks() {
 		// Recorded before the PostDelete hooks run, so that a later round
@@ -234,15 +253,21 @@ func (r *Reconciler) runDeleteHooks(ctx context.Context, app *plumbv1.App, phase
 		return "", "", &neverRuns{why: fmt.Sprintf("the App's namespace %s is being deleted", app.Namespace), now: true}
 	}
 	s := &pass{r: r, app: app, key: client.ObjectKeyFromObject(app), log: log}
-	result, err := r.read(ctx, app, false, time.Time{})
+	if s.target, err = r.targetOf(ctx, app); err == nil {
+		err = reach(s.target)
+	}
+	if err != nil {
+		return "", "", err
+	}
+	result, err := r.read(ctx, app, false, time.Time{}, s.target.Cluster)
 	if err != nil {
 		return "", "", err
 	}
 	s.result, s.revision = result, result.Revision.String()
-	if s.desired, s.kinds, s.order, err = r.prepare(app, result); err != nil {
+	if s.desired, s.kinds, s.order, err = r.prepare(app, result, s.target); err != nil {
 		return "", "", err
 	}
-	if s.applier, err = r.applierFor(ctx, app); err != nil {
+	if s.applier, err = r.applierFor(ctx, app, s.target); err != nil {
 		if errors.Is(err, impersonation.ErrServiceAccountNotFound) && r.serviceAccountGone(ctx, app) {
 			return "", "", &neverRuns{why: err.Error()}
 		}

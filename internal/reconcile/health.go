@@ -66,7 +66,21 @@ func (r *Reconciler) AppReleased(key types.NamespacedName) {
 	if r.Identities != nil {
 		r.Identities.Release(key)
 	}
+	if r.destinations != nil {
+		r.destinations.Release(key)
+	}
 	r.memory.forgetApp(key)
+}
+
+// CredentialsChanged asks for a tick of the App because a Secret it uses
+// changed (a rotated token or password): the tick reads it again and, for
+// a destination's kubeconfig, connects with the new one. It goes through
+// the event budget, as drift does.
+func (r *Reconciler) CredentialsChanged(key types.NamespacedName) {
+	r.memory.mark(key, enqueueMarks{full: true})
+	if r.Enqueue != nil {
+		r.Enqueue(key)
+	}
 }
 
 // DependencyChanged asks for a tick of the App because an App it depends
@@ -115,11 +129,18 @@ func healthOnly(wake queue.Wake, cause Trigger, marks enqueueMarks) bool {
 func (r *Reconciler) reassess(ctx context.Context, app *plumbv1.App, log *zap.Logger) {
 	start := r.now()
 	key := client.ObjectKeyFromObject(app)
+	target, err := r.targetOf(ctx, app)
+	if err != nil {
+		// The next full tick says why; health is left as it was.
+		log.Debug("Could not assess health: the App's cluster is not at hand", zap.String("phase", string(PhaseHealth)),
+			zap.String("revision", app.Status.LastAppliedRevision), zap.Error(err))
+		return
+	}
 	outcome := r.memory.appliedOf(key)
 	if outcome != nil && outcome.generation != app.Generation {
 		outcome = nil
 	}
-	verdict, newlyFailed := r.settleHealth(ctx, app, outcome, false)
+	verdict, newlyFailed := r.settleHealth(ctx, app, target, outcome, false)
 	if newlyFailed {
 		r.metrics().ObservePhaseFailure(string(PhaseHealth), plumbv1.ReasonHealthCheckFailed)
 	}
@@ -138,14 +159,14 @@ func (r *Reconciler) reassess(ctx context.Context, app *plumbv1.App, log *zap.Lo
 // are in progress it asks for a tick when the health timeout passes. It
 // returns the verdict for Ready (Healthy when Ready does not wait), and
 // whether Ready has just turned HealthCheckFailed.
-func (r *Reconciler) settleHealth(ctx context.Context, app *plumbv1.App, outcome *appliedOutcome, changed bool) (verdict health.Verdict, newlyFailed bool) {
+func (r *Reconciler) settleHealth(ctx context.Context, app *plumbv1.App, target *Target, outcome *appliedOutcome, changed bool) (verdict health.Verdict, newlyFailed bool) {
 	key := client.ObjectKeyFromObject(app)
 	now := r.now()
 	previousReady := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionReady)
 	wasFailed := previousReady != nil && previousReady.Reason == plumbv1.ReasonHealthCheckFailed
 	previousHealthy := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionHealthy)
 
-	summary := r.assess(ctx, app)
+	summary := r.assess(ctx, app, target)
 	summary.WaitingSince = health.Since(app.Status.Health, summary, changed, now)
 	app.Status.Health = summary
 	timeout := app.Spec.HealthTimeoutOrDefault()
@@ -207,7 +228,7 @@ func keepDriftConflict(app *plumbv1.App, now time.Time) {
 // assess sums up the health of each object of the App's inventory (but
 // those the prune guard keeps), from the cache: for an object plumb wrote,
 // as the write left it until the cache shows that version or a newer one.
-func (r *Reconciler) assess(ctx context.Context, app *plumbv1.App) *plumbv1.HealthStatus {
+func (r *Reconciler) assess(ctx context.Context, app *plumbv1.App, target *Target) *plumbv1.HealthStatus {
 	var summary health.Summary
 	if app.Status.Inventory == nil {
 		return summary.Status()
@@ -221,7 +242,7 @@ func (r *Reconciler) assess(ctx context.Context, app *plumbv1.App) *plumbv1.Heal
 		if kept[idOfRef(e.ObjectRef)] {
 			continue
 		}
-		summary.Add(e.ObjectRef, r.objectHealth(ctx, key, e.ObjectRef))
+		summary.Add(e.ObjectRef, r.objectHealth(ctx, target, key, e.ObjectRef))
 	}
 	return summary.Status()
 }
@@ -233,15 +254,15 @@ const partialReadTimeout = 10 * time.Second
 // objectHealth is one of the App's objects' health: from the informer
 // cache, or as plumb's own last write left it while the cache has not
 // caught up with that write.
-func (r *Reconciler) objectHealth(ctx context.Context, key types.NamespacedName, ref plumbv1.ObjectRef) health.Result {
+func (r *Reconciler) objectHealth(ctx context.Context, target *Target, key types.NamespacedName, ref plumbv1.ObjectRef) health.Result {
 	id := idOfRef(ref)
 	gvk := schema.GroupVersionKind{Group: ref.Group, Version: ref.Version, Kind: ref.Kind}
-	cached, err := r.Observer.Get(gvk, ref.Namespace, ref.Name)
-	if err == nil && cached == nil && r.Observer.Partial() {
+	cached, err := target.Observer.Get(gvk, ref.Namespace, ref.Name)
+	if err == nil && cached == nil && target.Observer.Partial() {
 		// A sharded replica's cache lacks it: not labelled with the slot
 		// yet (its tick relabels it), or a slot taken a moment ago.
 		ctx, cancel := context.WithTimeout(ctx, partialReadTimeout) // the tick's: a drain or a lost slot cancels it
-		fetched, ferr := r.Observer.Fetch(ctx, gvk, ref.Namespace, ref.Name)
+		fetched, ferr := target.Observer.Fetch(ctx, gvk, ref.Namespace, ref.Name)
 		cancel()
 		switch {
 		case ferr != nil:
@@ -259,7 +280,7 @@ func (r *Reconciler) objectHealth(ctx context.Context, key types.NamespacedName,
 		return written
 	case known && err == nil && cached != nil && olderThan(cached.GetResourceVersion(), rv):
 		return written // changed by plumb; the cache has not caught up yet
-	case known && err == nil && cached == nil && !r.seen(gvk, ref.Namespace, rv):
+	case known && err == nil && cached == nil && !seen(target, gvk, ref.Namespace, rv):
 		return written // created by plumb; the cache has not caught up yet
 	case err != nil:
 		return health.Result{Status: health.Unknown, Message: "not observed: " + err.Error()}
@@ -271,10 +292,10 @@ func (r *Reconciler) objectHealth(ctx context.Context, key types.NamespacedName,
 
 // seen reports whether the informer of gvk in namespace has caught up with
 // resourceVersion rv (an object it then lacks was deleted since).
-func (r *Reconciler) seen(gvk schema.GroupVersionKind, namespace, rv string) bool {
+func seen(target *Target, gvk schema.GroupVersionKind, namespace, rv string) bool {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // ask, do not wait
-	return r.Observer.WaitForResourceVersion(ctx, gvk, namespace, rv) == nil
+	return target.Observer.WaitForResourceVersion(ctx, gvk, namespace, rv) == nil
 }
 
 // olderThan reports whether resourceVersion a is older than b (false when

@@ -268,9 +268,9 @@ func TestHealthTimeoutFailureAndWaitFalse(t *testing.T) {
 			t.Fatalf("the cached Widget %v (%v), want it Current", before, err)
 		}
 		observer := h.r.Observer
-		h.r.Observer = staleObjectObserver{Observer: observer, stale: before}
+		h.useObserver(staleObjectObserver{Observer: observer, stale: before})
 		app := h.tick(t, key, queue.WakeTimer)
-		h.r.Observer = observer
+		h.useObserver(observer)
 		wantCondition(t, app, plumbv1.ConditionReady, metav1.ConditionUnknown, plumbv1.ReasonProgressing, "Widget.health.plumb.dev/"+key.Namespace+"/w InProgress")
 		if got := app.Status.Health.WaitingSince; got == nil || got.Time.Before(clock.Now()) || got.Time.Sub(clock.Now()) >= time.Second {
 			t.Errorf("waiting since %v, want the apply's time %s rounded up to the second", got, clock.Now())

@@ -139,7 +139,7 @@ func newHarnessWith(t *testing.T, base *rest.Config, policy Policy, sharded bool
 	if err != nil {
 		t.Fatal(err)
 	}
-	secrets := credentials.New(clientset)
+	secrets := credentials.New(clientset, nil)
 	t.Cleanup(secrets.Stop)
 	events := record.NewFakeRecorder(10000)
 	h := &harness{events: events, counter: counter, registry: registry}
@@ -284,4 +284,10 @@ func configMaps(n int, value func(i int) string) map[string]string {
 		files[fmt.Sprintf("deploy/cm-%03d.yaml", i)] = fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-%03d\ndata:\n  value: %q\n", i, value(i))
 	}
 	return files
+}
+
+// useObserver makes the tick observe plumb's own cluster through o.
+func (h *harness) useObserver(o Observer) {
+	h.r.Observer = o
+	h.r.local.Observer = o
 }

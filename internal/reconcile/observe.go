@@ -76,7 +76,7 @@ func (k *tickKinds) isPending(gvk schema.GroupVersionKind) bool {
 // hash. The hash of an object prepared from the very rendered object of
 // the last tick, at the same generation (and so the same namespace, which
 // its ID holds), is not computed again: an unchanged tick hashes nothing.
-func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstructured.Unstructured, *tickKinds, *ordering, error) {
+func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result, target *Target) ([]*unstructured.Unstructured, *tickKinds, *ordering, error) {
 	key := types.NamespacedName{Namespace: app.Namespace, Name: app.Name}
 	revision := result.Revision.String()
 	// Helm's install: until a revision of the App was applied (a failed
@@ -92,7 +92,7 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 	if err != nil {
 		return nil, nil, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
 	}
-	kinds := newTickKinds(r.Mapper)
+	kinds := newTickKinds(target.Mapper)
 	desired := make([]*unstructured.Unstructured, 0, len(result.Objects))
 	for _, o := range result.Objects {
 		obj, decoded := crds[o]
@@ -109,8 +109,8 @@ func (r *Reconciler) prepare(app *plumbv1.App, result *source.Result) ([]*unstru
 				// Its CRD is in this very render and is applied first.
 				scope, err = s, nil
 				kinds.pending[gvk] = s
-				if r.Cluster != nil {
-					r.Cluster.Invalidate() // the next read's .Capabilities will include it
+				if target.Cluster != nil {
+					target.Cluster.Invalidate() // the next read's .Capabilities will include it
 				}
 			}
 		}
@@ -242,7 +242,7 @@ const catchUpTimeout = 5 * time.Second
 // Where the cache has not yet seen an object as plumb last wrote it, it
 // waits for the informer to catch up, so that a lagging cache is not taken
 // for a deletion or a change by someone else.
-func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app *plumbv1.App, desired []*unstructured.Unstructured,
+func (r *Reconciler) observe(ctx context.Context, target *Target, key types.NamespacedName, app *plumbv1.App, desired []*unstructured.Unstructured,
 	hooks []hookObject, tk *tickKinds, log *zap.Logger) (map[objectID]*compact.Object, error) {
 	fail := func(detail string, err error) error {
 		return &PhaseError{Phase: PhaseObserve, Reason: plumbv1.ReasonObserveFailed, Detail: detail, Err: err}
@@ -274,9 +274,12 @@ func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app 
 	for gvk := range kinds {
 		gvks = append(gvks, gvk)
 	}
-	if err := r.Observer.Ensure(key, gvks); err != nil {
+	if err := target.Observer.Ensure(key, gvks); err != nil {
 		if errors.Is(err, informers.ErrOutOfScope) {
 			return nil, fail("OutOfScope", err)
+		}
+		if errors.Is(err, informers.ErrTooManyKinds) {
+			return nil, fail("TooManyKinds", err)
 		}
 		return nil, fail("UnknownKind", err)
 	}
@@ -290,16 +293,16 @@ func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app 
 	for ns := range namespaces {
 		where = append(where, ns)
 	}
-	if err := r.Observer.WaitForSync(syncCtx, gvks, where); err != nil {
+	if err := target.Observer.WaitForSync(syncCtx, gvks, where); err != nil {
 		return nil, fail("CacheNotSynced", err)
 	}
-	r.catchUp(ctx, key, desired, kinds, log)
+	r.catchUp(ctx, target, key, desired, kinds, log)
 	live := map[objectID]*compact.Object{}
 	for _, obj := range desired {
 		if !kinds[obj.GroupVersionKind()] {
 			continue // its kind is created by this tick
 		}
-		got, err := r.live(ctx, obj)
+		got, err := r.live(ctx, target, obj)
 		if errors.Is(err, informers.ErrOutOfScope) {
 			return nil, fail("OutOfScope", err)
 		}
@@ -319,12 +322,12 @@ func (r *Reconciler) observe(ctx context.Context, key types.NamespacedName, app 
 // older plumb, or labelled by hand) or belong to an App of another slot, so
 // it is read from the API server (once: the apply then labels it, or the
 // ownership check refuses it). An unchanged tick reads nothing.
-func (r *Reconciler) live(ctx context.Context, obj *unstructured.Unstructured) (*compact.Object, error) {
-	got, err := r.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
-	if err != nil || got != nil || !r.Observer.Partial() {
+func (r *Reconciler) live(ctx context.Context, target *Target, obj *unstructured.Unstructured) (*compact.Object, error) {
+	got, err := target.Observer.Get(obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+	if err != nil || got != nil || !target.Observer.Partial() {
 		return got, err
 	}
-	fetched, err := r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+	fetched, err := target.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
 	if err != nil || fetched == nil || fetched.Label(plumbv1.LabelAppName) == "" {
 		return nil, err // an object no App owns is not in any replica's cache either
 	}
@@ -334,7 +337,7 @@ func (r *Reconciler) live(ctx context.Context, obj *unstructured.Unstructured) (
 // catchUp waits until each informer has seen plumb's last write of the
 // App's objects of its kind (normally at once). After catchUpTimeout it
 // goes on with what the cache has.
-func (r *Reconciler) catchUp(ctx context.Context, key types.NamespacedName, desired []*unstructured.Unstructured,
+func (r *Reconciler) catchUp(ctx context.Context, target *Target, key types.NamespacedName, desired []*unstructured.Unstructured,
 	kinds map[schema.GroupVersionKind]bool, log *zap.Logger) {
 	// Per kind and namespace: an informer per namespace orders versions
 	// only within its own watch.
@@ -360,7 +363,7 @@ func (r *Reconciler) catchUp(ctx context.Context, key types.NamespacedName, desi
 	waitCtx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 	defer cancel()
 	for at, rv := range newest {
-		if err := r.Observer.WaitForResourceVersion(waitCtx, at.gvk, at.namespace, rv); err != nil {
+		if err := target.Observer.WaitForResourceVersion(waitCtx, at.gvk, at.namespace, rv); err != nil {
 			// Not again next tick: the informer may have restarted and never
 			// see that write (the object was deleted meanwhile).
 			for _, obj := range desired {

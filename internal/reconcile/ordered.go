@@ -699,7 +699,7 @@ func (s *pass) waveHealth(ctx context.Context, wave int) (waiting, failed string
 		if s.order.waveOf(obj) != wave {
 			continue
 		}
-		result := s.r.objectHealth(ctx, s.key, refOf(obj))
+		result := s.r.objectHealth(ctx, s.target, s.key, refOf(obj))
 		switch result.Status {
 		case health.Current:
 		case health.Failed:

@@ -36,6 +36,9 @@ type pass struct {
 	// dependsOn wait is noted in waiting, and the preview goes on.
 	preview bool
 
+	// target is the cluster the pass acts on (plumb's own, or the App's
+	// destination).
+	target   *Target
 	result   *source.Result
 	revision string
 	desired  []*unstructured.Unstructured
@@ -61,12 +64,22 @@ func (r *Reconciler) newPass(app *plumbv1.App, log *zap.Logger, timer *phaseTime
 }
 
 // reader reads the App's source for a pass: the tick's Read phase (which
-// may reuse an event tick's last read), or a fresh read for a preview.
-type reader func(ctx context.Context) (*source.Result, error)
+// may reuse an event tick's last read), or a fresh read for a preview. A
+// Helm chart is rendered for cluster (nil: Helm's defaults).
+type reader func(ctx context.Context, cluster ClusterInfo) (*source.Result, error)
 
 // plan runs Read, the admission checks, Observe and Diff. A tick held by
 // its dependsOn ends after the checks, with s.held set and no error.
 func (s *pass) plan(ctx context.Context, read reader) error {
+	if err := s.guard(func() (err error) { s.target, err = s.r.targetOf(ctx, s.app); return err }); err != nil {
+		return err
+	}
+	if err := s.guard(func() error { return reach(s.target) }); err != nil {
+		return err
+	}
+	if !s.preview {
+		s.r.recordDestination(s.app, s.target, s.log)
+	}
 	if err := s.read(ctx, read); err != nil {
 		return err
 	}
@@ -89,7 +102,7 @@ func (s *pass) next(phase Phase) {
 // read runs the Read phase, records the revision read, and refuses an
 // empty render (which would prune everything: Apply's guard).
 func (s *pass) read(ctx context.Context, read reader) error {
-	result, err := read(ctx)
+	result, err := read(ctx, s.target.Cluster)
 	if err != nil {
 		return err
 	}
@@ -121,7 +134,10 @@ func (s *pass) admit(ctx context.Context) error {
 			s.waiting = c.Reason + ": " + c.Message
 		}
 	}
-	if err := s.guard(func() (err error) { s.desired, s.kinds, s.order, err = s.r.prepare(s.app, s.result); return err }); err != nil {
+	if err := s.guard(func() (err error) {
+		s.desired, s.kinds, s.order, err = s.r.prepare(s.app, s.result, s.target)
+		return err
+	}); err != nil {
 		return err
 	}
 	placed := s.desired
@@ -136,7 +152,7 @@ func (s *pass) admit(ctx context.Context) error {
 	if !s.preview {
 		s.r.notifyPending(s.app, s.revision)
 	}
-	return s.guard(func() (err error) { s.applier, err = s.r.applierFor(ctx, s.app); return err })
+	return s.guard(func() (err error) { s.applier, err = s.r.applierFor(ctx, s.app, s.target); return err })
 }
 
 // guard runs a check made ahead of the phase it guards (the empty render
@@ -169,7 +185,7 @@ func (s *pass) observe(ctx context.Context) error {
 	if s.order != nil {
 		hooks = s.order.hooks
 	}
-	if s.live, err = s.r.observe(ctx, s.key, s.app, s.desired, hooks, s.kinds, s.log.With(zap.String("phase", string(PhaseObserve)))); err != nil {
+	if s.live, err = s.r.observe(ctx, s.target, s.key, s.app, s.desired, hooks, s.kinds, s.log.With(zap.String("phase", string(PhaseObserve)))); err != nil {
 		return err
 	}
 	markSuccess(s.app, PhaseObserve, s.r.now())
@@ -190,7 +206,7 @@ func (s *pass) diff(ctx context.Context) error {
 		return err
 	}
 	var err error
-	df := s.r.differ(s.app, s.applier, s.log.With(zap.String("phase", string(PhaseDiff))))
+	df := s.r.differ(s.app, s.applier, s.target, s.log.With(zap.String("phase", string(PhaseDiff))))
 	if s.planned, err = df.plan(ctx, s.desired, s.live, s.kinds, s.revision); err != nil {
 		// An object another App took meanwhile, found as a drift is read
 		// whole, fails as Apply's Conflict: the tick ends there.

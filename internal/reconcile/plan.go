@@ -65,6 +65,7 @@ type differ struct {
 	app     *plumbv1.App
 	key     types.NamespacedName
 	applier Applier
+	target  *Target
 	// log is the pass's logger for the Diff phase.
 	log *zap.Logger
 
@@ -81,8 +82,8 @@ type differ struct {
 	slot  string
 }
 
-func (r *Reconciler) differ(app *plumbv1.App, applier Applier, log *zap.Logger) *differ {
-	return &differ{r: r, app: app, key: client.ObjectKeyFromObject(app), applier: applier, log: log}
+func (r *Reconciler) differ(app *plumbv1.App, applier Applier, target *Target, log *zap.Logger) *differ {
+	return &differ{r: r, app: app, key: client.ObjectKeyFromObject(app), applier: applier, target: target, log: log}
 }
 
 // plan classifies every desired object from the cache (package diff):
@@ -316,8 +317,8 @@ func (df *differ) compare(ctx context.Context, obj *unstructured.Unstructured, g
 // the read failed).
 func (df *differ) describe(ctx context.Context, obj *unstructured.Unstructured,
 	cached diff.Result, compare func(*compact.Object) (diff.Result, error)) (diff.Result, *compact.Object, error) {
-	r, app := df.r, df.app
-	whole, err := r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+	app := df.app
+	whole, err := df.target.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
 	if err != nil {
 		if !cached.LostOnly || ctx.Err() != nil {
 			return diff.Result{}, nil, &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed,

@@ -44,6 +44,9 @@ type Preview struct {
 	// Hooks are the hooks the next tick's ordered sync would run (those of
 	// a sync under way that have not run yet), in the order it runs them.
 	Hooks []PreviewHook
+	// Destination and Server name the cluster the App deploys into (its
+	// kubeconfig Secret, its API server), empty for plumb's own.
+	Destination, Server string
 }
 
 // PreviewHook is a hook an ordered sync would run.
@@ -112,7 +115,9 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 		log = zap.NewNop()
 	}
 	s := r.newPass(app, log, nil)
-	if err := s.plan(ctx, func(ctx context.Context) (*source.Result, error) { return r.read(ctx, app, true, time.Time{}) }); err != nil {
+	if err := s.plan(ctx, func(ctx context.Context, cluster ClusterInfo) (*source.Result, error) {
+		return r.read(ctx, app, true, time.Time{}, cluster)
+	}); err != nil {
 		return nil, err
 	}
 	// As the Apply phase would, before anything: may the ServiceAccount
@@ -122,13 +127,14 @@ func (r *Reconciler) Preview(ctx context.Context, app *plumbv1.App) (*Preview, e
 			return nil, err
 		}
 	}
-	preview := &Preview{Revision: s.revision, Suspended: app.Spec.Suspend, Waiting: s.waiting, Hooks: s.previewHooks()}
+	preview := &Preview{Revision: s.revision, Suspended: app.Spec.Suspend, Waiting: s.waiting, Hooks: s.previewHooks(),
+		Destination: s.target.Name, Server: s.target.Server}
 	objects, err := s.previewObjects(ctx)
 	if err != nil {
 		return nil, err
 	}
 	preview.Objects = objects
-	stale, err := r.previewPrune(ctx, app, s.stale())
+	stale, err := r.previewPrune(ctx, s.target, app, s.stale())
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +206,7 @@ func (s *pass) previewObjects(ctx context.Context) ([]PreviewObject, error) {
 			continue
 		}
 		if o.Action != PreviewUnchanged {
-			if err := r.previewChange(ctx, applier, obj, kinds, newNamespaces[obj.GetNamespace()], &o); err != nil {
+			if err := r.previewChange(ctx, s.target, applier, obj, kinds, newNamespaces[obj.GetNamespace()], &o); err != nil {
 				return nil, err
 			}
 		}
@@ -248,7 +254,7 @@ func (r *Reconciler) seedConflicts(key types.NamespacedName, app *plumbv1.App, d
 // previewChange reads the object whole and asks for the dry-run of its
 // apply. An object the apply would not change after all (another
 // manager holds Git's very values) is unchanged.
-func (r *Reconciler) previewChange(ctx context.Context, applier Applier, obj *unstructured.Unstructured, kinds *tickKinds, inNewNamespace bool,
+func (r *Reconciler) previewChange(ctx context.Context, target *Target, applier Applier, obj *unstructured.Unstructured, kinds *tickKinds, inNewNamespace bool,
 	o *PreviewObject) error {
 	failed := func(err error) error {
 		return &PhaseError{Phase: PhaseDiff, Reason: plumbv1.ReasonDiffFailed, Err: err}
@@ -257,7 +263,7 @@ func (r *Reconciler) previewChange(ctx context.Context, applier Applier, obj *un
 		o.Next = obj.DeepCopy() // its kind or its namespace comes with this apply: nothing to ask
 		return maskSecret(nil, o.Next)
 	}
-	whole, err := r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+	whole, err := target.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
 	if err != nil {
 		return failed(err)
 	}
@@ -287,14 +293,14 @@ func (r *Reconciler) previewChange(ctx context.Context, applier Applier, obj *un
 // previewPrune lists the objects that left Git and that a prune would
 // delete (read whole) or the prune guard keeps, as Prune decides from the
 // API server.
-func (r *Reconciler) previewPrune(ctx context.Context, app *plumbv1.App, stale []*unstructured.Unstructured) ([]PreviewObject, error) {
+func (r *Reconciler) previewPrune(ctx context.Context, target *Target, app *plumbv1.App, stale []*unstructured.Unstructured) ([]PreviewObject, error) {
 	if !app.Spec.PruneEnabled() {
 		return nil, nil
 	}
 	owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 	var out []PreviewObject
 	for _, obj := range stale {
-		whole, err := r.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
+		whole, err := target.Observer.Fetch(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName())
 		if err != nil {
 			return nil, &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonPruneFailed, Err: fmt.Errorf("reading %s before pruning it: %w", idOf(obj), err)}
 		}

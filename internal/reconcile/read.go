@@ -28,7 +28,7 @@ import (
 // App's first tick read Git; a webhook, a sync request and a changed spec
 // ask the remote afresh, the others may share an ls-remote made moments
 // ago (and a render, or a render's failure, that is cached).
-func (r *Reconciler) readPhase(ctx context.Context, app *plumbv1.App, wake queue.Wake) (*source.Result, error) {
+func (r *Reconciler) readPhase(ctx context.Context, app *plumbv1.App, wake queue.Wake, cluster ClusterInfo) (*source.Result, error) {
 	key := client.ObjectKeyFromObject(app)
 	syncRequest := app.Annotations[plumbv1.AnnotationSyncRequestedAt]
 	lastGeneration, known := r.memory.readGeneration(key)
@@ -51,7 +51,7 @@ func (r *Reconciler) readPhase(ctx context.Context, app *plumbv1.App, wake queue
 		// is fresh enough.
 		freshSince = seen
 	}
-	result, err := r.read(ctx, app, refresh, freshSince)
+	result, err := r.read(ctx, app, refresh, freshSince, cluster)
 	r.recordVerification(app, result, err)
 	r.memory.triedRead(key, app.Generation)
 	if err != nil {
@@ -127,7 +127,7 @@ func (r *Reconciler) tellLeftOut(app *plumbv1.App, result *source.Result) {
 // read asks Git (package source). With refresh it asks the remote afresh
 // and skips the render cache; otherwise it may share an ls-remote made
 // moments ago by a read of the same repository with the same credentials.
-func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool, freshSince time.Time) (*source.Result, error) {
+func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool, freshSince time.Time, cluster ClusterInfo) (*source.Result, error) {
 	fail := func(detail string, err error, terminal bool) error {
 		return &PhaseError{Phase: PhaseRead, Reason: plumbv1.ReasonReadFailed, Detail: detail, Err: err, Terminal: terminal}
 	}
@@ -149,6 +149,9 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool, f
 		verifyRef = &v.SecretRef
 	}
 	var used []string
+	if name := kubeConfigSecret(app); name != "" {
+		used = append(used, name) // read by targetOf, kept watched
+	}
 	refs := []*plumbv1.LocalObjectReference{secretRef, verifyRef}
 	if app.Spec.Helm != nil {
 		for _, repo := range app.Spec.Helm.Repositories {
@@ -234,8 +237,8 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool, f
 		req.URL, req.Auth = g.URL, source.AuthFromSecret(secret)
 		req.Ref = git.Ref{Branch: ref.Branch, Tag: ref.Tag, SemVer: ref.SemVer, Commit: ref.Commit}
 	}
-	if r.Cluster != nil {
-		req.Cluster = r.Cluster // asked only for a Helm chart
+	if cluster != nil {
+		req.Cluster = cluster // asked only for a Helm chart
 	}
 	result, err := r.Reader.Read(ctx, req)
 	if err != nil {

@@ -143,7 +143,7 @@ func TestALaggingCacheIsWaitedForNotTakenForADeletion(t *testing.T) {
 	h := newHarness(t)
 	ready(t, h.tick(t, key, queue.WakeTimer))
 	lagging := &laggingObserver{Observer: h.r.Observer, hidden: "fresh"}
-	h.r.Observer = lagging
+	h.useObserver(lagging)
 	pushed(t, w, map[string]string{"deploy/fresh.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fresh\n"})
 	ready(t, h.tick(t, key, queue.WakeTimer)) // creates it
 	h.recorded()

@@ -40,6 +40,9 @@ type Policy struct {
 	// repositories and S3 buckets over plain HTTP (an insecure field, an
 	// http:// URL).
 	AllowInsecureRegistries bool
+	// NoRemoteClusters refuses Apps that name another cluster
+	// (spec.destination): they fail the Observe phase.
+	NoRemoteClusters bool
 }
 
 // Identities gives the Applier that acts as a ServiceAccount in an App's
@@ -66,14 +69,14 @@ func (r *Reconciler) serviceAccountOf(app *plumbv1.App) string { return r.Policy
 // with the controller's own rights when it has none. A ServiceAccount that
 // cannot be acted as fails the Apply phase, before any request about the
 // App's objects.
-func (r *Reconciler) applierFor(ctx context.Context, app *plumbv1.App) (Applier, error) {
+func (r *Reconciler) applierFor(ctx context.Context, app *plumbv1.App, target *Target) (Applier, error) {
 	key := client.ObjectKeyFromObject(app)
 	sa := r.serviceAccountOf(app)
 	if sa == "" {
-		if r.Identities != nil {
-			r.Identities.Release(key)
+		if target.Identities != nil {
+			target.Identities.Release(key)
 		}
-		return r.Applier, nil
+		return target.Applier, nil
 	}
 	fail := func(detail string, err error) error {
 		return &PhaseError{Phase: PhaseApply, Reason: plumbv1.ReasonApplyFailed, Detail: detail, Err: err}
@@ -81,10 +84,10 @@ func (r *Reconciler) applierFor(ctx context.Context, app *plumbv1.App) (Applier,
 	if problems := validation.IsDNS1123Subdomain(sa); len(problems) > 0 {
 		return nil, fail("ServiceAccountUnavailable", fmt.Errorf("%q is not a ServiceAccount name: %s", sa, strings.Join(problems, "; ")))
 	}
-	if r.Identities == nil {
+	if target.Identities == nil {
 		return nil, fail("ServiceAccountUnavailable", fmt.Errorf("the App acts as ServiceAccount %s/%s, but this controller cannot impersonate", app.Namespace, sa))
 	}
-	applier, err := r.Identities.For(ctx, key, sa)
+	applier, err := target.Identities.For(ctx, key, sa)
 	switch {
 	case errors.Is(err, impersonation.ErrServiceAccountNotFound):
 		return nil, fail("ServiceAccountNotFound", err)
@@ -200,7 +203,7 @@ func (s *pass) authorize(ctx context.Context, serviceAccount string) error {
 	if app.Spec.PruneEnabled() {
 		owner := ssa.Owner{Name: app.Name, Namespace: app.Namespace}
 		for _, obj := range s.stale() {
-			live, err := r.live(ctx, obj)
+			live, err := r.live(ctx, s.target, obj)
 			if err == nil && (live == nil || !owner.OwnsLive(live)) {
 				continue // gone, or not the App's any more: Prune only drops it from the inventory
 			}

@@ -52,6 +52,10 @@ type Deps struct {
 	// NewObserver makes the Observe phase's cache, which tells the
 	// Reconciler of its objects' changes (events).
 	NewObserver func(events ObjectEvents) Observer
+	// NewDestinations makes the connections to the clusters Apps name in
+	// spec.destination, whose informers tell the Reconciler of their
+	// objects' changes (events); nil refuses such Apps.
+	NewDestinations func(events ObjectEvents) Destinations
 	// Applier acts on the App's objects with the controller's own rights,
 	// for Apps that act as no ServiceAccount.
 	Applier Applier
@@ -102,6 +106,10 @@ type Reconciler struct {
 	Deps
 	Observer Observer
 	memory   memory // records, drift episodes and reads between ticks
+	// local is the cluster plumb runs in, made of Deps' parts.
+	local *Target
+	// destinations are the other clusters Apps deploy into (nil: none).
+	destinations Destinations
 }
 
 // New makes a Reconciler of deps, or says which part it lacks.
@@ -127,6 +135,10 @@ func New(deps Deps) (*Reconciler, error) {
 	r.Observer = deps.NewObserver(r)
 	if r.Observer == nil {
 		return nil, errors.New("reconcile.New: NewObserver made no Observer")
+	}
+	r.local = &Target{Observer: r.Observer, Applier: deps.Applier, Identities: deps.Identities, Mapper: deps.Mapper, Cluster: deps.Cluster}
+	if deps.NewDestinations != nil {
+		r.destinations = deps.NewDestinations(r)
 	}
 	return r, nil
 }
@@ -184,6 +196,9 @@ type tick struct {
 	log      *zap.Logger
 	app      *plumbv1.App // the tick changes its status, written when it ends
 	original *plumbv1.App // the App as the tick began
+	// target is the cluster the tick's phases acted on (nil when they did
+	// not get that far).
+	target   *Target
 	cause    Trigger
 	interval time.Duration
 	// onlyIfChanged: a re-assessment writes nothing when nothing changed,
@@ -285,7 +300,7 @@ func (r *Reconciler) runPhases(ctx context.Context, t *tick) (queue.Outcome, err
 	r.metrics().ObserveSync(string(t.cause))
 	start := r.now()
 	timer := r.newPhaseTimer(start)
-	changes, held, err := r.run(tickCtx, t.app, t.wake, timer, t.log)
+	changes, held, err := r.run(tickCtx, t, timer)
 	r.recordTick(t.key, t.app, timer.record(t.app, t.cause, changes, held != nil, err))
 	if held != nil {
 		r.memory.setApplied(t.key, nil) // Ready says it waits: a re-assessment must not say otherwise
@@ -314,7 +329,7 @@ func (r *Reconciler) finish(ctx context.Context, t *tick, changes *fluxssa.Chang
 		// heal or a prune does not postpone the one under way.
 		newWait := changedObjects(changes) &&
 			(t.original.Status.LastAppliedRevision != app.Status.LastAppliedRevision || t.original.Status.ObservedGeneration != app.Generation)
-		verdict, _ = r.settleHealth(ctx, app, outcome, newWait)
+		verdict, _ = r.settleHealth(ctx, app, t.target, outcome, newWait)
 		r.metrics().ObservePhase(string(PhaseHealth), r.now().Sub(healthStart))
 	}
 	if syncUnderWay(app) && err == nil {
@@ -417,19 +432,23 @@ func (r *Reconciler) now() time.Time {
 // run is the four phases: the plan (Read, Observe, Diff), then Apply. It
 // returns the change set of the Apply phase, or the wait that held the
 // tick before Observe.
-func (r *Reconciler) run(ctx context.Context, app *plumbv1.App, wake queue.Wake, timer *phaseTimer, log *zap.Logger) (*fluxssa.ChangeSet, *dependencyWait, error) {
-	s := r.newPass(app, log, timer)
+func (r *Reconciler) run(ctx context.Context, t *tick, timer *phaseTimer) (*fluxssa.ChangeSet, *dependencyWait, error) {
+	app, wake := t.app, t.wake
+	s := r.newPass(app, t.log, timer)
+	defer func() { t.target = s.target }()
 	request := app.Annotations[plumbv1.AnnotationSyncRequestedAt]
 	s.syncRequested = request != "" && request != app.Status.LastHandledSyncRequest
-	if err := s.plan(ctx, func(ctx context.Context) (*source.Result, error) { return r.readPhase(ctx, app, wake) }); err != nil || s.held != nil {
-		return nil, s.held, err
+	if err := s.plan(ctx, func(ctx context.Context, cluster ClusterInfo) (*source.Result, error) {
+		return r.readPhase(ctx, app, wake, cluster)
+	}); err != nil || s.held != nil {
+		return nil, s.held, unreached(s.target, err)
 	}
 	s.next(PhaseApply)
 	changes, err := s.apply(ctx)
 	r.recordDrift(app, s.planned, err != nil)
 	r.notifyDrift(app, s.planned, err != nil, s.revision)
 	if err != nil {
-		return changes, nil, err
+		return changes, nil, unreached(s.target, err)
 	}
 	markSuccess(app, PhaseApply, r.now())
 	s.next("")

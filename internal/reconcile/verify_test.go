@@ -118,7 +118,7 @@ func TestAnUnchangedVerdictIsReusedOnlyWhileItsInputsStay(t *testing.T) {
 	kind := func(live *unstructured.Unstructured) diff.Kind {
 		t.Helper()
 		fetcher.live = live
-		result, _, err := r.differ(app, nil, zap.NewNop()).compare(context.Background(), desired.DeepCopy(), hash, cachedAs(t, live), "", nil, nil)
+		result, _, err := r.differ(app, nil, &Target{Observer: r.Observer}, zap.NewNop()).compare(context.Background(), desired.DeepCopy(), hash, cachedAs(t, live), "", nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +195,7 @@ func TestADriftIsHandledWhenItsObjectCannotBeReadWhole(t *testing.T) {
 	fetcher := &fetchingObserver{err: fmt.Errorf("etcdserver: request timed out")}
 	r := &Reconciler{Observer: fetcher, Deps: Deps{Log: zap.NewNop()}}
 	r.memory.remember(key, id, rec)
-	result, _, err := r.differ(app, nil, zap.NewNop()).compare(context.Background(), desired.DeepCopy(), hash, cachedAs(t, live), "", nil, nil)
+	result, _, err := r.differ(app, nil, &Target{Observer: r.Observer}, zap.NewNop()).compare(context.Background(), desired.DeepCopy(), hash, cachedAs(t, live), "", nil, nil)
 	if err != nil || result.Kind != diff.Drifted {
 		t.Fatalf("with the read failing: %s, %v; want drifted and no error", result.Kind, err)
 	}
@@ -218,7 +218,7 @@ func TestADriftIsHandledWhenItsObjectCannotBeReadWhole(t *testing.T) {
 		if tc.cancel {
 			cancel()
 		}
-		_, whole, err := r.differ(app, nil, zap.NewNop()).describe(ctx, desired.DeepCopy(), tc.cached, func(*compact.Object) (diff.Result, error) {
+		_, whole, err := r.differ(app, nil, &Target{Observer: r.Observer}, zap.NewNop()).describe(ctx, desired.DeepCopy(), tc.cached, func(*compact.Object) (diff.Result, error) {
 			t.Fatal("compared without a read")
 			return diff.Result{}, nil
 		})
@@ -234,7 +234,7 @@ func TestADriftIsHandledWhenItsObjectCannotBeReadWhole(t *testing.T) {
 	fetcher.err, fetcher.live = nil, taken
 	r = &Reconciler{Observer: fetcher, Deps: Deps{Log: zap.NewNop()}}
 	r.memory.remember(key, id, rec)
-	_, _, err = r.differ(app, nil, zap.NewNop()).compare(context.Background(), desired.DeepCopy(), hash, cachedAs(t, live), "", nil, nil)
+	_, _, err = r.differ(app, nil, &Target{Observer: r.Observer}, zap.NewNop()).compare(context.Background(), desired.DeepCopy(), hash, cachedAs(t, live), "", nil, nil)
 	var phaseErr *PhaseError
 	if !errors.As(err, &phaseErr) || phaseErr.Detail != "Conflict" || !strings.Contains(err.Error(), "team-b/other") {
 		t.Errorf("an object another App took meanwhile: %v, want a Conflict naming team-b/other", err)
@@ -276,7 +276,7 @@ func TestARestartedControllerTrustsAnObjectAsItLeftIt(t *testing.T) {
 	}
 	for _, c := range cases {
 		r := &Reconciler{} // a restarted controller: no memory
-		result, _, err := r.differ(app, nil, zap.NewNop()).compare(context.Background(), desired.DeepCopy(), hash, cachedAs(t, c.live), c.appliedFields, nil, nil)
+		result, _, err := r.differ(app, nil, &Target{Observer: r.Observer}, zap.NewNop()).compare(context.Background(), desired.DeepCopy(), hash, cachedAs(t, c.live), c.appliedFields, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

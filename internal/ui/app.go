@@ -42,7 +42,10 @@ type appPage struct {
 	ChangeSet          *plumbv1.ChangeSet
 	OrderedSync        *orderedSyncView
 	// Shard is the controller replica that ticks the App (--shards=auto).
-	Shard       string
+	Shard string
+	// Destination is the cluster the App deploys into, its kubeconfig
+	// Secret's name (empty: the cluster plumb runs in).
+	Destination string
 	Diff        diffView
 	Events      []eventView
 	EventsError string
@@ -167,6 +170,9 @@ func (s *Server) renderApp(w http.ResponseWriter, r *http.Request, viewer *Viewe
 	page.ChangeSet = app.Status.LastChangeSet
 	page.OrderedSync = orderedSyncOf(app.Status.Sync, now)
 	page.Shard = appview.Printable(app.Status.Shard)
+	if d := app.Spec.Destination; d != nil {
+		page.Destination = appview.Printable(d.KubeConfig.SecretRef.Name)
+	}
 	events, err := s.eventsOf(r.Context(), viewer.Client, app)
 	if err != nil {
 		page.EventsError = refusal("list the App's Events", err)

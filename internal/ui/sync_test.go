@@ -109,3 +109,23 @@ func TestTheAppsListNamesEachAppsShard(t *testing.T) {
 		t.Errorf("the Apps list lacks the Shard column or its value:\n%s", body)
 	}
 }
+
+// The App page names the cluster an App deploys into, when it is not the
+// one plumb runs in.
+func TestTheAppPageNamesItsDestination(t *testing.T) {
+	s, err := New(Options{Identity: Local{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for destination, want := range map[string]string{"cluster-b": `<dt>Destination</dt><dd id="destination">the cluster of Secret cluster-b</dd>`, "": ""} {
+		rec := httptest.NewRecorder()
+		s.render(rec, http.StatusOK, "app.html", appPage{Found: true, Namespace: "shop", Name: "web", Destination: destination})
+		body := rec.Body.String()
+		if want != "" && !strings.Contains(body, want) {
+			t.Errorf("the page of an App into %s lacks %q", destination, want)
+		}
+		if want == "" && strings.Contains(body, "Destination") {
+			t.Error("the page of an App into plumb's own cluster names a destination")
+		}
+	}
+}

@@ -150,6 +150,11 @@ true
 {{- if .Values.controller.allowInsecureRegistries }}
 - --allow-insecure-registries
 {{- end }}
+{{- if .Values.controller.noRemoteClusters }}
+- --no-remote-clusters
+{{- end }}
+- --max-destinations={{ .Values.controller.maxDestinations }}
+- --max-destination-kinds={{ .Values.controller.maxDestinationKinds }}
 {{- with .Values.controller.extraArgs }}
 {{ toYaml . }}
 {{- end }}

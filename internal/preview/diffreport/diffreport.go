@@ -168,6 +168,9 @@ func Write(w io.Writer, p *reconcile.Preview, opts Options) error {
 		return err
 	}
 	var b strings.Builder
+	if p.Destination != "" {
+		b.WriteString(paint("1", fmt.Sprintf("Destination: the cluster of Secret %s (%s)", appview.Printable(p.Destination), appview.Printable(p.Server))) + "\n")
+	}
 	for _, sec := range sections {
 		b.WriteString(paint("1", sec.Header) + "\n")
 		for _, line := range sec.Lines {
@@ -423,13 +426,17 @@ func child(path, key string) string {
 
 // JSONReport is the machine-readable form of a preview.
 type JSONReport struct {
-	App       string       `json:"app"`
-	Revision  string       `json:"revision"`
-	Suspended bool         `json:"suspended,omitempty"`
-	Waiting   string       `json:"waiting,omitempty"`
-	Differs   bool         `json:"differs"`
-	Counts    Counts       `json:"counts"`
-	Objects   []JSONObject `json:"objects"`
+	App string `json:"app"`
+	// Destination and Server name the cluster the App deploys into, when
+	// it is not the one plumb runs in.
+	Destination string       `json:"destination,omitempty"`
+	Server      string       `json:"server,omitempty"`
+	Revision    string       `json:"revision"`
+	Suspended   bool         `json:"suspended,omitempty"`
+	Waiting     string       `json:"waiting,omitempty"`
+	Differs     bool         `json:"differs"`
+	Counts      Counts       `json:"counts"`
+	Objects     []JSONObject `json:"objects"`
 	// Hooks are the hooks the next sync runs, in order.
 	Hooks []JSONHook `json:"hooks,omitempty"`
 }
@@ -478,7 +485,7 @@ type JSONDrift struct {
 // Report is p as a JSONReport for the App app ("namespace/name").
 func Report(app string, p *reconcile.Preview) (*JSONReport, error) {
 	counts := CountsOf(p)
-	r := &JSONReport{App: app, Revision: p.Revision, Suspended: p.Suspended, Waiting: p.Waiting, Differs: counts.Differs(), Counts: counts, Objects: []JSONObject{}}
+	r := &JSONReport{App: app, Destination: p.Destination, Server: p.Server, Revision: p.Revision, Suspended: p.Suspended, Waiting: p.Waiting, Differs: counts.Differs(), Counts: counts, Objects: []JSONObject{}}
 	for _, h := range p.Hooks {
 		r.Hooks = append(r.Hooks, JSONHook{ObjectRef: h.ObjectRef, GenerateName: h.GenerateName, Phase: h.Phase, Wave: h.Wave})
 	}

@@ -135,3 +135,24 @@ func TestWriteListsTheHooksTheSyncRuns(t *testing.T) {
 		t.Errorf("the JSON report's hooks: %+v", r.Hooks)
 	}
 }
+
+// A preview of an App that deploys into another cluster names it, in text
+// and in JSON; one into plumb's own cluster does not.
+func TestWriteNamesTheDestination(t *testing.T) {
+	p := &reconcile.Preview{Revision: "main@sha1:abc", Destination: "cluster-b", Server: "https://b.example:6443"}
+	var b strings.Builder
+	if err := Write(&b, p, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Destination: the cluster of Secret cluster-b (https://b.example:6443)\n"; !strings.HasPrefix(b.String(), want) {
+		t.Errorf("Write begins\n%s\nwant\n%s", b.String(), want)
+	}
+	r, err := Report("shop/web", p)
+	if err != nil || r.Destination != "cluster-b" || r.Server != "https://b.example:6443" {
+		t.Errorf("the JSON report: %+v, %v; want the destination and its server", r, err)
+	}
+	b.Reset()
+	if err := Write(&b, &reconcile.Preview{Revision: "main@sha1:abc"}, Options{}); err != nil || strings.Contains(b.String(), "Destination") {
+		t.Errorf("a preview into plumb's own cluster: %q, %v", b.String(), err)
+	}
+}

@@ -90,7 +90,7 @@ func setUp(t *testing.T) {
 	}
 	k8s = c.Client(t)
 	controller = startController(t, "main", "--leader-elect=false", "--allow-insecure-registries",
-		"--app-label-selector=e2e-shard notin (rbac,leader,outage,tenancy,health,handover,restart,shards,modes)")
+		"--app-label-selector=e2e-shard notin (rbac,leader,outage,tenancy,health,handover,restart,shards,modes,remote)")
 }
 
 func tearDown() {

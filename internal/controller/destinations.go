@@ -1,12 +1,8 @@
 package controller
 
 import (
-	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -117,15 +113,7 @@ func (l *loop) buildRemote(conn *destination.Connection, events reconcile.Object
 		},
 		// On the destination, with the kubeconfig's rights: one request
 		// per tick of an App that acts as a ServiceAccount there.
-		Exists: func(ctx context.Context, namespace, name string) (bool, error) {
-			sa := &metav1.PartialObjectMetadata{}
-			sa.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceAccount"))
-			err := direct.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, sa)
-			if apierrors.IsNotFound(err) {
-				return false, nil
-			}
-			return err == nil, err
-		},
+		Exists: impersonation.ServiceAccountsIn(direct),
 	})
 	return &remote{cache: observer, target: &reconcile.Target{Name: conn.Name, Server: conn.Server, Observer: observer,
 		Applier: ssa.NewManager(direct), Identities: identities, Mapper: mapper, Cluster: clusterinfo.New(disco, 0), Reachable: conn.Reachable, Forget: conn.Forget}}, nil

@@ -320,14 +320,7 @@ func (d destinations) For(_ types.NamespacedName, secret string, kubeconfig []by
 			}
 			return ssa.NewManager(c), nil
 		},
-		Exists: func(ctx context.Context, namespace, name string) (bool, error) {
-			sa := &corev1.ServiceAccount{}
-			err := direct.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, sa)
-			if apierrors.IsNotFound(err) {
-				return false, nil
-			}
-			return err == nil, err
-		},
+		Exists: impersonation.ServiceAccountsIn(direct),
 	})
 	return &reconcile.Target{Name: secret, Server: server, Observer: informers.NewDirect(dyn, mapper), Applier: ssa.NewManager(direct),
 		Identities: identities, Mapper: mapper, Cluster: clusterinfo.New(disco, 0),

@@ -108,7 +108,10 @@ func TestAnAppDeploysIntoAnotherCluster(t *testing.T) {
 	if err := b.k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	p := startController(t, "remote", "--leader-elect=false", "--app-label-selector=e2e-shard=remote")
+	// B is on loopback, which the default blocked ranges hold; the
+	// metadata range stays blocked.
+	p := startController(t, "remote", "--leader-elect=false", "--app-label-selector=e2e-shard=remote",
+		"--destination-block-default-cidrs=false", "--destination-blocked-cidrs=169.254.0.0/16")
 	defer func() {
 		if t.Failed() {
 			t.Logf("log of the controller:\n%s", p.tail(80))
@@ -318,6 +321,27 @@ func TestAnAppDeploysIntoAnotherCluster(t *testing.T) {
 			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "into-b"}, &plumbv1.App{})
 			return !present && apierrors.IsNotFound(err), fmt.Sprintf("settings in B: %v; App: %v", present, err)
 		})
+	})
+
+	t.Run("a destination at a blocked address is never dialled", func(t *testing.T) {
+		// The cloud metadata address, with B's credentials: refused at the
+		// dial (no packet leaves), named as blocked in Ready.
+		metadata := strings.Replace(string(b.kubeconfig(t, "plumb-metadata")), b.Config.Host, "https://169.254.169.254", 1)
+		if !strings.Contains(metadata, "169.254.169.254") {
+			t.Fatalf("the kubeconfig does not hold B's server %s to replace", b.Config.Host)
+		}
+		if err := k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "metadata"},
+			Data: map[string][]byte{"value": []byte(metadata)}}); err != nil {
+			t.Fatal(err)
+		}
+		createApp(t, ns, "into-metadata", url, func(a *plumbv1.App) {
+			a.Labels = map[string]string{"e2e-shard": "remote"}
+			a.Spec.Destination = &plumbv1.Destination{KubeConfig: plumbv1.KubeConfigReference{SecretRef: plumbv1.SecretKeyReference{Name: "metadata"}}}
+		})
+		app := notReady(t, ns, "into-metadata", plumbv1.ReasonClusterUnreachable)
+		if c := findCondition(app, plumbv1.ConditionReady); !strings.Contains(c.Message, "--destination-blocked-cidrs") {
+			t.Errorf("into-metadata's Ready message %q, want the blocked range named", c.Message)
+		}
 	})
 
 	t.Run("an App cannot name a Secret of another namespace", func(t *testing.T) {

@@ -17,7 +17,7 @@ layer() {
 	internal/reconcile) echo 3 ;;
 	internal/source | internal/source/* | informers | informers/* | internal/diff | ssa | internal/syncorder) echo 4 ;;
 	queue | webhook | internal/shard) echo 5 ;;
-	internal/health | internal/notify | internal/redact | internal/repourl | internal/revision | internal/metrics | internal/credentials | internal/impersonation | internal/destination | internal/clusterinfo | internal/digest) echo 6 ;;
+	internal/health | internal/notify | internal/redact | internal/repourl | internal/revision | internal/metrics | internal/credentials | internal/impersonation | internal/destination | internal/clusterinfo | internal/digest | internal/egress) echo 6 ;;
 	api | api/*) echo 7 ;;
 	*) echo none ;;
 	esac

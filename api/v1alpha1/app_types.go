@@ -177,6 +177,16 @@ type Destination struct {
 	KubeConfig KubeConfigReference `json:"kubeConfig"`
 }
 
+// SecretName is the name of the kubeconfig Secret of d, the destination's
+// name in status, logs and metrics; empty when d is nil (plumb's own
+// cluster).
+func (d *Destination) SecretName() string {
+	if d == nil {
+		return ""
+	}
+	return d.KubeConfig.SecretRef.Name
+}
+
 // KubeConfigReference names the Secret that holds a kubeconfig.
 type KubeConfigReference struct {
 	// SecretRef is the Secret, in the App's namespace, and its key.

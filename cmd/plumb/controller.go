@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -24,7 +23,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/plumb-dev/plumb/internal/controller"
-	"github.com/plumb-dev/plumb/internal/notify"
 	"github.com/plumb-dev/plumb/internal/shard"
 	"github.com/plumb-dev/plumb/internal/source"
 	"github.com/plumb-dev/plumb/webhook"
@@ -39,10 +37,9 @@ type controllerFlags struct {
 	webhookSecrets []string // provider=path
 	kubeAPIQPS     float32
 	kubeAPIBurst   int
-	// blockedCIDRs are blocked for sinks besides notify's defaults, unless
-	// blockDefaultCIDRs is false.
-	blockedCIDRs      []string
-	blockDefaultCIDRs bool
+	// sinks and destinations are the ranges Notifications' sinks and
+	// destination clusters may not be at.
+	sinks, destinations blockedRanges
 	controller.Options
 }
 
@@ -101,10 +98,10 @@ func (f *controllerFlags) register(flags *pflag.FlagSet) {
 	flags.Int64Var(&f.ReadLimits.MaxFetchBytes, "max-fetch-bytes", f.ReadLimits.MaxFetchBytes, "largest pack in bytes one Git fetch over HTTP(S) may download, and largest OCI content layer (a remote that sends more fails the Read with LimitExceeded)")
 	flags.StringVar(&f.Policy.DefaultServiceAccount, "default-service-account", "", "ServiceAccount, in each App's own namespace, that Apps naming none in spec.serviceAccountName act as (without it such Apps act with the controller's own rights)")
 	flags.BoolVar(&f.Policy.NoCrossNamespace, "no-cross-namespace", false, "refuse renders that place objects outside the App's namespace or hold cluster-scoped objects, and dependsOn on Apps of other namespaces")
-	flags.StringSliceVar(&f.blockedCIDRs, "notification-blocked-cidrs", nil,
-		"more address ranges no Notification's sink may be reached at (a tenant writes a Notification's address), blocked besides the defaults: add your cluster's pod and service ranges if tenants must not reach in-cluster services (repeatable, comma-separated)")
-	flags.BoolVar(&f.blockDefaultCIDRs, "notification-block-default-cidrs", true,
-		"block the default ranges for sinks too: "+strings.Join(defaultBlockedCIDRs(), ", ")+" (link-local and the other cloud metadata addresses, loopback, the unspecified addresses); false only where a sink must be reached on one of them")
+	f.sinks.register(flags, "notification", "Notification's sink",
+		"add your cluster's pod and service ranges if tenants must not reach in-cluster services")
+	f.destinations.register(flags, "destination", "destination cluster's API server",
+		"add the ranges of the networks tenants' Apps must not deploy into")
 	flags.DurationVar(&f.NotificationAlertRefresh, "notification-alert-refresh", 5*time.Minute,
 		"how often alerts that are open in Alertmanager are posted again, each post valid for three times as long")
 	flags.BoolVar(&f.Policy.AllowFileSources, "allow-file-sources", false, "let Apps read file:// repositories (from the controller's own disk)")
@@ -173,51 +170,12 @@ func (f controllerFlags) validate() error {
 	if _, err := labels.Parse(f.appSelector); err != nil {
 		return fmt.Errorf("--app-label-selector %q: %w", f.appSelector, err)
 	}
-	if _, err := f.blockedPrefixes(); err != nil {
-		return err
+	for _, b := range []blockedRanges{f.sinks, f.destinations} {
+		if _, err := b.prefixes(); err != nil {
+			return err
+		}
 	}
 	return nil
-}
-
-// blockedPrefixes are the ranges no sink may be reached at: the defaults
-// (unless switched off) and those of --notification-blocked-cidrs.
-func (f controllerFlags) blockedPrefixes() ([]netip.Prefix, error) {
-	extra, err := parseCIDRs(f.blockedCIDRs)
-	if err != nil {
-		return nil, err
-	}
-	out := []netip.Prefix{} // not nil: nothing blocked, when the defaults are off and no range is given
-	if f.blockDefaultCIDRs {
-		out = append(out, notify.DefaultBlockedPrefixes()...)
-	}
-	return append(out, extra...), nil
-}
-
-// defaultBlockedCIDRs are notify.DefaultBlockedPrefixes as flag values.
-func defaultBlockedCIDRs() []string {
-	out := make([]string, 0, len(notify.DefaultBlockedPrefixes()))
-	for _, p := range notify.DefaultBlockedPrefixes() {
-		out = append(out, p.String())
-	}
-	return out
-}
-
-// parseCIDRs parses --notification-blocked-cidrs.
-func parseCIDRs(values []string) ([]netip.Prefix, error) {
-	out := make([]netip.Prefix, 0, len(values))
-	for _, v := range values {
-		p, err := netip.ParsePrefix(strings.TrimSpace(v))
-		if err != nil {
-			return nil, fmt.Errorf("--notification-blocked-cidrs %q: want CIDRs such as 169.254.0.0/16: %w", v, err)
-		}
-		if p.Addr().Is4In6() && p.Bits() >= 96 {
-			// ::ffff:10.0.0.0/104 is 10.0.0.0/8: addresses are checked as
-			// the IPv4 address they carry.
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
 }
 
 func runController(ctx context.Context, f controllerFlags) error {
@@ -247,8 +205,9 @@ func runController(ctx context.Context, f controllerFlags) error {
 	limit := clientLimit(ctx, cfg, f.kubeAPIQPS, f.kubeAPIBurst, log)
 	log.Info("Connected to the API server", zap.String("host", cfg.Host), zap.String("version", serverVersion),
 		zap.Float32("qps", cfg.QPS), zap.Int("burst", cfg.Burst), zap.String("clientRateLimit", limit))
-	f.AppSelector, _ = labels.Parse(f.appSelector)         // validated above
-	f.NotificationBlockedPrefixes, _ = f.blockedPrefixes() // validated above
+	f.AppSelector, _ = labels.Parse(f.appSelector)              // validated above
+	f.NotificationBlockedPrefixes, _ = f.sinks.prefixes()       // validated above
+	f.DestinationBlockedPrefixes, _ = f.destinations.prefixes() // validated above
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding plumb's own binary, which renders Kustomize and Helm builds in a child process: %w", err)

@@ -38,6 +38,8 @@ type uiFlags struct {
 	renderTimeout     time.Duration
 	renderMemoryBytes uint64
 	maxPreviews       int
+	allowPlugins      bool
+	destinations      blockedRanges
 }
 
 func newUICommand(cluster *clusterFlags) *cobra.Command {
@@ -95,6 +97,9 @@ subjectaccessreviews, and list and watch on Apps.`,
 	flags.Int64Var(&f.limits.MaxFetchBytes, "max-fetch-bytes", f.limits.MaxFetchBytes, "previews: the controller's --max-fetch-bytes")
 	flags.DurationVar(&f.renderTimeout, "render-timeout", source.DefaultRenderTimeout, "previews: how long one Kustomize or Helm build may take")
 	flags.Uint64Var(&f.renderMemoryBytes, "render-memory-bytes", preview.DefaultRenderMemoryBytes, "previews: memory one Kustomize or Helm build's process may take, in bytes")
+	flags.BoolVar(&f.allowPlugins, "allow-kubeconfig-plugins", false, "preview as a controller run with --allow-kubeconfig-plugins ticks: a destination's kubeconfig may run an exec credential plugin or an auth-provider, here")
+	f.destinations.register(flags, "destination", "destination cluster's API server",
+		"previews: the controller's --destination-blocked-cidrs")
 	flags.IntVar(&f.maxPreviews, "max-previews", ui.DefaultMaxPreviews, "how many previews (App pages' diffs) run at once, for everyone: each may take --render-memory-bytes")
 	return cmd
 }
@@ -110,7 +115,8 @@ func (f uiFlags) validate() error {
 	if f.renderTimeout <= 0 || f.renderMemoryBytes < 256<<20 || f.maxPreviews < 1 {
 		return errors.New("--render-timeout must be positive, --render-memory-bytes at least 256 MiB and --max-previews at least 1")
 	}
-	return nil
+	_, err := f.destinations.prefixes()
+	return err
 }
 
 func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
@@ -136,9 +142,11 @@ func runUI(cmd *cobra.Command, cluster *clusterFlags, f uiFlags) error {
 		return err
 	}
 	defer os.RemoveAll(cacheDir)
+	blocked, _ := f.destinations.prefixes() // validated above
 	newPreview := func(cfg *rest.Config, dir string) (ui.PreviewFunc, error) {
 		previewer, err := preview.New(preview.Options{Config: cfg, GitCacheDir: dir, Policy: f.policy, Limits: &f.limits,
-			RenderCommand: []string{self, renderSandboxCommand}, RenderTimeout: f.renderTimeout, RenderMemoryBytes: f.renderMemoryBytes})
+			RenderCommand: []string{self, renderSandboxCommand}, RenderTimeout: f.renderTimeout, RenderMemoryBytes: f.renderMemoryBytes,
+			AllowKubeConfigPlugins: f.allowPlugins, DestinationBlocked: blocked})
 		if err != nil {
 			return nil, err
 		}

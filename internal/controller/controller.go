@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/egress"
 	"github.com/plumb-dev/plumb/internal/metrics"
 	"github.com/plumb-dev/plumb/internal/notify"
 	"github.com/plumb-dev/plumb/internal/reconcile"
@@ -98,7 +99,9 @@ type Options struct {
 	MaxDestinations     int
 	MaxDestinationKinds int
 	// NotificationBlockedPrefixes are the addresses no Notification's sink
-	// may be reached at (nil: notify.DefaultBlockedPrefixes()).
+	// may be reached at, DestinationBlockedPrefixes those no destination
+	// cluster's API server may be at (nil: egress.DefaultBlockedPrefixes()).
+	DestinationBlockedPrefixes  []netip.Prefix
 	NotificationBlockedPrefixes []netip.Prefix
 	// NotificationAlertRefresh is how often open Alertmanager alerts are
 	// posted again (0: notify's default, 5m).
@@ -119,7 +122,7 @@ func ptr[T any](v T) *T { return &v }
 func notifications(mgr manager.Manager, opts Options, m *metrics.Metrics, log *zap.Logger) *notify.Terms {
 	blocked := opts.NotificationBlockedPrefixes
 	if blocked == nil {
-		blocked = notify.DefaultBlockedPrefixes()
+		blocked = egress.DefaultBlockedPrefixes()
 	}
 	return notify.NewTerms(notify.Options{
 		Notifications: func(ctx context.Context, namespace string) ([]plumbv1.Notification, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/plumb-dev/plumb/informers"
 	"github.com/plumb-dev/plumb/internal/clusterinfo"
 	"github.com/plumb-dev/plumb/internal/destination"
+	"github.com/plumb-dev/plumb/internal/egress"
 	"github.com/plumb-dev/plumb/internal/impersonation"
 	"github.com/plumb-dev/plumb/internal/reconcile"
 	"github.com/plumb-dev/plumb/ssa"
@@ -40,9 +41,13 @@ func (l *loop) newDestinations(events reconcile.ObjectEvents) reconcile.Destinat
 		return nil
 	}
 	d := &destinations{}
+	blocked := l.opts.DestinationBlockedPrefixes
+	if blocked == nil {
+		blocked = egress.DefaultBlockedPrefixes()
+	}
 	d.manager = destination.New(destination.Options[*remote]{
 		Max:   l.opts.MaxDestinations,
-		Parse: destination.ParseOptions{AllowPlugins: l.opts.AllowKubeConfigPlugins},
+		Parse: destination.ParseOptions{AllowPlugins: l.opts.AllowKubeConfigPlugins, Blocked: blocked},
 		Build: func(conn *destination.Connection) (*remote, error) {
 			return l.buildRemote(conn, events)
 		},

@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+
+	"github.com/plumb-dev/plumb/internal/egress"
 )
 
 // ErrTooManyDestinations is returned when a new destination would take the
@@ -121,8 +123,11 @@ func (c *Connection) recent() (bool, error) {
 // whatever a tenant wrote in a kubeconfig and its body must not be shown.
 func quiet(err error) error {
 	var status apierrors.APIStatus
-	if errors.As(err, &status) {
+	switch {
+	case errors.As(err, &status):
 		return fmt.Errorf("it answered HTTP %d", status.Status().Code)
+	case errors.Is(err, egress.ErrBlocked):
+		return errors.New("its address is in a range this controller may not reach (--destination-blocked-cidrs)")
 	}
 	return err
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/plumb-dev/plumb/internal/egress"
 )
 
 // kubeconfig is a self-contained kubeconfig for server with token, and
@@ -176,17 +178,24 @@ func TestMoreDestinationsThanTheLimitAreRefused(t *testing.T) {
 	}
 }
 
-// Reachable asks the API server for its version, and not again while a
-// success is fresh; Forget makes it ask again; a server that is gone is
-// unreachable, named by its URL.
-func TestReachableAsksOnceWhileFresh(t *testing.T) {
+// versionServer is an API server that answers its version, and counts the
+// requests it gets.
+func versionServer(t *testing.T) (*httptest.Server, *atomic.Int32) {
 	var asked atomic.Int32
 	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		asked.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"major":"1","minor":"37","gitVersion":"v1.37.2"}`))
 	}))
-	defer server.Close()
+	t.Cleanup(server.Close)
+	return server, &asked
+}
+
+// Reachable asks the API server for its version, and not again while a
+// success is fresh; Forget makes it ask again; a server that is gone is
+// unreachable, named by its URL.
+func TestReachableAsksOnceWhileFresh(t *testing.T) {
+	server, asked := versionServer(t)
 	m, _ := newManager(t, 0)
 	_, conn, err := m.For(types.NamespacedName{Namespace: "team", Name: "one"}, "cluster-b", kubeconfig(server.URL, "t", ""))
 	if err != nil {
@@ -208,5 +217,42 @@ func TestReachableAsksOnceWhileFresh(t *testing.T) {
 	conn.Forget()
 	if err := conn.Reachable(); err == nil || !strings.Contains(err.Error(), server.URL) {
 		t.Errorf("a server that is gone: %v, want an error naming %s", err, server.URL)
+	}
+}
+
+// A destination's API server at a blocked address is never dialled:
+// Reachable says its address is blocked, names the flag, and the server
+// gets no request; the same server in no blocked range answers. A host
+// name that resolves to the range is blocked too.
+func TestBlockedAddressesAreNeverDialled(t *testing.T) {
+	server, asked := versionServer(t)
+	byName := strings.Replace(server.URL, "127.0.0.1", "localhost", 1)
+	app := types.NamespacedName{Namespace: "team", Name: "one"}
+	for _, url := range []string{server.URL, byName} {
+		m := New(Options[*built]{
+			Parse: ParseOptions{Blocked: egress.DefaultBlockedPrefixes()},
+			Build: func(conn *Connection) (*built, error) { return &built{conn: conn}, nil },
+			Leave: func(types.NamespacedName, *built) {},
+			Stop:  func(*built) {},
+		})
+		_, conn, err := m.For(app, "cluster-b", kubeconfig(url, "t", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = conn.Reachable()
+		if err == nil || !strings.Contains(err.Error(), "--destination-blocked-cidrs") {
+			t.Errorf("%s with loopback blocked: %v, want the blocked-range error", url, err)
+		}
+	}
+	if n := asked.Load(); n != 0 {
+		t.Fatalf("the blocked server got %d requests", n)
+	}
+	m, _ := newManager(t, 0) // nothing blocked
+	_, conn, err := m.For(app, "cluster-b", kubeconfig(server.URL, "t", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Reachable(); err != nil || asked.Load() != 1 {
+		t.Errorf("with nothing blocked: %v, asked %d times, want 1", err, asked.Load())
 	}
 }

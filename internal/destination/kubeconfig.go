@@ -3,13 +3,17 @@ package destination
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/plumb-dev/plumb/internal/egress"
 )
 
 // ErrInvalidKubeConfig is wrapped by the errors of a kubeconfig that cannot
@@ -23,7 +27,14 @@ type ParseOptions struct {
 	// or an auth-provider: a command or a provider the controller runs on
 	// a tenant's behalf.
 	AllowPlugins bool
+	// Blocked are the address ranges the API server may not be at (none
+	// when empty): checked on the address dialled, after DNS. A proxy of
+	// the environment (HTTPS_PROXY) is what is dialled when one is set.
+	Blocked []netip.Prefix
 }
+
+// dialTimeout bounds a connection's dial to its API server.
+const dialTimeout = 30 * time.Second
 
 // Parse makes the client config of a self-contained kubeconfig's current
 // context (or of its only context, when none is current), and returns the
@@ -94,6 +105,9 @@ func Parse(data []byte, opts ParseOptions) (*rest.Config, string, error) {
 	restConfig, err := clientcmd.NewNonInteractiveClientConfig(*only, contextName, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 	if err != nil {
 		return nil, "", invalid("its context %q cannot be used", contextName)
+	}
+	if len(opts.Blocked) > 0 {
+		restConfig.Dial = egress.NewDialer(opts.Blocked, dialTimeout).DialContext
 	}
 	return restConfig, server.String(), nil
 }

@@ -120,8 +120,8 @@ func (c *AppCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.ready, flag(apimeta.IsStatusConditionTrue(app.Status.Conditions, plumbv1.ConditionReady)), ns, name)
 		gauge(c.suspended, flag(app.Spec.Suspend), ns, name)
 		gauge(c.sourceInfo, 1, ns, name, string(app.Spec.Source.Kind()))
-		if d := app.Spec.Destination; d != nil {
-			gauge(c.destinationInfo, 1, ns, name, d.KubeConfig.SecretRef.Name)
+		if secret := app.Spec.Destination.SecretName(); secret != "" {
+			gauge(c.destinationInfo, 1, ns, name, secret)
 		}
 		if app.Spec.Source.Verification() != nil {
 			if cond := apimeta.FindStatusCondition(app.Status.Conditions, plumbv1.ConditionSourceVerified); cond != nil {

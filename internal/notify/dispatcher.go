@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
+	"github.com/plumb-dev/plumb/internal/egress"
 )
 
 // Lister lists the Notifications of a namespace (from a cache).
@@ -38,7 +39,7 @@ type Recorder interface {
 type Options struct {
 	Notifications Lister
 	Secrets       SecretReader
-	// Client sends the requests (default: NewClient(DefaultBlockedPrefixes())).
+	// Client sends the requests (default: NewClient(egress.DefaultBlockedPrefixes())).
 	Client *http.Client
 	// Workers deliver at once, each to a different Notification (default
 	// 4); PerNamespace of them at most to the Notifications of one
@@ -74,7 +75,7 @@ type Options struct {
 
 func (o *Options) defaults() {
 	if o.Client == nil {
-		o.Client = NewClient(DefaultBlockedPrefixes())
+		o.Client = NewClient(egress.DefaultBlockedPrefixes())
 	}
 	if o.Workers <= 0 {
 		o.Workers = 4

@@ -13,50 +13,16 @@ import (
 	"net/url"
 	"syscall"
 	"time"
-)
 
-// DefaultBlockedPrefixes are the addresses no sink may reach by default:
-// the link-local ranges and the other addresses where clouds serve
-// instance metadata and credentials (a tenant writes a Notification's
-// address): AWS's IPv6 fd00:ec2::254, Google's fd20:ce::254, Alibaba's
-// 100.100.100.200 and Azure's wire server 168.63.129.16; 169.254.169.254
-// in the IPv6 forms that carry it (translated and compatible, besides the
-// mapped and NAT64 forms isBlocked sees through); loopback (the
-// controller's own metrics, health and profile ports); and the unspecified
-// addresses. Private ranges stay open: an in-cluster Alertmanager or
-// webhook lives there.
-func DefaultBlockedPrefixes() []netip.Prefix {
-	var out []netip.Prefix
-	for _, p := range []string{"169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "fd20:ce::254/128",
-		"100.100.100.200/32", "168.63.129.16/32", "::ffff:0:a9fe:a9fe/128", "::a9fe:a9fe/128",
-		"127.0.0.0/8", "::1/128", "0.0.0.0/8", "::/128"} {
-		out = append(out, netip.MustParsePrefix(p))
-	}
-	return out
-}
+	"github.com/plumb-dev/plumb/internal/egress"
+)
 
 // NewClient is the HTTP client that sinks are reached with: it refuses to
 // connect to an address in blocked (checked on the address actually dialled,
 // after DNS, so a name cannot smuggle one in), follows no redirect (a
 // redirect is the sink's answer, not a new target), and uses no proxy.
 func NewClient(blocked []netip.Prefix) *http.Client {
-	dialer := &net.Dialer{
-		Timeout: 10 * time.Second,
-		Control: func(_, address string, _ syscall.RawConn) error {
-			host, _, err := net.SplitHostPort(address)
-			if err != nil {
-				return err
-			}
-			ip, err := netip.ParseAddr(host)
-			if err != nil {
-				return err
-			}
-			if isBlocked(blocked, ip) {
-				return errBlocked // the address is not named: errors reach logs
-			}
-			return nil
-		},
-	}
+	dialer := egress.NewDialer(blocked, 10*time.Second)
 	return &http.Client{
 		Transport: &http.Transport{
 			DialContext:           dialer.DialContext,
@@ -69,35 +35,8 @@ func NewClient(blocked []netip.Prefix) *http.Client {
 	}
 }
 
-// Prefixes of IPv6 addresses that carry an IPv4 address in their last 4
-// bytes: NAT64's well-known prefix (RFC 6052), IPv4-translated addresses
-// (RFC 2765) and the deprecated IPv4-compatible ones (RFC 4291).
-var (
-	nat64      = netip.MustParsePrefix("64:ff9b::/96")
-	translated = netip.MustParsePrefix("::ffff:0:0:0/96")
-	compatible = netip.MustParsePrefix("::/96")
-)
-
-// isBlocked reports whether ip, without its zone and as IPv4 where it is
-// an IPv4 address in IPv6 form (mapped, translated, compatible or NAT64),
-// is in a blocked range.
-func isBlocked(blocked []netip.Prefix, ip netip.Addr) bool {
-	ip = ip.WithZone("").Unmap()
-	candidates := []netip.Addr{ip}
-	if ip.Is6() && (nat64.Contains(ip) || translated.Contains(ip) || compatible.Contains(ip)) {
-		b := ip.As16()
-		candidates = append(candidates, netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}))
-	}
-	for _, p := range blocked {
-		for _, c := range candidates {
-			if p.Contains(c) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
+// errBlocked says a sink's address is blocked (egress.ErrBlocked, in the
+// sink's words).
 var errBlocked = errors.New("the sink's address is in a blocked range")
 
 // transportError describes a failed request by what went wrong, naming
@@ -116,7 +55,7 @@ func transportError(err error) error {
 		alert       tls.AlertError
 	)
 	switch {
-	case errors.Is(err, errBlocked):
+	case errors.Is(err, egress.ErrBlocked):
 		return &permanentError{err: errBlocked}
 	case errors.As(err, &dnsErr):
 		if dnsErr.IsTimeout {

@@ -11,6 +11,7 @@ package preview
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"go.uber.org/zap"
@@ -66,7 +67,11 @@ type Options struct {
 	// AllowKubeConfigPlugins lets a destination's kubeconfig run an exec
 	// credential plugin or an auth-provider on this machine.
 	AllowKubeConfigPlugins bool
-	Log                    *zap.Logger
+	// DestinationBlocked are the address ranges a destination's API server
+	// may not be at (none when empty), as the controller's
+	// --destination-blocked-cidrs.
+	DestinationBlocked []netip.Prefix
+	Log                *zap.Logger
 }
 
 // DefaultRenderMemoryBytes is the memory a preview's Kustomize or Helm
@@ -187,7 +192,7 @@ func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.P
 	r, err := reconcile.New(reconcile.Deps{
 		Client:      p.apps,
 		APIReader:   p.apps,
-		Credentials: secrets{clientset: p.clientset, local: p.opts.LocalDir != "" && !readsChartAccounts(app), kubeConfig: kubeConfigSecret(app)},
+		Credentials: secrets{clientset: p.clientset, local: p.opts.LocalDir != "" && !readsChartAccounts(app), kubeConfig: app.Spec.Destination.SecretName()},
 		Mapper:      p.apps.RESTMapper(),
 		Cluster:     clusterinfo.New(p.discovery, 0),
 		Reader:      reader,
@@ -197,7 +202,7 @@ func (p *Previewer) Preview(ctx context.Context, app *plumbv1.App) (*reconcile.P
 		Applier:    applier,
 		Identities: identities,
 		NewDestinations: func(reconcile.ObjectEvents) reconcile.Destinations {
-			return destinations{scheme: p.scheme, parse: destination.ParseOptions{AllowPlugins: p.opts.AllowKubeConfigPlugins}}
+			return destinations{scheme: p.scheme, parse: destination.ParseOptions{AllowPlugins: p.opts.AllowKubeConfigPlugins, Blocked: p.opts.DestinationBlocked}}
 		},
 		Policy: reconcile.Policy{NoCrossNamespace: p.opts.Policy.NoCrossNamespace, DefaultServiceAccount: p.opts.Policy.DefaultServiceAccount,
 			AllowInsecureRegistries: p.opts.Policy.AllowInsecureRegistries, NoRemoteClusters: p.opts.Policy.NoRemoteClusters},
@@ -249,14 +254,6 @@ type secrets struct {
 	// kubeConfig is the Secret of the App's destination, read even for a
 	// working copy.
 	kubeConfig string
-}
-
-// kubeConfigSecret names the Secret of an App's destination ("" for none).
-func kubeConfigSecret(app *plumbv1.App) string {
-	if d := app.Spec.Destination; d != nil {
-		return d.KubeConfig.SecretRef.Name
-	}
-	return ""
 }
 
 func (s secrets) Get(ctx context.Context, app types.NamespacedName, name string) (*corev1.Secret, error) {

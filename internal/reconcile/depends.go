@@ -139,7 +139,7 @@ func (r *Reconciler) gateOnDependencies(ctx context.Context, app *plumbv1.App, r
 		}
 		if why := notReadyAtRevision(other, dep.Namespace == app.Namespace); why != "" {
 			where := ""
-			if name := kubeConfigSecret(other); name != "" && dep.Namespace == app.Namespace {
+			if name := other.Spec.Destination.SecretName(); name != "" && dep.Namespace == app.Namespace {
 				where = " (into the cluster of Secret " + name + ")"
 			}
 			waiting = append(waiting, fmt.Sprintf("App %s%s %s", dep, where, why))

@@ -157,15 +157,6 @@ func kubeConfigOf(data map[string][]byte, key string) ([]byte, error) {
 	return nil, fmt.Errorf(`%w: it has neither key "value" nor "value.yaml" (name the key in spec.destination.kubeConfig.secretRef.key)`, errNoKubeConfig)
 }
 
-// kubeConfigSecret is the Secret an App's destination names ("" for none),
-// whose watch its credentials keep.
-func kubeConfigSecret(app *plumbv1.App) string {
-	if d := app.Spec.Destination; d != nil {
-		return d.KubeConfig.SecretRef.Name
-	}
-	return ""
-}
-
 // destinationLost reports whether err says the App's destination cannot
 // be used whatever is retried: its kubeconfig Secret is gone, holds no
 // usable kubeconfig, or the controller refuses other clusters. A deleted

@@ -23,7 +23,7 @@ const maxNotifiedFields = 20
 // event is a notification event about app, with what every event carries.
 func (r *Reconciler) event(app *plumbv1.App, kind plumbv1.NotificationEvent, revision string) notify.Event {
 	return notify.Event{
-		Kind: kind, App: client.ObjectKeyFromObject(app), AppLabels: app.Labels, Destination: kubeConfigSecret(app),
+		Kind: kind, App: client.ObjectKeyFromObject(app), AppLabels: app.Labels, Destination: app.Spec.Destination.SecretName(),
 		Source: repourl.WithoutCredentials(app.Spec.Source.Location()), Revision: revision, Commit: git.ParseRevision(revision).Hash,
 		Time: r.now(),
 	}

@@ -149,7 +149,7 @@ func (r *Reconciler) read(ctx context.Context, app *plumbv1.App, refresh bool, f
 		verifyRef = &v.SecretRef
 	}
 	var used []string
-	if name := kubeConfigSecret(app); name != "" {
+	if name := app.Spec.Destination.SecretName(); name != "" {
 		used = append(used, name) // read by targetOf, kept watched
 	}
 	refs := []*plumbv1.LocalObjectReference{secretRef, verifyRef}

@@ -170,9 +170,7 @@ func (s *Server) renderApp(w http.ResponseWriter, r *http.Request, viewer *Viewe
 	page.ChangeSet = app.Status.LastChangeSet
 	page.OrderedSync = orderedSyncOf(app.Status.Sync, now)
 	page.Shard = appview.Printable(app.Status.Shard)
-	if d := app.Spec.Destination; d != nil {
-		page.Destination = appview.Printable(d.KubeConfig.SecretRef.Name)
-	}
+	page.Destination = appview.Printable(app.Spec.Destination.SecretName())
 	events, err := s.eventsOf(r.Context(), viewer.Client, app)
 	if err != nil {
 		page.EventsError = refusal("list the App's Events", err)

@@ -37,6 +37,9 @@ type appRow struct {
 	// Shard is the controller replica that last ticked the App
 	// (--shards=auto; empty with one replica ticking every App).
 	Shard string `json:"shard,omitempty"`
+	// Destination is the kubeconfig Secret of the cluster the App deploys
+	// into (spec.destination; empty for plumb's own cluster).
+	Destination string `json:"destination,omitempty"`
 	// SyncHandled is status.lastHandledSyncRequest and SyncRequested the
 	// sync annotation, which the App page follows after a Sync
 	// (syncrequest.Answers).
@@ -55,6 +58,7 @@ func rowOf(app *plumbv1.App, now time.Time) appRow {
 		RevisionURL: commitURL(app.Spec.Source.GitRepository().URL, app.Status.LastAppliedRevision), SyncHandled: app.Status.LastHandledSyncRequest,
 		SyncRequested: syncrequest.Requested(app), Shard: appview.Printable(app.Status.Shard)}
 	row.Drift = appview.DriftCount(app)
+	row.Destination = appview.Printable(app.Spec.Destination.SecretName())
 	if t := app.Status.LastTickTime; t != nil {
 		row.LastTickAt = t.UnixMilli()
 	}

@@ -110,6 +110,34 @@ func TestTheAppsListNamesEachAppsShard(t *testing.T) {
 	}
 }
 
+// The Apps list names the cluster each App deploys into (its kubeconfig
+// Secret), in the page and in the rows the live updates send; an App into
+// plumb's own cluster shows none.
+func TestTheAppsListNamesEachAppsDestination(t *testing.T) {
+	s, err := New(Options{Identity: Local{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	into := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}}
+	into.Spec.Destination = &plumbv1.Destination{KubeConfig: plumbv1.KubeConfigReference{SecretRef: plumbv1.SecretKeyReference{Name: "cluster-b"}}}
+	local := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db"}}
+	rows := []appRow{rowOf(into, time.Now()), rowOf(local, time.Now())}
+	if rows[0].Destination != "cluster-b" || rows[1].Destination != "" {
+		t.Fatalf("rows' destinations %q and %q, want cluster-b and none", rows[0].Destination, rows[1].Destination)
+	}
+	encoded, err := json.Marshal(rows[0])
+	if err != nil || !strings.Contains(string(encoded), `"destination":"cluster-b"`) {
+		t.Errorf("the live row %s (%v) lacks the destination", encoded, err)
+	}
+	rec := httptest.NewRecorder()
+	s.render(rec, http.StatusOK, "apps.html", appsPage{Apps: rows})
+	body := rec.Body.String()
+	if !strings.Contains(body, `<th scope="col">Destination</th>`) || !strings.Contains(body, `<td data-label="Destination">cluster-b</td>`) ||
+		!strings.Contains(body, `<td data-label="Destination"></td>`) {
+		t.Errorf("the Apps list lacks the Destination column or its values:\n%s", body)
+	}
+}
+
 // The App page names the cluster an App deploys into, when it is not the
 // one plumb runs in.
 func TestTheAppPageNamesItsDestination(t *testing.T) {

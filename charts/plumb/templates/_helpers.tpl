@@ -147,6 +147,7 @@ true
 {{- if not .Values.controller.notificationBlockDefaultCIDRs }}
 - --notification-block-default-cidrs=false
 {{- end }}
+{{- include "plumb.destinationBlockedArgs" . }}
 {{- if .Values.controller.allowInsecureRegistries }}
 - --allow-insecure-registries
 {{- end }}
@@ -169,4 +170,17 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{/* The controller's replicas: `shards` when the Apps are spread over them. */}}
 {{- define "plumb.replicas" -}}
 {{- if gt (int .Values.shards) 0 }}{{ int .Values.shards }}{{ else }}{{ int .Values.replicas }}{{ end -}}
+{{- end }}
+
+{{/*
+The address ranges destination clusters may not be at, for the controller
+and the dashboard's previews alike.
+*/}}
+{{- define "plumb.destinationBlockedArgs" -}}
+{{- with .Values.controller.destinationBlockedCIDRs }}
+- --destination-blocked-cidrs={{ join "," . }}
+{{- end }}
+{{- if not .Values.controller.destinationBlockDefaultCIDRs }}
+- --destination-block-default-cidrs=false
+{{- end }}
 {{- end }}

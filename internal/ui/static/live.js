@@ -202,6 +202,7 @@
     tr.appendChild(tick);
     tr.appendChild(cell('Failing phase', r.failingPhase || ''));
     tr.appendChild(cell('Drift', String(r.drift) + (r.driftBy ? ' by ' + r.driftBy : ''), 'drift'));
+    tr.appendChild(cell('Destination', r.destination || ''));
     tr.appendChild(cell('Shard', r.shard || ''));
     tr.appendChild(cell('Message', r.message || '', 'message'));
     tr.dataset.signature = signature;

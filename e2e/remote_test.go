@@ -356,8 +356,12 @@ func TestAnAppDeploysIntoAnotherCluster(t *testing.T) {
 		// namespace's Secret, which does not exist here.
 		raw := fmt.Sprintf(`{"apiVersion":"plumb.dev/v1alpha1","kind":"App","metadata":{"name":"thief","namespace":%q,"labels":{"e2e-shard":"remote"}},
 "spec":{"source":{"url":%q,"ref":{"branch":"main"},"path":"deploy"},"destination":{"kubeConfig":{"secretRef":{"name":"cluster-b","namespace":%q}}}}}`, ns+"-thief", url, other)
-		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns + "-thief"}}); err != nil {
-			t.Fatal(err)
+		// The namespace exists in A and in B, so that an apply with the
+		// stolen Secret would land in B.
+		for _, c := range []client.Client{k8s, b.k8s} {
+			if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns + "-thief"}}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		app := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: ns + "-thief", Name: "thief"}}
 		err := k8s.Patch(ctx, app, client.RawPatch(types.ApplyPatchType, []byte(raw)), client.FieldOwner("thief"), client.ForceOwnership,
@@ -384,6 +388,10 @@ func TestAnAppDeploysIntoAnotherCluster(t *testing.T) {
 		}
 		if _, ok := getConfigMap(t, ns+"-thief", "settings"); ok {
 			t.Error("the thief applied settings in cluster A")
+		}
+		// The stolen Secret names B: nothing of the thief's may land there.
+		if err := b.k8s.Get(ctx, types.NamespacedName{Namespace: ns + "-thief", Name: "settings"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+			t.Errorf("settings in B's %s-thief: %v, want none (the thief used the other namespace's Secret)", ns, err)
 		}
 	})
 }

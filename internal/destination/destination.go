@@ -68,6 +68,11 @@ type Connection struct {
 
 	probe         discovery.ServerVersionInterface
 	probeValidFor time.Duration
+	// failureValidFor is how long a failed probe is taken for the answer
+	// (as long as a probe may take, at least 2s): the ticks of many Apps
+	// into a cluster that does not answer, or drops what is sent to it,
+	// do not each wait for a probe of their own, nor hold every worker.
+	failureValidFor time.Duration
 	// probing serializes probes: Apps that tick at once wait for one
 	// answer rather than each asking.
 	probing   sync.Mutex
@@ -76,11 +81,6 @@ type Connection struct {
 	failedAt  time.Time
 	failure   error
 }
-
-// failureValidFor is how long a failed probe is taken for the answer: the
-// ticks of many Apps into one cluster that does not answer do not each
-// wait for a probe of their own.
-const failureValidFor = 2 * time.Second
 
 // Reachable asks the destination's API server for its version (within
 // Options.ProbeTimeout), unless it answered within the last few seconds,
@@ -98,7 +98,7 @@ func (c *Connection) Reachable() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
-		c.failedAt, c.failure = time.Now(), fmt.Errorf("%s did not answer: %w", c.Server, quiet(err))
+		c.failedAt, c.failure = time.Now(), Unanswered(c.Server, err)
 		return c.failure
 	}
 	c.reachedAt, c.failure = time.Now(), nil
@@ -110,12 +110,18 @@ func (c *Connection) recent() (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
-	case c.failure != nil && time.Since(c.failedAt) < failureValidFor:
+	case c.failure != nil && time.Since(c.failedAt) < c.failureValidFor:
 		return true, c.failure
 	case c.failure == nil && !c.reachedAt.IsZero() && time.Since(c.reachedAt) < c.probeValidFor:
 		return true, nil
 	}
 	return false, nil
+}
+
+// Unanswered is the error of a probe of server that failed with err,
+// without what the server sent (see quiet).
+func Unanswered(server string, err error) error {
+	return fmt.Errorf("%s did not answer: %w", server, quiet(err))
 }
 
 // quiet is an error of the destination without what its server sent: an
@@ -213,7 +219,7 @@ func (m *Manager[T]) For(app types.NamespacedName, secret string, kubeconfig []b
 		return zero, nil, fmt.Errorf("Secret %s: connecting to %s: %w", key.secret, server, err)
 	}
 	conn := &Connection{Name: secret, Namespace: app.Namespace, Server: server, Config: config,
-		probe: probe, probeValidFor: m.opts.ProbeValidFor}
+		probe: probe, probeValidFor: m.opts.ProbeValidFor, failureValidFor: max(2*time.Second, m.opts.ProbeTimeout)}
 	value, err := m.opts.Build(conn)
 	if err != nil {
 		return zero, nil, fmt.Errorf("Secret %s: connecting to %s: %w", key.secret, server, err)
@@ -301,20 +307,6 @@ func (m *Manager[T]) Uses(app types.NamespacedName, conn *Connection) bool {
 	defer m.mu.Unlock()
 	key, ok := m.uses[app]
 	return ok && m.entries[key] != nil && m.entries[key].conn == conn
-}
-
-// Each calls f with every open connection's value (to narrow a sharded
-// replica's caches, or to count their objects).
-func (m *Manager[T]) Each(f func(conn *Connection, value T)) {
-	m.mu.Lock()
-	entries := make([]*entry[T], 0, len(m.entries))
-	for _, e := range m.entries {
-		entries = append(entries, e)
-	}
-	m.mu.Unlock()
-	for _, e := range entries {
-		f(e.conn, e.value)
-	}
 }
 
 // Len is how many connections are open.

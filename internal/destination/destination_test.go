@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -254,5 +255,35 @@ func TestBlockedAddressesAreNeverDialled(t *testing.T) {
 	}
 	if err := conn.Reachable(); err != nil || asked.Load() != 1 {
 		t.Errorf("with nothing blocked: %v, asked %d times, want 1", err, asked.Load())
+	}
+}
+
+// A failed probe is the answer for as long as a probe may take: Apps that
+// tick into a cluster that does not answer wait for no probe of their own
+// meanwhile. The failure names the server's HTTP status, never its body.
+func TestAFailedProbeIsRemembered(t *testing.T) {
+	var asked atomic.Int32
+	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		http.Error(w, "SERVER-BODY-SECRET", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(server.Close)
+	m := New(Options[*built]{ProbeTimeout: time.Hour,
+		Build: func(conn *Connection) (*built, error) { return &built{conn: conn}, nil },
+		Leave: func(types.NamespacedName, *built) {},
+		Stop:  func(*built) {},
+	})
+	_, conn, err := m.For(types.NamespacedName{Namespace: "team", Name: "one"}, "cluster-b", kubeconfig(server.URL, "t", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		err := conn.Reachable()
+		if err == nil || !strings.Contains(err.Error(), "HTTP 503") || strings.Contains(err.Error(), "SERVER-BODY-SECRET") {
+			t.Fatalf("a server answering 503: %v, want its status alone", err)
+		}
+	}
+	if n := asked.Load(); n != 1 {
+		t.Errorf("three probes while the failure holds asked %d times, want 1", n)
 	}
 }

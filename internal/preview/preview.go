@@ -323,7 +323,7 @@ func (d destinations) For(_ types.NamespacedName, secret string, kubeconfig []by
 		Identities: identities, Mapper: mapper, Cluster: clusterinfo.New(disco, 0),
 		Reachable: func() error {
 			if _, err := probe.ServerVersion(); err != nil {
-				return fmt.Errorf("%s did not answer: %w", server, err)
+				return destination.Unanswered(server, err)
 			}
 			return nil
 		}}, nil

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -91,5 +92,49 @@ current-context: b
 	})
 	if built != 0 {
 		t.Errorf("%d connections built for destinations that cannot be used", built)
+	}
+}
+
+// A deleted App whose destination changed since its last tick prunes
+// nothing: its inventory names objects of the former cluster (here plumb's
+// own), and the same names in the new one may be anyone's. The new
+// destination reaches plumb's own cluster too, so a prune there would
+// delete the very objects checked.
+func TestADeletedAppWhoseDestinationChangedPrunesNothing(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	_, repo := newRepo(t, map[string]string{"deploy/settings.yaml": configMapYAML("settings")})
+	app := newApp(t, repo, nil)
+	key := client.ObjectKeyFromObject(app)
+	h := newHarness(t)
+	h.r.destinations = managed{destination.New(destination.Options[*Target]{
+		Build: func(*destination.Connection) (*Target, error) { return h.r.local, nil },
+	})}
+	ready(t, h.tick(t, key, queue.WakeTimer))
+	if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "settings"}, &corev1.ConfigMap{}); err != nil {
+		t.Fatalf("settings was not applied: %v", err)
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "cluster-b"}, StringData: map[string]string{"value": `apiVersion: v1
+kind: Config
+clusters: [{name: b, cluster: {server: "https://b.example:6443"}}]
+users: [{name: u, user: {token: "t"}}]
+contexts: [{name: b, context: {cluster: b, user: u}}]
+current-context: b
+`}}
+	if err := c.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	patch := []byte(`{"spec":{"destination":{"kubeConfig":{"secretRef":{"name":"cluster-b"}}}}}`)
+	if err := c.Patch(ctx, app, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	events := deleteAndFinalize(t, h, app)
+	if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "settings"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("settings after the App was deleted with a changed destination: %v, want it left in place", err)
+	}
+	if !slices.ContainsFunc(events, func(e string) bool {
+		return strings.Contains(e, plumbv1.ReasonOrphaned) && strings.Contains(e, "destination changed")
+	}) {
+		t.Errorf("Events %q, want an Orphaned Event that says the destination changed", events)
 	}
 }

@@ -84,6 +84,19 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 		app.Status.Inventory = nil
 		write()
 	}
+	if applied, named := app.Status.Destination, app.Spec.Destination.SecretName(); applied != named && inventoryLen(app) > 0 {
+		// Its destination changed and no tick has recorded that yet: the
+		// inventory names objects of the former cluster, and the same
+		// names in the new one may be anyone's. Left in place, as a tick
+		// would leave them.
+		r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonOrphaned,
+			"the App is deleted and its destination changed from %s to %s since its objects were applied, so its %d objects in the former are left there, not pruned",
+			destinationName(applied), destinationName(named), inventoryLen(app))
+		log.Warn("Orphaned the deleted App's objects: its destination changed", zap.String("from", destinationName(applied)),
+			zap.String("to", destinationName(named)), zap.Int("objects", inventoryLen(app)))
+		app.Status.Inventory = nil
+		write()
+	}
 	var target *Target
 	var targetErr error
 	prunes := app.Spec.PruneEnabled() && !app.Spec.Suspend

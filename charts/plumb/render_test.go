@@ -111,7 +111,7 @@ var valueSets = map[string]string{
 	"dashboardTLS": "dashboard: {enabled: true, addr: ':9443', trustedProxies: [], tls: {secretName: dashboard-tls, clientCASecretName: proxy-ca, clientCertNames: [oauth2-proxy.auth.svc]}, service: {targetPort: 9443}}",
 	"everything": `controller: {workers: 8, logLevel: debug, logEncoding: console, appLabelSelector: "shard=a", defaultServiceAccount: deployer,
   noCrossNamespace: true, notificationBlockedCIDRs: [10.0.0.0/8], notificationBlockDefaultCIDRs: false, allowInsecureRegistries: true, extraArgs: ["--pprof-addr=127.0.0.1:6060"],
-  noRemoteClusters: true, maxDestinations: 5, maxDestinationKinds: 6, destinationBlockedCIDRs: [10.9.0.0/16, 10.8.0.0/16], destinationBlockDefaultCIDRs: false,
+  noRemoteClusters: true, maxDestinations: 5, maxDestinationKinds: 6, maxDestinationsPerNamespace: 3, destinationBlockedCIDRs: [10.9.0.0/16, 10.8.0.0/16], destinationBlockDefaultCIDRs: false,
   readLimits: {maxRepositoryFiles: 11, maxRepositoryBytes: 12, maxFileBytes: 13, maxObjects: 14, maxFetchBytes: 15},
   renderTimeout: 3m, renderMemoryBytes: 536870912, renderCacheBytes: 1048576, shutdownTimeout: 50s, kubeAPIQPS: 20, kubeAPIBurst: 40}
 webhook: {maxBodyBytes: 2048}
@@ -411,7 +411,7 @@ func TestEveryValueReachesTheRenderedObjects(t *testing.T) {
 		"--allow-insecure-registries", "--pprof-addr=127.0.0.1:6060", "--max-repository-files=11", "--max-repository-bytes=12", "--max-file-bytes=13", "--max-objects=14", "--max-fetch-bytes=15",
 		"--render-timeout=3m", "--render-memory-bytes=536870912", "--render-cache-bytes=1048576", "--shutdown-timeout=50s",
 		"--kube-api-qps=20", "--kube-api-burst=40", "--webhook-max-body-bytes=2048",
-		"--no-remote-clusters", "--max-destinations=5", "--max-destination-kinds=6",
+		"--no-remote-clusters", "--max-destinations=5", "--max-destination-kinds=6", "--max-destinations-per-namespace=3",
 		"--destination-blocked-cidrs=10.9.0.0/16,10.8.0.0/16", "--destination-block-default-cidrs=false"} {
 		if !slices.Contains(a, flag) {
 			t.Errorf("args %v lack %s", a, flag)

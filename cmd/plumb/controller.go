@@ -108,14 +108,16 @@ func (f *controllerFlags) register(flags *pflag.FlagSet) {
 	flags.BoolVar(&f.Policy.NoRemoteClusters, "no-remote-clusters", false, "refuse Apps that name another cluster (spec.destination): they fail the Observe phase, and the controller connects to no cluster but its own")
 	flags.BoolVar(&f.AllowKubeConfigPlugins, "allow-kubeconfig-plugins", false, "let a destination's kubeconfig (spec.destination.kubeConfig) run an exec credential plugin or an auth-provider: a command the controller runs for a tenant")
 	flags.IntVar(&f.MaxDestinations, "max-destinations", 32, "most destination clusters connected at once (each has informers and clients of its own); an App beyond fails the Observe phase")
+	flags.IntVar(&f.MaxDestinationsPerNamespace, "max-destinations-per-namespace", 8, "most destination clusters connected at once for the Apps of one namespace, so that one tenant cannot take every place of --max-destinations (0: no bound but that one)")
 	flags.IntVar(&f.MaxDestinationKinds, "max-destination-kinds", 64, "most kinds watched in one destination cluster; an App whose kinds would go beyond fails the Observe phase (0: no bound)")
 	flags.BoolVar(&f.Policy.AllowInsecureRegistries, "allow-insecure-registries", false, "let Apps read OCI registries, Helm repositories and S3 buckets over plain HTTP (spec.source.oci.insecure, spec.source.helm.insecure, an http:// helm.repository, spec.source.bucket.insecure, spec.helm.repositories), where anyone on the path can change what is applied")
 }
 
 // validate checks the flags before anything starts.
 func (f controllerFlags) validate() error {
-	if f.MaxDestinations < 1 || f.MaxDestinationKinds < 0 {
-		return fmt.Errorf("--max-destinations (%d) must be at least 1 and --max-destination-kinds (%d) at least 0", f.MaxDestinations, f.MaxDestinationKinds)
+	if f.MaxDestinations < 1 || f.MaxDestinationKinds < 0 || f.MaxDestinationsPerNamespace < 0 {
+		return fmt.Errorf("--max-destinations (%d) must be at least 1, --max-destination-kinds (%d) and --max-destinations-per-namespace (%d) at least 0",
+			f.MaxDestinations, f.MaxDestinationKinds, f.MaxDestinationsPerNamespace)
 	}
 	addrs := map[string]string{"--metrics-addr": f.MetricsAddr, "--webhook-addr": f.WebhookAddr, "--health-addr": f.HealthAddr}
 	if f.PprofAddr != "" {

@@ -96,8 +96,11 @@ type Options struct {
 	// MaxDestinations bounds the destination clusters connected at once
 	// (0: destination's default, 32); MaxDestinationKinds the kinds
 	// watched in each (0: no bound).
-	MaxDestinations     int
-	MaxDestinationKinds int
+	MaxDestinations int
+	// MaxDestinationsPerNamespace bounds those of one namespace (0: none
+	// but MaxDestinations).
+	MaxDestinationsPerNamespace int
+	MaxDestinationKinds         int
 	// NotificationBlockedPrefixes are the addresses no Notification's sink
 	// may be reached at, DestinationBlockedPrefixes those no destination
 	// cluster's API server may be at (nil: egress.DefaultBlockedPrefixes()).

@@ -46,7 +46,7 @@ func (l *loop) newDestinations(events reconcile.ObjectEvents) reconcile.Destinat
 		blocked = egress.DefaultBlockedPrefixes()
 	}
 	d.manager = destination.New(destination.Options[*remote]{
-		Max:   l.opts.MaxDestinations,
+		Max: l.opts.MaxDestinations, MaxPerNamespace: l.opts.MaxDestinationsPerNamespace,
 		Parse: destination.ParseOptions{AllowPlugins: l.opts.AllowKubeConfigPlugins, Blocked: blocked},
 		Build: func(conn *destination.Connection) (*remote, error) {
 			return l.buildRemote(conn, events)

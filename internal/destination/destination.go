@@ -39,8 +39,11 @@ type Options[T any] struct {
 	Leave func(app types.NamespacedName, value T)
 	// Stop stops what Build started, once no App uses the connection.
 	Stop func(T)
-	// Max bounds the connections open at once (default 32).
-	Max int
+	// Max bounds the destinations (Secrets) with connections open at once
+	// (default 32), and MaxPerNamespace those of one namespace (0: no bound
+	// but Max), so that one tenant cannot take every place.
+	Max             int
+	MaxPerNamespace int
 	// Parse says what a kubeconfig may ask for.
 	Parse ParseOptions
 	// QPS and Burst are each connection's request budget (defaults 50 and
@@ -203,8 +206,13 @@ func (m *Manager[T]) For(app types.NamespacedName, secret string, kubeconfig []b
 		unused = m.useLocked(app, key, e)
 		return e.value, e.conn, nil
 	}
-	if n := m.openAfterLocked(app, key.secret); n >= m.opts.Max {
-		return zero, nil, fmt.Errorf("%w: %d are open, the controller's limit (--max-destinations)", ErrTooManyDestinations, n)
+	total, mine := m.openAfterLocked(app, key.secret)
+	if total >= m.opts.Max {
+		return zero, nil, fmt.Errorf("%w: %d are open, the controller's limit (--max-destinations)", ErrTooManyDestinations, total)
+	}
+	if m.opts.MaxPerNamespace > 0 && mine >= m.opts.MaxPerNamespace {
+		return zero, nil, fmt.Errorf("%w: %d are open for namespace %s, the controller's limit per namespace (--max-destinations-per-namespace)",
+			ErrTooManyDestinations, mine, app.Namespace)
 	}
 	config, server, err := Parse(kubeconfig, m.opts.Parse)
 	if err != nil {
@@ -231,10 +239,10 @@ func (m *Manager[T]) For(app types.NamespacedName, secret string, kubeconfig []b
 }
 
 // openAfterLocked is how many destinations (Secrets) have connections
-// once app leaves the one it uses (it will, for a new one); a new content
-// of a Secret that has one (a rotated token) is no new destination. m.mu
-// is held.
-func (m *Manager[T]) openAfterLocked(app types.NamespacedName, secret types.NamespacedName) int {
+// once app leaves the one it uses (it will, for a new one), in all and in
+// app's namespace; a new content of a Secret that has one (a rotated
+// token) is no new destination. m.mu is held.
+func (m *Manager[T]) openAfterLocked(app types.NamespacedName, secret types.NamespacedName) (total, inNamespace int) {
 	open := map[types.NamespacedName]bool{}
 	for key, e := range m.entries {
 		if own, ok := m.uses[app]; ok && own == key && len(e.apps) == 1 {
@@ -243,9 +251,14 @@ func (m *Manager[T]) openAfterLocked(app types.NamespacedName, secret types.Name
 		open[key.secret] = true
 	}
 	if open[secret] {
-		return 0
+		return 0, 0
 	}
-	return len(open)
+	for s := range open {
+		if s.Namespace == app.Namespace {
+			inNamespace++
+		}
+	}
+	return len(open), inNamespace
 }
 
 // useLocked records that app uses e, and returns what no App uses any

@@ -145,6 +145,33 @@ func TestConnectionsAreSharedPerSecretAndContentAndStoppedWhenUnused(t *testing.
 	}
 }
 
+// Beyond MaxPerNamespace destinations of one namespace a new one of it is
+// refused, naming the flag, while another namespace still gets one.
+func TestOneNamespaceCannotTakeEveryDestination(t *testing.T) {
+	m := New(Options[*built]{Max: 10, MaxPerNamespace: 2,
+		Build: func(conn *Connection) (*built, error) { return &built{conn: conn}, nil },
+		Leave: func(types.NamespacedName, *built) {},
+		Stop:  func(*built) {},
+	})
+	for i := range 2 {
+		if _, _, err := m.For(types.NamespacedName{Namespace: "greedy", Name: fmt.Sprint(i)}, fmt.Sprint("cluster-", i), kubeconfig("https://b:6443", "t", "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, err := m.For(types.NamespacedName{Namespace: "greedy", Name: "third"}, "cluster-3", kubeconfig("https://b:6443", "t", ""))
+	if !errors.Is(err, ErrTooManyDestinations) || !strings.Contains(err.Error(), "--max-destinations-per-namespace") {
+		t.Fatalf("a third destination of one namespace: %v, want ErrTooManyDestinations naming the flag", err)
+	}
+	// A second App of the namespace on a Secret that has a connection is
+	// no new destination.
+	if _, _, err := m.For(types.NamespacedName{Namespace: "greedy", Name: "fourth"}, "cluster-0", kubeconfig("https://b:6443", "t", "")); err != nil {
+		t.Errorf("a second App on an open destination: %v", err)
+	}
+	if _, _, err := m.For(types.NamespacedName{Namespace: "modest", Name: "one"}, "cluster-0", kubeconfig("https://b:6443", "t", "")); err != nil {
+		t.Errorf("another namespace's first destination: %v", err)
+	}
+}
+
 // Beyond Max connections a new one is refused, not made by dropping
 // another App's; an App that moves off its own connection frees its place.
 func TestMoreDestinationsThanTheLimitAreRefused(t *testing.T) {

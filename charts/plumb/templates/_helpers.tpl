@@ -155,6 +155,7 @@ true
 - --no-remote-clusters
 {{- end }}
 - --max-destinations={{ .Values.controller.maxDestinations }}
+- --max-destinations-per-namespace={{ .Values.controller.maxDestinationsPerNamespace }}
 - --max-destination-kinds={{ .Values.controller.maxDestinationKinds }}
 {{- with .Values.controller.extraArgs }}
 {{ toYaml . }}

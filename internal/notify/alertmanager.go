@@ -28,6 +28,10 @@ type openAlert struct {
 	sink   string
 	event  Event
 	starts time.Time
+	// destination is the destination label the alert fired with: part of
+	// its identity in Alertmanager, so kept for its refreshes and its
+	// resolve even when the App's destination changed meanwhile.
+	destination string
 }
 
 // amAlert is an alert in Alertmanager's v2 API.
@@ -44,10 +48,11 @@ func (d *Dispatcher) alertRequest(ctx context.Context, n *plumbv1.Notification, 
 	e := &dl.event
 	key := alertKey{notification: types.NamespacedName{Namespace: n.Namespace, Name: n.Name}, app: e.App}
 	starts, ends := e.Time, d.opts.Clock.Now().Add(3*d.opts.AlertRefresh)
+	destination := e.Destination
 	d.mu.Lock()
 	open, ok := d.alerts[key]
 	if ok {
-		starts = open.starts
+		starts, destination = open.starts, open.destination
 	}
 	d.mu.Unlock()
 	if dl.refresh && !ok {
@@ -57,8 +62,8 @@ func (d *Dispatcher) alertRequest(ctx context.Context, n *plumbv1.Notification, 
 		ends = e.Time
 	}
 	labels := map[string]string{"alertname": AlertName, "namespace": e.App.Namespace, "name": e.App.Name, "severity": "warning"}
-	if e.Destination != "" {
-		labels["destination"] = e.Destination
+	if destination != "" {
+		labels["destination"] = destination
 	}
 	alert := amAlert{
 		Labels: labels,
@@ -96,7 +101,7 @@ func (d *Dispatcher) track(n *plumbv1.Notification, dl *delivery) {
 			open.event = dl.event
 			return
 		}
-		d.alerts[key] = &openAlert{sink: string(n.Spec.Type), event: dl.event, starts: dl.event.Time}
+		d.alerts[key] = &openAlert{sink: string(n.Spec.Type), event: dl.event, starts: dl.event.Time, destination: dl.event.Destination}
 	}
 }
 

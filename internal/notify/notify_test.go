@@ -834,6 +834,30 @@ func TestATermEndingDuringADeliveryReportsNoFailure(t *testing.T) {
 	}
 }
 
+// An alert's destination label is part of its identity in Alertmanager:
+// an App whose destination changed while its alert was open resolves the
+// alert it fired, not one with the new label (which would leave the first
+// firing until it expires).
+func TestAnAlertResolvesWithTheDestinationItFiredWith(t *testing.T) {
+	r := newReceiver(t)
+	clock := clocktesting.NewFakeClock(changedAt.Add(time.Minute))
+	f := newFixture(t, Options{Clock: clock, AlertRefresh: time.Minute}, notification("am", plumbv1.SinkAlertmanager, r.URL, ""))
+	fired := driftEvent(false)
+	fired.Destination = "cluster-b"
+	f.d.Notify(fired)
+	waitFor(t, "the alert", func() bool { return len(r.got()) == 1 })
+	resolved := fired
+	resolved.Kind, resolved.Time, resolved.Objects, resolved.Destination = plumbv1.EventDriftResolved, clock.Now(), nil, "cluster-c"
+	f.d.Notify(resolved)
+	waitFor(t, "the resolve", func() bool { return len(r.got()) == 2 })
+	for i, req := range r.got() {
+		var a []amAlert
+		if err := json.Unmarshal(req.body, &a); err != nil || len(a) != 1 || a[0].Labels["destination"] != "cluster-b" {
+			t.Errorf("post %d %s, want the label destination=cluster-b", i, req.body)
+		}
+	}
+}
+
 // An App that deploys into another cluster is named with its destination:
 // in the alert's labels, the summary and the webhook's JSON; an App into
 // plumb's own cluster carries no destination.

@@ -142,6 +142,10 @@ func TestAnAppDeploysIntoAnotherCluster(t *testing.T) {
 	if app := readyAt(t, ns, "into-b", first); app.Status.Destination != "cluster-b" {
 		t.Errorf("status.destination = %q, want cluster-b", app.Status.Destination)
 	}
+	eventually(t, time.Minute, "into-b's Healthy condition to name B", func() (bool, string) {
+		c := findCondition(getApp(t, ns, "into-b"), plumbv1.ConditionHealthy)
+		return c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "in the cluster of Secret cluster-b"), c.Message
+	})
 	readyAt(t, ns, "into-a", first)
 	inB := func(name string) (*corev1.ConfigMap, bool) {
 		cm := &corev1.ConfigMap{}

@@ -171,21 +171,25 @@ func (r *Reconciler) settleHealth(ctx context.Context, app *plumbv1.App, target 
 	app.Status.Health = summary
 	timeout := app.Spec.HealthTimeoutOrDefault()
 	verdict, deadline, message := health.Judge(summary, now, timeout)
+	where := ""
+	if target != nil && target.Name != "" {
+		where = " in " + destinationName(target.Name)
+	}
 	switch verdict {
 	case health.Healthy:
 		setConditionStatus(app, plumbv1.ConditionHealthy, metav1.ConditionTrue, plumbv1.ReasonHealthy,
-			fmt.Sprintf("all %d objects are Current", summary.Current), now)
+			fmt.Sprintf("all %d objects are Current%s", summary.Current, where), now)
 		if previousHealthy != nil && previousHealthy.Status != metav1.ConditionTrue {
-			r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonHealthy, "all %d objects are Current", summary.Current)
+			r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonHealthy, "all %d objects are Current%s", summary.Current, where)
 		}
 	case health.Progressing:
-		setConditionStatus(app, plumbv1.ConditionHealthy, metav1.ConditionUnknown, plumbv1.ReasonProgressing, message, now)
+		setConditionStatus(app, plumbv1.ConditionHealthy, metav1.ConditionUnknown, plumbv1.ReasonProgressing, message+where, now)
 		r.memory.addHealthDue(key, deadline)
 		if r.EnqueueAfter != nil {
 			r.EnqueueAfter(key, deadline.Sub(now))
 		}
 	default:
-		setConditionStatus(app, plumbv1.ConditionHealthy, metav1.ConditionFalse, plumbv1.ReasonHealthCheckFailed, message, now)
+		setConditionStatus(app, plumbv1.ConditionHealthy, metav1.ConditionFalse, plumbv1.ReasonHealthCheckFailed, message+where, now)
 	}
 	if outcome == nil {
 		return verdict, false

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 
 	"github.com/plumb-dev/plumb/internal/egress"
 )
@@ -54,6 +55,8 @@ type Options[T any] struct {
 	// remembered for ProbeValidFor (default 10s).
 	ProbeTimeout  time.Duration
 	ProbeValidFor time.Duration
+	// Clock tells the time of probes (default the real one).
+	Clock clock.PassiveClock
 }
 
 // Connection is one destination as an App's namespace reaches it.
@@ -76,6 +79,7 @@ type Connection struct {
 	// into a cluster that does not answer, or drops what is sent to it,
 	// do not each wait for a probe of their own, nor hold every worker.
 	failureValidFor time.Duration
+	clock           clock.PassiveClock
 	// probing serializes probes: Apps that tick at once wait for one
 	// answer rather than each asking.
 	probing   sync.Mutex
@@ -101,10 +105,10 @@ func (c *Connection) Reachable() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
-		c.failedAt, c.failure = time.Now(), Unanswered(c.Server, err)
+		c.failedAt, c.failure = c.clock.Now(), Unanswered(c.Server, err)
 		return c.failure
 	}
-	c.reachedAt, c.failure = time.Now(), nil
+	c.reachedAt, c.failure = c.clock.Now(), nil
 	return nil
 }
 
@@ -113,9 +117,9 @@ func (c *Connection) recent() (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
-	case c.failure != nil && time.Since(c.failedAt) < c.failureValidFor:
+	case c.failure != nil && c.clock.Since(c.failedAt) < c.failureValidFor:
 		return true, c.failure
-	case c.failure == nil && !c.reachedAt.IsZero() && time.Since(c.reachedAt) < c.probeValidFor:
+	case c.failure == nil && !c.reachedAt.IsZero() && c.clock.Since(c.reachedAt) < c.probeValidFor:
 		return true, nil
 	}
 	return false, nil
@@ -188,6 +192,9 @@ func New[T any](opts Options[T]) *Manager[T] {
 	if opts.ProbeValidFor <= 0 {
 		opts.ProbeValidFor = 10 * time.Second
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	return &Manager[T]{opts: opts, entries: map[entryKey]*entry[T]{}, uses: map[types.NamespacedName]entryKey{}}
 }
 
@@ -227,7 +234,7 @@ func (m *Manager[T]) For(app types.NamespacedName, secret string, kubeconfig []b
 		return zero, nil, fmt.Errorf("Secret %s: connecting to %s: %w", key.secret, server, err)
 	}
 	conn := &Connection{Name: secret, Namespace: app.Namespace, Server: server, Config: config,
-		probe: probe, probeValidFor: m.opts.ProbeValidFor, failureValidFor: max(2*time.Second, m.opts.ProbeTimeout)}
+		probe: probe, probeValidFor: m.opts.ProbeValidFor, failureValidFor: max(2*time.Second, m.opts.ProbeTimeout), clock: m.opts.Clock}
 	value, err := m.opts.Build(conn)
 	if err != nil {
 		return zero, nil, fmt.Errorf("Secret %s: connecting to %s: %w", key.secret, server, err)

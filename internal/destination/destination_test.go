@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/plumb-dev/plumb/internal/egress"
 )
@@ -285,17 +286,20 @@ func TestBlockedAddressesAreNeverDialled(t *testing.T) {
 	}
 }
 
-// A failed probe is the answer for as long as a probe may take: Apps that
-// tick into a cluster that does not answer wait for no probe of their own
-// meanwhile. The failure names the server's HTTP status, never its body.
-func TestAFailedProbeIsRemembered(t *testing.T) {
+// A failed probe is the answer for as long as a probe may take (longer
+// than the 2 s floor here): Apps that tick into a cluster that does not
+// answer wait for no probe of their own meanwhile; once it has passed, the
+// next tick asks again. The failure names the server's HTTP status, never
+// its body.
+func TestAFailedProbeIsRememberedForTheProbesTimeout(t *testing.T) {
 	var asked atomic.Int32
 	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		asked.Add(1)
 		http.Error(w, "SERVER-BODY-SECRET", http.StatusServiceUnavailable)
 	}))
 	t.Cleanup(server.Close)
-	m := New(Options[*built]{ProbeTimeout: time.Hour,
+	clock := clocktesting.NewFakePassiveClock(time.Now())
+	m := New(Options[*built]{ProbeTimeout: 5 * time.Second, Clock: clock,
 		Build: func(conn *Connection) (*built, error) { return &built{conn: conn}, nil },
 		Leave: func(types.NamespacedName, *built) {},
 		Stop:  func(*built) {},
@@ -304,13 +308,25 @@ func TestAFailedProbeIsRemembered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 3 {
+	probe := func() {
+		t.Helper()
 		err := conn.Reachable()
 		if err == nil || !strings.Contains(err.Error(), "HTTP 503") || strings.Contains(err.Error(), "SERVER-BODY-SECRET") {
 			t.Fatalf("a server answering 503: %v, want its status alone", err)
 		}
 	}
-	if n := asked.Load(); n != 1 {
-		t.Errorf("three probes while the failure holds asked %d times, want 1", n)
+	probe()
+	start := clock.Now()
+	for _, at := range []time.Duration{time.Second, 3 * time.Second, 4900 * time.Millisecond} {
+		clock.SetTime(start.Add(at))
+		probe()
+		if n := asked.Load(); n != 1 {
+			t.Fatalf("%s after a failed probe (the probe's timeout 5s): asked %d times, want 1", at, n)
+		}
+	}
+	clock.SetTime(start.Add(5 * time.Second))
+	probe()
+	if n := asked.Load(); n != 2 {
+		t.Errorf("once the probe's timeout passed: asked %d times, want 2", n)
 	}
 }

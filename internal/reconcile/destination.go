@@ -193,8 +193,11 @@ func (r *Reconciler) recordDestination(app *plumbv1.App, target *Target, log *za
 			zap.String("revision", app.Status.LastAppliedRevision), zap.String("from", destinationName(former)), zap.String("to", destinationName(target.Name)), zap.Int("objects", n))
 		app.Status.Inventory = nil
 		app.Status.Kept = nil
-		// What was remembered of the former cluster's objects (versions
-		// written, drift) says nothing of the new one's.
+		// A drift alert of the former cluster's objects ends (they are no
+		// longer watched), sent with the label it fired with; then what was
+		// remembered of them (versions written, drift) says nothing of the
+		// new one's.
+		r.endDriftEpisode(app, "its destination changed, and its objects in "+destinationName(former)+" are left there, no longer watched")
 		r.memory.forgetApp(client.ObjectKeyFromObject(app))
 	}
 }

@@ -33,7 +33,7 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 	}
 	interval := app.Spec.IntervalOrDefault()
 	log = log.With(zap.String("phase", "finalize"), zap.String("revision", app.Status.LastAppliedRevision))
-	r.endDriftEpisode(app)
+	r.endDriftEpisode(app, "the App is deleted")
 	original := app.DeepCopy()
 	// write writes what the finalizer changed in the status so far; each
 	// write is a patch from the last one's result.
@@ -63,6 +63,21 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 		}
 		return queue.Every(min(interval, syncPollInterval)), true, err
 	}
+	if applied, named := app.Status.Destination, app.Spec.Destination.SecretName(); applied != named && (inventoryLen(app) > 0 || runsHooks()) {
+		// Its destination changed and no tick has recorded that yet: the
+		// inventory names objects of the former cluster, and the same
+		// names in the new one may be anyone's. They are left in place,
+		// as a tick would leave them, and the delete hooks, which would
+		// run in the new cluster, are given up.
+		r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonOrphaned,
+			"the App is deleted and its destination changed from %s to %s since its objects were applied, so its %d objects in the former are left there, not pruned, and its delete hooks are not run",
+			destinationName(applied), destinationName(named), inventoryLen(app))
+		log.Warn("Orphaned the deleted App's objects: its destination changed", zap.String("from", destinationName(applied)),
+			zap.String("to", destinationName(named)), zap.Int("objects", inventoryLen(app)))
+		app.Status.Inventory = nil
+		app.Status.DeleteHooks = false
+		write()
+	}
 	// Once pruned, the PostDelete hooks are all that is left.
 	pruned := runsHooks() && app.Status.Sync != nil && app.Status.Sync.Phase == plumbv1.SyncPhasePostDelete
 	if pruned {
@@ -81,19 +96,6 @@ func (r *Reconciler) finalize(ctx context.Context, app *plumbv1.App, log *zap.Lo
 		r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonOrphaned,
 			"the App is deleted and its PreDelete hooks could not run, so its %d objects are left in place, not pruned", inventoryLen(app))
 		log.Warn("Orphaned the deleted App's objects: its PreDelete hooks could not run", zap.Int("objects", inventoryLen(app)))
-		app.Status.Inventory = nil
-		write()
-	}
-	if applied, named := app.Status.Destination, app.Spec.Destination.SecretName(); applied != named && inventoryLen(app) > 0 {
-		// Its destination changed and no tick has recorded that yet: the
-		// inventory names objects of the former cluster, and the same
-		// names in the new one may be anyone's. Left in place, as a tick
-		// would leave them.
-		r.Events.Eventf(app, corev1.EventTypeWarning, plumbv1.ReasonOrphaned,
-			"the App is deleted and its destination changed from %s to %s since its objects were applied, so its %d objects in the former are left there, not pruned",
-			destinationName(applied), destinationName(named), inventoryLen(app))
-		log.Warn("Orphaned the deleted App's objects: its destination changed", zap.String("from", destinationName(applied)),
-			zap.String("to", destinationName(named)), zap.Int("objects", inventoryLen(app)))
 		app.Status.Inventory = nil
 		write()
 	}
@@ -345,7 +347,7 @@ func (r *Reconciler) namespaceTerminating(ctx context.Context, app *plumbv1.App)
 // replica's finalizer having run, e.g. removed by hand), so that no
 // Notification is left with an alert that fires for ever.
 func (r *Reconciler) forgetDeleted(key types.NamespacedName) {
-	r.endDriftEpisode(&plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
+	r.endDriftEpisode(&plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, "the App is deleted")
 	r.AppReleased(key)
 }
 

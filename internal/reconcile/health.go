@@ -171,9 +171,10 @@ func (r *Reconciler) settleHealth(ctx context.Context, app *plumbv1.App, target 
 	app.Status.Health = summary
 	timeout := app.Spec.HealthTimeoutOrDefault()
 	verdict, deadline, message := health.Judge(summary, now, timeout)
-	where := ""
+	where := "" // the destination, when it is another cluster
 	if target != nil && target.Name != "" {
 		where = " in " + destinationName(target.Name)
+		message = "in " + destinationName(target.Name) + ", " + message // before the objects' list
 	}
 	switch verdict {
 	case health.Healthy:
@@ -183,13 +184,13 @@ func (r *Reconciler) settleHealth(ctx context.Context, app *plumbv1.App, target 
 			r.Events.Eventf(app, corev1.EventTypeNormal, plumbv1.ReasonHealthy, "all %d objects are Current%s", summary.Current, where)
 		}
 	case health.Progressing:
-		setConditionStatus(app, plumbv1.ConditionHealthy, metav1.ConditionUnknown, plumbv1.ReasonProgressing, message+where, now)
+		setConditionStatus(app, plumbv1.ConditionHealthy, metav1.ConditionUnknown, plumbv1.ReasonProgressing, message, now)
 		r.memory.addHealthDue(key, deadline)
 		if r.EnqueueAfter != nil {
 			r.EnqueueAfter(key, deadline.Sub(now))
 		}
 	default:
-		setConditionStatus(app, plumbv1.ConditionHealthy, metav1.ConditionFalse, plumbv1.ReasonHealthCheckFailed, message+where, now)
+		setConditionStatus(app, plumbv1.ConditionHealthy, metav1.ConditionFalse, plumbv1.ReasonHealthCheckFailed, message, now)
 	}
 	if outcome == nil {
 		return verdict, false

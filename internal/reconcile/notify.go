@@ -87,16 +87,16 @@ func (r *Reconciler) notifyDrift(app *plumbv1.App, p *plan, healFailed bool, rev
 	r.memory.setDriftNotified(key, open)
 }
 
-// endDriftEpisode resolves the App's open drift episode (the App is being
-// deleted).
-func (r *Reconciler) endDriftEpisode(app *plumbv1.App) {
+// endDriftEpisode resolves the App's open drift episode, saying why (the
+// App is deleted, or its objects are left behind in a former destination).
+func (r *Reconciler) endDriftEpisode(app *plumbv1.App, why string) {
 	key := client.ObjectKeyFromObject(app)
 	if r.Notifier == nil || !r.memory.driftNotifiedOf(key) {
 		return
 	}
 	r.memory.setDriftNotified(key, false)
 	e := r.event(app, plumbv1.EventDriftResolved, app.Status.LastAppliedRevision)
-	e.Message = fmt.Sprintf("Drift in App %s/%s resolved: the App is deleted", app.Namespace, app.Name)
+	e.Message = fmt.Sprintf("Drift in App %s/%s resolved: %s", app.Namespace, app.Name, why)
 	r.Notifier.Notify(e)
 }
 

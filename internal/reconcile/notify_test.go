@@ -5,8 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	plumbv1 "github.com/plumb-dev/plumb/api/v1alpha1"
 	"github.com/plumb-dev/plumb/internal/notify"
@@ -182,5 +185,26 @@ func TestOnlyGitRevisionsNameACommit(t *testing.T) {
 			t.Errorf("%s source: event source %q, revision %q, commit %q; want %q, %q, %q",
 				tc.source.Kind(), e.Source, e.Revision, e.Commit, tc.location, tc.revision, tc.commit)
 		}
+	}
+}
+
+// An App whose destination changes while its drift episode is open has
+// that episode resolved: the former cluster's objects are left there, no
+// longer watched, and no Notification may keep an alert of them that
+// fires for ever.
+func TestADestinationChangeResolvesTheOpenDrift(t *testing.T) {
+	n := &recordingNotifier{}
+	r := &Reconciler{Deps: Deps{Notifier: n, Events: record.NewFakeRecorder(10)}}
+	app := &plumbv1.App{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web"}}
+	app.Status.Destination = "cluster-b"
+	app.Status.Inventory = &plumbv1.Inventory{Entries: []plumbv1.InventoryEntry{{ObjectRef: plumbv1.ObjectRef{Version: "v1", Kind: "ConfigMap", Namespace: "team", Name: "settings"}}}}
+	key := client.ObjectKeyFromObject(app)
+	r.memory.setDriftNotified(key, true)
+	r.recordDestination(app, &Target{Name: "cluster-c"}, zap.NewNop())
+	if len(n.events) != 1 || n.events[0].Kind != plumbv1.EventDriftResolved || !strings.Contains(n.events[0].Message, "destination changed") {
+		t.Fatalf("told %+v, want one DriftResolved that says the destination changed", n.events)
+	}
+	if r.memory.driftNotifiedOf(key) || app.Status.Inventory != nil {
+		t.Errorf("after the change: drift still told %v, inventory %v; want neither", r.memory.driftNotifiedOf(key), app.Status.Inventory)
 	}
 }

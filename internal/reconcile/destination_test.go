@@ -93,7 +93,40 @@ current-context: b
 	if built != 0 {
 		t.Errorf("%d connections built for destinations that cannot be used", built)
 	}
+
+	// Beyond --max-destinations: the first App's destination is open (it
+	// reaches plumb's own cluster here), a second App's other destination
+	// fails the Observe phase and applies nothing.
+	t.Run("beyond --max-destinations", func(t *testing.T) {
+		h := newHarness(t)
+		h.r.destinations = managed{destination.New(destination.Options[*Target]{Max: 1,
+			Build: func(*destination.Connection) (*Target, error) { return h.r.local, nil },
+		})}
+		first, second := newApp(t, repo, toClusterB), newApp(t, repo, toClusterB)
+		for _, app := range []*plumbv1.App{first, second} {
+			if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "cluster-b"},
+				StringData: map[string]string{"value": validKubeConfig}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ready(t, h.tick(t, client.ObjectKeyFromObject(first), queue.WakeTimer))
+		msg := failed(t, h.tick(t, client.ObjectKeyFromObject(second), queue.WakeTimer), PhaseObserve, plumbv1.ReasonObserveFailed, "TooManyDestinations")
+		if !strings.Contains(msg, "--max-destinations") {
+			t.Errorf("Ready's message %q does not name the flag", msg)
+		}
+		nothingApplied(t, second.Namespace)
+	})
 }
+
+// validKubeConfig is a kubeconfig that parses (its server is never dialled
+// in these tests: their destinations reach plumb's own cluster).
+const validKubeConfig = `apiVersion: v1
+kind: Config
+clusters: [{name: b, cluster: {server: "https://b.example:6443"}}]
+users: [{name: u, user: {token: "t"}}]
+contexts: [{name: b, context: {cluster: b, user: u}}]
+current-context: b
+`
 
 // A deleted App whose destination changed since its last tick prunes
 // nothing: its inventory names objects of the former cluster (here plumb's
@@ -114,13 +147,7 @@ func TestADeletedAppWhoseDestinationChangedPrunesNothing(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: "settings"}, &corev1.ConfigMap{}); err != nil {
 		t.Fatalf("settings was not applied: %v", err)
 	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "cluster-b"}, StringData: map[string]string{"value": `apiVersion: v1
-kind: Config
-clusters: [{name: b, cluster: {server: "https://b.example:6443"}}]
-users: [{name: u, user: {token: "t"}}]
-contexts: [{name: b, context: {cluster: b, user: u}}]
-current-context: b
-`}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "cluster-b"}, StringData: map[string]string{"value": validKubeConfig}}
 	if err := c.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}

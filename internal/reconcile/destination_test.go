@@ -118,6 +118,31 @@ current-context: b
 	})
 }
 
+// --no-cross-namespace holds for an App into another cluster as for
+// one into plumb's own: an object of another namespace is refused, and
+// nothing is applied there.
+func TestNoCrossNamespaceHoldsOnADestination(t *testing.T) {
+	ctx := context.Background()
+	c := admin(t)
+	_, repo := newRepo(t, map[string]string{"deploy/theirs.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: theirs\n  namespace: default\n"})
+	app := newApp(t, repo, toClusterB)
+	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: "cluster-b"},
+		StringData: map[string]string{"value": validKubeConfig}}); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarnessAs(t, cluster.Config, Policy{NoCrossNamespace: true})
+	h.r.destinations = managed{destination.New(destination.Options[*Target]{
+		Build: func(*destination.Connection) (*Target, error) { return h.r.local, nil },
+	})}
+	msg := failed(t, h.tick(t, client.ObjectKeyFromObject(app), queue.WakeTimer), PhaseRead, plumbv1.ReasonReadFailed, "PolicyViolation")
+	if !strings.Contains(msg, "theirs") {
+		t.Errorf("Ready's message %q does not name the object of another namespace", msg)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "theirs"}, &corev1.ConfigMap{}); err == nil {
+		t.Error("theirs was applied in namespace default")
+	}
+}
+
 // validKubeConfig is a kubeconfig that parses (its server is never dialled
 // in these tests: their destinations reach plumb's own cluster).
 const validKubeConfig = `apiVersion: v1

@@ -1,14 +1,9 @@
 package controller
 
 import (
-	"fmt"
-
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/plumb-dev/plumb/informers"
 	"github.com/plumb-dev/plumb/internal/clusterinfo"
@@ -75,26 +70,11 @@ func (d *destinations) Release(app types.NamespacedName) { d.manager.Release(app
 
 // buildRemote makes the parts of one destination cluster.
 func (l *loop) buildRemote(conn *destination.Connection, events reconcile.ObjectEvents) (*remote, error) {
-	httpClient, err := rest.HTTPClientFor(conn.Config)
+	clients, err := destination.NewClients(conn.Config, l.scheme)
 	if err != nil {
 		return nil, err
 	}
-	mapper, err := apiutil.NewDynamicRESTMapper(conn.Config, httpClient)
-	if err != nil {
-		return nil, fmt.Errorf("discovering its kinds: %w", err)
-	}
-	direct, err := client.New(conn.Config, client.Options{Scheme: l.scheme, Mapper: mapper, HTTPClient: httpClient})
-	if err != nil {
-		return nil, err
-	}
-	dyn, err := dynamic.NewForConfigAndClient(conn.Config, httpClient)
-	if err != nil {
-		return nil, err
-	}
-	disco, err := discovery.NewDiscoveryClientForConfigAndClient(conn.Config, httpClient)
-	if err != nil {
-		return nil, err
-	}
+	mapper := clients.Mapper
 	// Any object there may carry any App's labels: its events are for the
 	// Apps that use this connection alone.
 	ours := func(tell func(types.NamespacedName)) func(types.NamespacedName) {
@@ -104,7 +84,7 @@ func (l *loop) buildRemote(conn *destination.Connection, events reconcile.Object
 			}
 		}
 	}
-	observer := informers.New(dyn, mapper, informers.Options{
+	observer := informers.New(clients.Dynamic, mapper, informers.Options{
 		OnEvent: ours(events.ObjectChanged), OnHealth: ours(events.HealthChanged), IsOwnWrite: events.IsOwnWrite,
 		MaxTypes: l.opts.MaxDestinationKinds,
 	})
@@ -118,8 +98,8 @@ func (l *loop) buildRemote(conn *destination.Connection, events reconcile.Object
 		},
 		// On the destination, with the kubeconfig's rights: one request
 		// per tick of an App that acts as a ServiceAccount there.
-		Exists: impersonation.ServiceAccountsIn(direct),
+		Exists: impersonation.ServiceAccountsIn(clients.Direct),
 	})
 	return &remote{cache: observer, target: &reconcile.Target{Name: conn.Name, Server: conn.Server, Observer: observer,
-		Applier: ssa.NewManager(direct), Identities: identities, Mapper: mapper, Cluster: clusterinfo.New(disco, 0), Reachable: conn.Reachable, Forget: conn.Forget}}, nil
+		Applier: ssa.NewManager(clients.Direct), Identities: identities, Mapper: mapper, Cluster: clusterinfo.New(clients.Discovery, 0), Reachable: conn.Reachable, Forget: conn.Forget}}, nil
 }

@@ -283,26 +283,11 @@ func (d destinations) For(_ types.NamespacedName, secret string, kubeconfig []by
 	if err != nil {
 		return nil, fmt.Errorf("Secret %s: %w", secret, err)
 	}
-	httpClient, err := rest.HTTPClientFor(cfg)
+	clients, err := destination.NewClients(cfg, d.scheme)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", server, err)
 	}
-	mapper, err := apiutil.NewDynamicRESTMapper(cfg, httpClient)
-	if err != nil {
-		return nil, fmt.Errorf("discovering the kinds of %s: %w", server, err)
-	}
-	direct, err := client.New(cfg, client.Options{Scheme: d.scheme, Mapper: mapper, HTTPClient: httpClient})
-	if err != nil {
-		return nil, err
-	}
-	dyn, err := dynamic.NewForConfigAndClient(cfg, httpClient)
-	if err != nil {
-		return nil, err
-	}
-	disco, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
-	if err != nil {
-		return nil, err
-	}
+	mapper := clients.Mapper
 	probeConfig := rest.CopyConfig(cfg)
 	probeConfig.Timeout = 5 * time.Second
 	probe, err := discovery.NewDiscoveryClientForConfig(probeConfig)
@@ -317,10 +302,10 @@ func (d destinations) For(_ types.NamespacedName, secret string, kubeconfig []by
 			}
 			return ssa.NewManager(c), nil
 		},
-		Exists: impersonation.ServiceAccountsIn(direct),
+		Exists: impersonation.ServiceAccountsIn(clients.Direct),
 	})
-	return &reconcile.Target{Name: secret, Server: server, Observer: informers.NewDirect(dyn, mapper), Applier: ssa.NewManager(direct),
-		Identities: identities, Mapper: mapper, Cluster: clusterinfo.New(disco, 0),
+	return &reconcile.Target{Name: secret, Server: server, Observer: informers.NewDirect(clients.Dynamic, mapper), Applier: ssa.NewManager(clients.Direct),
+		Identities: identities, Mapper: mapper, Cluster: clusterinfo.New(clients.Discovery, 0),
 		Reachable: func() error {
 			if _, err := probe.ServerVersion(); err != nil {
 				return destination.Unanswered(server, err)
